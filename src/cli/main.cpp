@@ -1,0 +1,33 @@
+// tern: the command-line entry point. Each subcommand is registered from its own file.
+#include <cstdio>
+#include <cstdlib>
+
+#include "cli/commands.h"
+
+#ifndef TERN_SOURCE_DIR
+#define TERN_SOURCE_DIR "."
+#endif
+
+namespace tern::cli {
+std::string default_model_path() {
+  if (const char* env = std::getenv("TERN_MODEL"); env != nullptr && *env != '\0') return env;
+  return std::string(TERN_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+}  // namespace tern::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"tern: an LLM inference engine for agentic workloads"};
+  app.require_subcommand(1);
+  tern::cli::CommandRunner run;
+  tern::cli::register_inspect(app, &run);
+  tern::cli::register_synth(app, &run);
+  tern::cli::register_tokenize(app, &run);
+  tern::cli::register_run(app, &run);
+  tern::cli::register_bench(app, &run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return run ? run() : 2;
+}

@@ -1,0 +1,92 @@
+// The Backend seam: memory, copies and the ops the model architectures use. Model code calls
+// these through ops.h (which validates shapes) and never touches a device directly.
+// A backend runs ops in issue order on its own stream; nothing here forces a host round trip
+// except the explicit copy_to_host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "core/tensor.h"
+#include "ops/batch_plan.h"
+
+namespace tern {
+
+// An owned allocation on a backend's device.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() const = 0;
+  virtual size_t bytes() const = 0;
+};
+
+// Rotary embedding, precomputed at load: angle(pos, i) = pos * inv_freq[i]; the rotated pair is
+// scaled by mscale (YaRN attention factor; 1 otherwise). neox pairs (i, i + n_rot/2), otherwise
+// adjacent pairs (2i, 2i + 1) as in GGUF llama weights.
+struct RopeParams {
+  int n_rot = 0;               // rotated dimensions per head (<= head_dim)
+  bool neox = false;
+  float mscale = 1.0f;
+  Tensor inv_freq;             // F32 [1, n_rot / 2], on the backend's device
+};
+
+struct AttentionParams {
+  int n_heads = 0;      // query heads
+  int n_kv_heads = 0;   // key/value heads (GQA: n_heads % n_kv_heads == 0)
+  int head_dim = 0;
+  float scale = 0.0f;   // usually 1/sqrt(head_dim)
+  int sliding_window = 0;  // 0 = full causal attention
+  float logit_softcap = 0.0f;  // 0 = off
+};
+
+// One layer's paged KV: K and V are [n_blocks * block_tokens, n_kv_heads * head_dim] (F16 or F32).
+struct KvLayerView {
+  Tensor k;
+  Tensor v;
+  int block_tokens = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual Device device() const = 0;
+
+  // Memory.
+  virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
+  // Makes a host weight usable by this backend. The CPU backend may return the view itself
+  // (weights stay in the mmap); a GPU backend uploads into `owner` storage it keeps alive.
+  virtual Tensor upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) = 0;
+  virtual void copy_from_host(const void* src, Tensor& dst) = 0;
+  virtual void copy_to_host(const Tensor& src, void* dst) = 0;  // waits for prior work
+
+  // Step: uploads the plan once; the plan-dependent ops below use it.
+  virtual void begin_step(const BatchPlan& plan) = 0;
+
+  // Ops. Shapes are validated in ops.h before they reach a backend.
+  // out[t, :] = table[plan.token_ids[t], :] converted to F32.
+  virtual void embed(const Tensor& table, Tensor& out) = 0;
+  // out[r, :] = x[r, :] / rms(x[r, :]) * w  (w: [1, cols]); out may alias x.
+  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
+  // out[n, w.rows] = x[n, w.cols] @ w^T, any weight dtype, F32 activations.
+  virtual void matmul(const Tensor& w, const Tensor& x, Tensor& out) = 0;
+  // x[r, :] += bias[0, :]
+  virtual void add_bias(Tensor& x, const Tensor& bias) = 0;
+  // out = a + b (elementwise, same shape); out may alias a or b.
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // out = silu(gate) * up; out may alias gate.
+  virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  // Rotates x [n_tokens, n_heads * head_dim] in place at plan.positions.
+  virtual void rope(Tensor& x, int n_heads, int head_dim, const RopeParams& rope) = 0;
+  // Writes k, v [n_tokens, n_kv_heads * head_dim] (F32) to the cache at plan.kv_slots.
+  virtual void kv_write(const Tensor& k, const Tensor& v, KvLayerView& kv) = 0;
+  // Causal attention of q [n_tokens, n_heads * head_dim] over each token's sequence KV,
+  // positions 0..plan.positions[t]; out has q's shape.
+  virtual void attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, Tensor& out) = 0;
+  // out[i, :] = x[plan.logit_rows[i], :]
+  virtual void gather_logit_rows(const Tensor& x, Tensor& out) = 0;
+};
+
+}  // namespace tern
