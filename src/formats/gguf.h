@@ -19,12 +19,20 @@
 
 namespace tern::gguf {
 
+// Limits the reader enforces (and the writer honours, so whatever it writes reads back).
+inline constexpr uint64_t kDefaultAlignment = 32;   // when general.alignment is absent
+inline constexpr uint64_t kMaxAlignment = uint64_t{1} << 30;  // sanity bound; real files use 32..4096
+inline constexpr uint32_t kMaxDims = 4;             // GGML tensors have at most 4 dims
+inline constexpr int kMaxArrayDepth = 8;            // arrays of arrays of ... at most this deep
+inline constexpr uint64_t kMaxKeyBytes = 65535;     // metadata key length (GGUF spec bound)
+inline constexpr uint64_t kMaxTensorNameBytes = 65535;
+
 // GGUF metadata value types (the on-disk ids).
 enum class ValueType : uint32_t {
   U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
   STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
 };
-const char* value_type_name(ValueType t);
+const char* value_type_name(ValueType t);  // "u32", "string", ...; "unknown" past F64
 
 struct Value;
 // An array keeps its element type (needed to write it back and for empty arrays).
@@ -37,10 +45,16 @@ struct Value {
   ValueType type = ValueType::U8;
   std::variant<uint64_t, int64_t, double, bool, std::string, std::shared_ptr<Array>> data;
 
+  static Value u8(uint8_t v) { return Value{ValueType::U8, uint64_t{v}}; }
+  static Value i8(int8_t v) { return Value{ValueType::I8, int64_t{v}}; }
+  static Value u16(uint16_t v) { return Value{ValueType::U16, uint64_t{v}}; }
+  static Value i16(int16_t v) { return Value{ValueType::I16, int64_t{v}}; }
   static Value u32(uint32_t v) { return Value{ValueType::U32, uint64_t{v}}; }
   static Value i32(int32_t v) { return Value{ValueType::I32, int64_t{v}}; }
   static Value u64(uint64_t v) { return Value{ValueType::U64, v}; }
+  static Value i64(int64_t v) { return Value{ValueType::I64, v}; }
   static Value f32(float v) { return Value{ValueType::F32, double{v}}; }
+  static Value f64(double v) { return Value{ValueType::F64, v}; }
   static Value boolean(bool v) { return Value{ValueType::BOOL, v}; }
   static Value string(std::string v) { return Value{ValueType::STRING, std::move(v)}; }
   static Value array(ValueType elem_type, std::vector<Value> items);
@@ -54,6 +68,16 @@ struct Value {
   const Array* as_array() const;
 };
 
+// Deep equality: same type, same payload, arrays item by item. Floats compare by bit pattern,
+// so a NaN equals itself (what a round trip needs).
+bool operator==(const Value& a, const Value& b);
+bool operator==(const Array& a, const Array& b);
+
+// One-line rendering for tools and error messages: strings quoted and escaped, cut to
+// `max_string_bytes` (0 = no limit); arrays as `[string; 49152 items] "a", "b", ...` showing at
+// most `max_items` items.
+std::string summarize(const Value& v, size_t max_items = 8, size_t max_string_bytes = 64);
+
 struct TensorInfo {
   std::string name;
   DType type = DType::F32;
@@ -61,6 +85,7 @@ struct TensorInfo {
   uint64_t offset = 0;         // relative to the start of the data section
   uint64_t n_bytes = 0;
   const uint8_t* data = nullptr;  // into the map (reader only)
+  uint64_t info_offset = 0;       // byte offset of this tensor's info record (reader only; for errors)
 
   int64_t numel() const;
 };
@@ -74,7 +99,10 @@ class File {
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
+  // Start of the data section. A file without tensors may end before the aligned offset
+  // (llama.cpp's vocab-only files do); then this is the file size.
   uint64_t data_offset() const { return data_offset_; }
+  uint64_t file_size() const { return file_size_; }
   const std::string& path() const { return path_; }
 
   // Metadata in file order.
@@ -87,6 +115,11 @@ class File {
   // Optional variants: nullopt when missing, error when present with a wrong type.
   Result<std::optional<uint64_t>> get_uint_opt(const std::string& key) const;
   Result<std::optional<double>> get_float_opt(const std::string& key) const;
+  Result<std::optional<bool>> get_bool_opt(const std::string& key) const;
+  Result<std::optional<std::string>> get_string_opt(const std::string& key) const;
+  // An array value; when `elem_type` is given the array must hold items of that type.
+  Result<const Array*> get_array(const std::string& key,
+                                 std::optional<ValueType> elem_type = std::nullopt) const;
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(const std::string& name) const;
@@ -97,6 +130,7 @@ class File {
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
+  uint64_t file_size_ = 0;
   std::vector<std::pair<std::string, Value>> metadata_;
   std::map<std::string, size_t> metadata_index_;
   std::vector<TensorInfo> tensors_;
@@ -107,6 +141,9 @@ class File {
 
 // Writer: collects metadata and tensors, then writes a GGUF v3 file (alignment 32 unless
 // general.alignment says otherwise). Tensor bytes are copied from caller memory at write().
+// Tensors are laid out in the order added, each at an aligned offset and each (the last too)
+// followed by zero padding up to the alignment. Everything is validated at write(): a value whose
+// payload does not fit its declared type, a bad shape or a duplicate name is an error there.
 class Writer {
  public:
   void set(const std::string& key, Value value);  // replaces an existing key, keeps order
@@ -119,8 +156,12 @@ class Writer {
                             std::function<void(uint8_t* dst)> fill);
   // Writes to a temp file next to `path` and renames it into place.
   Status write(const std::string& path) const;
+  // The same image in memory (tests, fuzzing, small files). Generated tensors are filled here.
+  Result<std::vector<uint8_t>> to_bytes() const;
 
  private:
+  class Sink;
+  Status write_to(Sink& sink) const;
   struct PendingTensor {
     std::string name;
     DType type;
