@@ -1,11 +1,25 @@
 // Plain reference (de)quantization of GGUF blocks: the oracle for every fast kernel and the
 // quantizer behind `tern synth`. Scalar, single-threaded, deterministic.
+//
+// Exactness contract (checked by tests/core/quant_ref_test.cpp against goldens written by
+// tools/gen_quant_goldens.py from the gguf Python package):
+//  - dequantize_* is bit-exact (0 ULP) with gguf.quants.dequantize for every type it shares with
+//    gguf-py, because both evaluate the same float32 expressions in the same order
+//    (e.g. q4_k: (d * sc) * q - (dmin * m)). The .cpp files are built with -ffp-contract=off so a
+//    compiler cannot fuse those into FMAs and change the last bit.
+//  - quantize_* for f16, bf16, q4_0, q4_1, q5_0, q5_1 and q8_0 is byte-identical to
+//    gguf.quants.quantize. The other types (q8_1, k-quants, q8_k) have no Python quantizer; they
+//    use tern's own scale/min search (quant_ref_k.cpp) and are tested on round-trip error bounds.
+//  - Scales are fp16, so inputs must keep every block scale inside the fp16 range (roughly
+//    |x| < 65504 * levels); beyond it the block decodes to inf/nan, as it does in gguf-py.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/dtype.h"
+#include "core/quant_blocks.h"
 
 namespace tern {
 
@@ -18,5 +32,38 @@ bool dequantize_row_ref(DType t, const void* src, float* dst, int64_t n);
 // ggml's reference quantizers; the output is a valid block stream any GGUF reader decodes.
 // Returns false for a type it does not support.
 bool quantize_row_ref(DType t, const float* src, void* dst, int64_t n);
+
+// True when both functions above support t.
+bool quant_ref_supports(DType t);
+// Every type quant_ref supports, in GGUF id order (for `tern synth --dtype` help and tests).
+std::span<const DType> quant_ref_types();
+
+// Per-block forms, for kernel tests that build or check single blocks. y / x hold the block's
+// element count (kQK or kQK_K) floats.
+void dequantize_block_ref(const BlockQ4_0& b, float* y);
+void dequantize_block_ref(const BlockQ4_1& b, float* y);
+void dequantize_block_ref(const BlockQ5_0& b, float* y);
+void dequantize_block_ref(const BlockQ5_1& b, float* y);
+void dequantize_block_ref(const BlockQ8_0& b, float* y);
+void dequantize_block_ref(const BlockQ8_1& b, float* y);
+void dequantize_block_ref(const BlockQ2_K& b, float* y);
+void dequantize_block_ref(const BlockQ3_K& b, float* y);
+void dequantize_block_ref(const BlockQ4_K& b, float* y);
+void dequantize_block_ref(const BlockQ5_K& b, float* y);
+void dequantize_block_ref(const BlockQ6_K& b, float* y);
+void dequantize_block_ref(const BlockQ8_K& b, float* y);
+
+void quantize_block_ref(const float* x, BlockQ4_0* b);
+void quantize_block_ref(const float* x, BlockQ4_1* b);
+void quantize_block_ref(const float* x, BlockQ5_0* b);
+void quantize_block_ref(const float* x, BlockQ5_1* b);
+void quantize_block_ref(const float* x, BlockQ8_0* b);
+void quantize_block_ref(const float* x, BlockQ8_1* b);
+void quantize_block_ref(const float* x, BlockQ2_K* b);
+void quantize_block_ref(const float* x, BlockQ3_K* b);
+void quantize_block_ref(const float* x, BlockQ4_K* b);
+void quantize_block_ref(const float* x, BlockQ5_K* b);
+void quantize_block_ref(const float* x, BlockQ6_K* b);
+void quantize_block_ref(const float* x, BlockQ8_K* b);
 
 }  // namespace tern
