@@ -1,0 +1,78 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "backends/cpu/matmul.h"
+#include "backends/cpu/ops_ref.h"
+
+namespace tern::cpu {
+namespace {
+
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(size_t bytes) : bytes_(bytes) {
+    // 64-byte alignment: a cache line and an AVX-512 register.
+    data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (data_ == nullptr) throw std::bad_alloc();
+    std::memset(data_, 0, bytes);
+  }
+  ~HostBuffer() override { std::free(data_); }
+  void* data() const override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace
+
+CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options), pool_(options.n_threads) {}
+
+std::unique_ptr<Buffer> CpuBackend::alloc(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
+
+Tensor CpuBackend::upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) {
+  owner.reset();
+  return host;  // used in place from the memory map
+}
+
+void CpuBackend::copy_from_host(const void* src, Tensor& dst) { std::memcpy(dst.data, src, dst.bytes()); }
+void CpuBackend::copy_to_host(const Tensor& src, void* dst) { std::memcpy(dst, src.data, src.bytes()); }
+
+void CpuBackend::begin_step(const BatchPlan& plan) { plan_ = plan; }
+
+void CpuBackend::embed(const Tensor& table, Tensor& out) { ref::embed(table, plan_, out); }
+
+void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) { ref::rms_norm(x, w, eps, out); }
+
+void CpuBackend::matmul(const Tensor& w, const Tensor& x, Tensor& out) {
+  if (options_.reference) {
+    matmul_ref(w, x.f32(), x.rows, out.f32());
+  } else {
+    cpu::matmul(w, x.f32(), x.rows, out.f32(), pool_);
+  }
+}
+
+void CpuBackend::add_bias(Tensor& x, const Tensor& bias) { ref::add_bias(x, bias); }
+void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) { ref::add(a, b, out); }
+void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) { ref::swiglu(gate, up, out); }
+
+void CpuBackend::rope(Tensor& x, int n_heads, int head_dim, const RopeParams& rope) {
+  ref::rope(x, n_heads, head_dim, rope, plan_);
+}
+
+void CpuBackend::kv_write(const Tensor& k, const Tensor& v, KvLayerView& kv) { ref::kv_write(k, v, kv, plan_); }
+
+void CpuBackend::attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, Tensor& out) {
+  if (options_.reference) {
+    ref::attention(q, kv, p, plan_, out);
+  } else {
+    attention_fast(q, kv, p, plan_, out, pool_, attention_scratch_);
+  }
+}
+
+void CpuBackend::gather_logit_rows(const Tensor& x, Tensor& out) { ref::gather_logit_rows(x, plan_, out); }
+
+}  // namespace tern::cpu

@@ -1,0 +1,52 @@
+// The CPU backend: host memory, a thread pool, fast kernels for the hot ops (matmul, attention)
+// and the plain reference kernels for the rest. With `reference = true` every op runs its
+// reference kernel: that backend is the oracle the fast one is tested against end to end.
+#pragma once
+
+#include <memory>
+
+#include "backends/cpu/attention_cpu.h"
+#include "core/thread_pool.h"
+#include "ops/backend.h"
+
+namespace tern::cpu {
+
+struct CpuBackendOptions {
+  int n_threads = 1;       // threads including the caller
+  bool reference = false;  // run the reference kernels only (tests)
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(CpuBackendOptions options);
+
+  std::string_view name() const override { return options_.reference ? "cpu-reference" : "cpu"; }
+  Device device() const override { return Device::kCpu; }
+  int n_threads() const { return pool_.n_threads(); }
+
+  std::unique_ptr<Buffer> alloc(size_t bytes) override;
+  Tensor upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) override;
+  void copy_from_host(const void* src, Tensor& dst) override;
+  void copy_to_host(const Tensor& src, void* dst) override;
+
+  void begin_step(const BatchPlan& plan) override;
+
+  void embed(const Tensor& table, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  void matmul(const Tensor& w, const Tensor& x, Tensor& out) override;
+  void add_bias(Tensor& x, const Tensor& bias) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void rope(Tensor& x, int n_heads, int head_dim, const RopeParams& rope) override;
+  void kv_write(const Tensor& k, const Tensor& v, KvLayerView& kv) override;
+  void attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, Tensor& out) override;
+  void gather_logit_rows(const Tensor& x, Tensor& out) override;
+
+ private:
+  CpuBackendOptions options_;
+  ThreadPool pool_;
+  BatchPlan plan_;  // the current step's plan (a host copy; the CPU needs no upload)
+  AttentionScratch attention_scratch_;
+};
+
+}  // namespace tern::cpu

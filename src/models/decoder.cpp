@@ -1,0 +1,114 @@
+#include "models/decoder.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/quant_ref.h"
+#include "models/rope_table.h"
+
+namespace tern {
+
+Result<Tensor> DecoderModel::weight(const std::string& name, int64_t rows, int64_t cols) {
+  const gguf::TensorInfo* info = file_->find_tensor(name);
+  if (info == nullptr) return error("model: tensor '" + name + "' is missing");
+  const int64_t file_cols = info->shape.empty() ? 0 : info->shape[0];
+  const int64_t file_rows = info->numel() / std::max<int64_t>(file_cols, 1);
+  if (file_cols != cols || file_rows != rows || (info->shape.size() > 2 && rows != 1 && info->shape[2] != 1)) {
+    std::string shape;
+    for (int64_t d : info->shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    return error("model: tensor '" + name + "' has shape [" + shape + "], expected [" + std::to_string(cols) + ", " +
+                 std::to_string(rows) + "]");
+  }
+  Tensor host = Tensor::view(const_cast<uint8_t*>(info->data), info->type, rows, cols);
+  std::unique_ptr<Buffer> owner;
+  Tensor t = backend_->upload_weight(host, owner);
+  if (owner) weight_buffers_.push_back(std::move(owner));
+  weight_bytes_ += info->n_bytes;
+  return t;
+}
+
+Result<Tensor> DecoderModel::vector(const std::string& name, int64_t n) {
+  TERN_ASSIGN_OR_RETURN(Tensor t, weight(name, 1, n));
+  if (t.dtype != DType::F32)
+    return error("model: tensor '" + name + "' must be f32, found " + std::string(dtype_name(t.dtype)));
+  return t;
+}
+
+Status DecoderModel::load_common(const ModelConfig& config, const ModelOptions& options) {
+  config_ = config;
+  n_ctx_ = options.n_ctx > 0 ? options.n_ctx : config.n_ctx_train;
+  const ModelConfig& c = config_;
+  TERN_ASSIGN_OR_RETURN(token_embd_, weight("token_embd.weight", c.n_vocab, c.n_embd));
+  TERN_ASSIGN_OR_RETURN(output_norm_, vector("output_norm.weight", c.n_embd));
+  if (c.tied_embeddings) {
+    output_ = token_embd_;
+  } else {
+    TERN_ASSIGN_OR_RETURN(output_, weight("output.weight", c.n_vocab, c.n_embd));
+  }
+
+  std::vector<float> freq_factors;
+  if (c.has_rope_freq_factors) {
+    TERN_ASSIGN_OR_RETURN(Tensor ff, vector("rope_freqs.weight", c.n_rot / 2));
+    freq_factors.assign(ff.f32(), ff.f32() + c.n_rot / 2);  // CPU view of the mapped file
+  }
+  RopeTable table = make_rope_table(c, freq_factors, n_ctx_);
+  rope_buffer_ = backend_->alloc(table.inv_freq.size() * sizeof(float));
+  rope_.inv_freq = Tensor::view(rope_buffer_->data(), DType::F32, 1, c.n_rot / 2, backend_->device());
+  backend_->copy_from_host(table.inv_freq.data(), rope_.inv_freq);
+  rope_.n_rot = c.n_rot;
+  rope_.mscale = table.mscale;
+
+  attn_params_.n_heads = c.n_heads;
+  attn_params_.n_kv_heads = c.n_kv_heads;
+  attn_params_.head_dim = c.head_dim;
+  attn_params_.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  return Status::ok();
+}
+
+void DecoderModel::ensure_workspace(int n_tokens, int n_logit_rows) {
+  if (n_tokens <= ws_tokens_ && n_logit_rows <= ws_logit_rows_) return;
+  ws_tokens_ = std::max(n_tokens, ws_tokens_);
+  ws_logit_rows_ = std::max(n_logit_rows, ws_logit_rows_);
+  const ModelConfig& c = config_;
+  const int64_t n = ws_tokens_, m = std::max(ws_logit_rows_, 1);
+  const int64_t q_cols = int64_t{c.n_heads} * c.head_dim, kv_cols = int64_t{c.n_kv_heads} * c.head_dim;
+  struct Slot {
+    Tensor* t;
+    int64_t rows, cols;
+  };
+  const Slot slots[] = {{&ws_.x, n, c.n_embd},        {&ws_.norm, n, c.n_embd}, {&ws_.q, n, q_cols},
+                        {&ws_.attn, n, q_cols},       {&ws_.k, n, kv_cols},     {&ws_.v, n, kv_cols},
+                        {&ws_.gate, n, c.n_ff},       {&ws_.up, n, c.n_ff},     {&ws_.out, n, c.n_embd},
+                        {&ws_.logit_hidden, m, c.n_embd}, {&ws_.logits, m, c.n_vocab}};
+  size_t total = 0;
+  for (const Slot& s : slots) total += (static_cast<size_t>(s.rows * s.cols) * 4 + 63) / 64 * 64;
+  workspace_buffer_ = backend_->alloc(total);
+  auto* base = static_cast<uint8_t*>(workspace_buffer_->data());
+  for (const Slot& s : slots) {
+    *s.t = Tensor::view(base, DType::F32, s.rows, s.cols, backend_->device());
+    base += (static_cast<size_t>(s.rows * s.cols) * 4 + 63) / 64 * 64;
+  }
+}
+
+void DecoderModel::forward(const BatchPlan& plan, KvPool& kv, float* logits) {
+  const int n = plan.n_tokens();
+  const int m = static_cast<int>(plan.logit_rows.size());
+  TERN_CHECK(n > 0 && plan.positions.size() == static_cast<size_t>(n) && plan.kv_slots.size() == static_cast<size_t>(n));
+  ensure_workspace(n, m);
+  Backend& b = *backend_;
+  b.begin_step(plan);
+
+  Tensor x = ws_.x.slice_rows(0, n);
+  ops::embed(b, token_embd_, x);
+  for (int l = 0; l < config_.n_layers; ++l) forward_layer(l, x, kv.layer(l));
+  if (m == 0) return;
+
+  Tensor hidden = ws_.logit_hidden.slice_rows(0, m);
+  ops::gather_logit_rows(b, x, hidden);
+  ops::rms_norm(b, hidden, output_norm_, config_.rms_eps, hidden);
+  Tensor out = ws_.logits.slice_rows(0, m);
+  ops::matmul(b, output_, hidden, out);
+  b.copy_to_host(out, logits);
+}
+
+}  // namespace tern

@@ -1,0 +1,91 @@
+// Llama (Touvron et al. 2023) as stored in GGUF: SmolLM2, Llama 2/3.x (llama3 rope via
+// rope_freqs.weight), Mistral. Pre-norm RMSNorm blocks, GQA self-attention with rotary
+// embedding on adjacent pairs (the GGUF converter permutes Q/K rows for this), SwiGLU FFN.
+#include <vector>
+
+#include "models/architectures.h"
+#include "models/decoder.h"
+
+namespace tern {
+namespace {
+
+class LlamaModel final : public DecoderModel {
+ public:
+  LlamaModel(std::shared_ptr<const gguf::File> file, Backend& backend) : DecoderModel(std::move(file), backend) {}
+  Status load(const ModelConfig& config, const ModelOptions& options);
+
+ private:
+  struct Layer {
+    Tensor attn_norm;     // [1, d]
+    Tensor wq;            // [h * hd, d]
+    Tensor wk, wv;        // [hk * hd, d]
+    Tensor wo;            // [d, h * hd]
+    Tensor ffn_norm;      // [1, d]
+    Tensor w_gate, w_up;  // [f, d]
+    Tensor w_down;        // [d, f]
+  };
+  void forward_layer(int layer, Tensor& x, KvLayerView& kv) override;
+  std::vector<Layer> layers_;
+};
+
+Status LlamaModel::load(const ModelConfig& config, const ModelOptions& options) {
+  TERN_RETURN_IF_ERROR(load_common(config, options));
+  rope_.neox = false;
+  const ModelConfig& c = config_;
+  const int64_t q_cols = int64_t{c.n_heads} * c.head_dim, kv_cols = int64_t{c.n_kv_heads} * c.head_dim;
+  layers_.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    Layer& w = layers_[l];
+    TERN_ASSIGN_OR_RETURN(w.attn_norm, vector(layer_name(l, "attn_norm.weight"), c.n_embd));
+    TERN_ASSIGN_OR_RETURN(w.wq, weight(layer_name(l, "attn_q.weight"), q_cols, c.n_embd));
+    TERN_ASSIGN_OR_RETURN(w.wk, weight(layer_name(l, "attn_k.weight"), kv_cols, c.n_embd));
+    TERN_ASSIGN_OR_RETURN(w.wv, weight(layer_name(l, "attn_v.weight"), kv_cols, c.n_embd));
+    TERN_ASSIGN_OR_RETURN(w.wo, weight(layer_name(l, "attn_output.weight"), c.n_embd, q_cols));
+    TERN_ASSIGN_OR_RETURN(w.ffn_norm, vector(layer_name(l, "ffn_norm.weight"), c.n_embd));
+    TERN_ASSIGN_OR_RETURN(w.w_gate, weight(layer_name(l, "ffn_gate.weight"), c.n_ff, c.n_embd));
+    TERN_ASSIGN_OR_RETURN(w.w_up, weight(layer_name(l, "ffn_up.weight"), c.n_ff, c.n_embd));
+    TERN_ASSIGN_OR_RETURN(w.w_down, weight(layer_name(l, "ffn_down.weight"), c.n_embd, c.n_ff));
+  }
+  return Status::ok();
+}
+
+void LlamaModel::forward_layer(int layer, Tensor& x, KvLayerView& kv) {
+  const Layer& w = layers_[layer];
+  const ModelConfig& c = config_;
+  Backend& b = backend();
+  const int64_t n = x.rows;
+  Tensor h = ws_.norm.slice_rows(0, n), q = ws_.q.slice_rows(0, n), k = ws_.k.slice_rows(0, n),
+         v = ws_.v.slice_rows(0, n), attn = ws_.attn.slice_rows(0, n), out = ws_.out.slice_rows(0, n),
+         gate = ws_.gate.slice_rows(0, n), up = ws_.up.slice_rows(0, n);
+
+  // Self-attention: x += Wo · attn(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x).
+  ops::rms_norm(b, x, w.attn_norm, c.rms_eps, h);
+  ops::matmul(b, w.wq, h, q);
+  ops::matmul(b, w.wk, h, k);
+  ops::matmul(b, w.wv, h, v);
+  ops::rope(b, q, c.n_heads, c.head_dim, rope_);
+  ops::rope(b, k, c.n_kv_heads, c.head_dim, rope_);
+  ops::kv_write(b, k, v, kv);
+  ops::attention(b, q, kv, attn_params_, attn);
+  ops::matmul(b, w.wo, attn, out);
+  ops::add(b, x, out, x);
+
+  // Feed-forward: x += W_down · (silu(W_gate h) * W_up h), h = rmsnorm(x).
+  ops::rms_norm(b, x, w.ffn_norm, c.rms_eps, h);
+  ops::matmul(b, w.w_gate, h, gate);
+  ops::matmul(b, w.w_up, h, up);
+  ops::swiglu(b, gate, up, gate);
+  ops::matmul(b, w.w_down, gate, out);
+  ops::add(b, x, out, x);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> make_llama(std::shared_ptr<const gguf::File> file, Backend& backend,
+                                          const ModelConfig& config, const ModelOptions& options) {
+  auto model = std::make_unique<LlamaModel>(std::move(file), backend);
+  TERN_RETURN_IF_ERROR(model->load(config, options));
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+}  // namespace tern

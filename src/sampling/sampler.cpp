@@ -1,0 +1,167 @@
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <unordered_map>
+
+namespace tern {
+namespace {
+
+void softmax_in_place(Candidates& c) {
+  c.sort_descending();
+  const float mx = c.logits.empty() ? 0.0f : c.logits[0];
+  double sum = 0.0;
+  for (float& l : c.logits) {
+    l = std::exp(l - mx);
+    sum += l;
+  }
+  for (float& l : c.logits) l = static_cast<float>(l / sum);
+}
+
+class TopK final : public SamplerStage {
+ public:
+  explicit TopK(int k) : k_(k) {}
+  void apply(Candidates& c) override {
+    if (k_ <= 0 || static_cast<size_t>(k_) >= c.size()) return;
+    c.sort_descending();
+    c.ids.resize(k_);
+    c.logits.resize(k_);
+  }
+
+ private:
+  int k_;
+};
+
+// Keeps the smallest prefix (by probability) whose mass reaches p.
+class TopP final : public SamplerStage {
+ public:
+  explicit TopP(float p) : p_(p) {}
+  void apply(Candidates& c) override {
+    if (p_ >= 1.0f || c.size() <= 1) return;
+    Candidates probs = c;
+    softmax_in_place(probs);
+    c.sort_descending();
+    double cum = 0.0;
+    size_t keep = c.size();
+    for (size_t i = 0; i < probs.size(); ++i) {
+      cum += probs.logits[i];
+      if (cum >= p_) {
+        keep = i + 1;
+        break;
+      }
+    }
+    c.ids.resize(keep);
+    c.logits.resize(keep);
+  }
+
+ private:
+  float p_;
+};
+
+// Keeps tokens whose probability is at least min_p times the top one: logit >= max + ln(min_p).
+class MinP final : public SamplerStage {
+ public:
+  explicit MinP(float p) : p_(p) {}
+  void apply(Candidates& c) override {
+    if (p_ <= 0.0f || c.size() <= 1) return;
+    c.sort_descending();
+    const float threshold = c.logits[0] + std::log(p_);
+    size_t keep = 1;
+    while (keep < c.size() && c.logits[keep] >= threshold) ++keep;
+    c.ids.resize(keep);
+    c.logits.resize(keep);
+  }
+
+ private:
+  float p_;
+};
+
+}  // namespace
+
+void Candidates::sort_descending() {
+  if (sorted) return;
+  std::vector<size_t> order(ids.size());
+  std::iota(order.begin(), order.end(), 0);
+  // Stable on ties by id, so results never depend on the sort implementation.
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return logits[a] != logits[b] ? logits[a] > logits[b] : ids[a] < ids[b];
+  });
+  std::vector<int32_t> new_ids(ids.size());
+  std::vector<float> new_logits(ids.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    new_ids[i] = ids[order[i]];
+    new_logits[i] = logits[order[i]];
+  }
+  ids.swap(new_ids);
+  logits.swap(new_logits);
+  sorted = true;
+}
+
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  return best;
+}
+
+Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) {
+  if (params_.top_k > 0) stages_.push_back(std::make_unique<TopK>(params_.top_k));
+  if (params_.top_p < 1.0f) stages_.push_back(std::make_unique<TopP>(params_.top_p));
+  if (params_.min_p > 0.0f) stages_.push_back(std::make_unique<MinP>(params_.min_p));
+}
+
+void Sampler::build(std::span<const float> logits, std::span<const int32_t> history, Candidates& c) {
+  c.ids.resize(logits.size());
+  std::iota(c.ids.begin(), c.ids.end(), 0);
+  c.logits.assign(logits.begin(), logits.end());
+  c.sorted = false;
+
+  const bool penalise = params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                        params_.frequency_penalty != 0.0f;
+  if (penalise && !history.empty()) {
+    const size_t window = params_.penalty_last_n < 0 ? history.size()
+                                                     : std::min(history.size(), static_cast<size_t>(params_.penalty_last_n));
+    std::unordered_map<int32_t, int> counts;
+    for (size_t i = history.size() - window; i < history.size(); ++i) ++counts[history[i]];
+    for (const auto& [id, count] : counts) {
+      if (id < 0 || static_cast<size_t>(id) >= c.logits.size()) continue;
+      float& l = c.logits[id];
+      if (params_.repeat_penalty != 1.0f) l = l > 0.0f ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+      l -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
+    }
+  }
+  if (!greedy()) {
+    for (float& l : c.logits) l /= params_.temperature;
+  }
+  for (auto& stage : stages_) stage->apply(c);
+}
+
+Candidates Sampler::distribution(std::span<const float> logits, std::span<const int32_t> history) {
+  Candidates c;
+  build(logits, history, c);
+  softmax_in_place(c);
+  return c;
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  if (greedy()) {
+    const bool penalise = params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                          params_.frequency_penalty != 0.0f;
+    if (!penalise) return argmax(logits);
+    Candidates c;
+    build(logits, history, c);
+    return c.ids[argmax(c.logits)];
+  }
+  Candidates c = distribution(logits, history);
+  // Inverse-CDF draw with a 53-bit uniform; deterministic given the seed.
+  const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
+  double cum = 0.0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    cum += c.logits[i];
+    if (u < cum) return c.ids[i];
+  }
+  return c.ids.back();
+}
+
+}  // namespace tern
