@@ -1,0 +1,203 @@
+// The matmul driver: validates, quantizes the activation rows once into thread-local scratch, and
+// runs one parallel region in which each thread takes a contiguous run of weight rows.
+#include "backends/cpu/matmul.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/matmul_kernels.h"
+#include "core/check.h"
+#include "core/quant_ref.h"
+
+namespace tern::cpu {
+namespace {
+
+using detail::ActFormat;
+using detail::Activations;
+using detail::Kernel;
+using detail::WeightRows;
+
+// Below this many multiply-adds a call runs on the calling thread: a fork-join (~1 us) would cost
+// more than it saves.
+constexpr int64_t kMinParallelMacs = 16 * 1024;
+// Thread shares are multiples of this many weight rows, so every share but the last fills the
+// kernels' weight-row tiles.
+constexpr int64_t kRowGrain = 4;
+
+struct Level {
+  detail::QuantizeQ8x32Fn quantize_q8x32;
+  detail::QuantizeQ8x256Fn quantize_q8x256;
+  Kernel (*find[3])(DType);  // tried in order; nullptr entries skipped
+};
+
+const Level& level(Isa isa) {
+  static const Level kScalar = {detail::scalar_quantize_q8x32, detail::scalar_quantize_q8x256,
+                                {detail::scalar_find_kernel, nullptr, nullptr}};
+  static const Level kAvx2 = {detail::avx2_quantize_q8x32, detail::avx2_quantize_q8x256,
+                              {detail::avx2_find_float_kernel, detail::avx2_find_legacy_kernel,
+                               detail::avx2_find_kquant_kernel}};
+  static const Level kAvx512 = {detail::avx512_quantize_q8x32, detail::avx512_quantize_q8x256,
+                                {detail::avx512_find_float_kernel, detail::avx512_find_legacy_kernel,
+                                 detail::avx512_find_kquant_kernel}};
+  switch (isa) {
+    case Isa::kAvx512: return kAvx512;
+    case Isa::kAvx2: return kAvx2;
+    case Isa::kScalar: break;
+  }
+  return kScalar;
+}
+
+// The kernel for t at `isa`, or the nearest lower level's. Borrowing is sound because every level
+// quantizes activations to the same bytes (matmul_kernels.h).
+Kernel find_kernel(Isa isa, DType t) {
+  for (int l = static_cast<int>(isa); l >= 0; --l) {
+    for (auto find : level(static_cast<Isa>(l)).find) {
+      if (find == nullptr) continue;
+      const Kernel k = find(t);
+      if (k.gemm != nullptr) return k;
+    }
+  }
+  return {};
+}
+
+// Per-thread activation scratch: one 64-byte-aligned allocation that only grows, carved into the
+// arrays of the current call.
+class ActScratch {
+ public:
+  uint8_t* reserve(size_t bytes) {
+    if (bytes > capacity_) {
+      capacity_ = std::max(bytes, capacity_ * 2);
+      mem_.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, round_up(capacity_))));
+      TERN_CHECK(mem_ != nullptr);
+    }
+    return mem_.get();
+  }
+  static size_t round_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+  static constexpr size_t kAlign = 64;
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> mem_;
+  size_t capacity_ = 0;
+};
+
+Activations prepare_activations(const Level& lv, ActFormat format, const float* x, int64_t n, int64_t cols) {
+  Activations a;
+  a.n = n;
+  a.cols = cols;
+  if (format == ActFormat::kF32) {
+    a.f32 = x;
+    return a;
+  }
+  thread_local ActScratch scratch;
+  const size_t n_elems = static_cast<size_t>(n * cols);
+  if (format == ActFormat::kQ8x32) {
+    const int64_t nb = cols / detail::kQ8x32Block;
+    const size_t qs_bytes = ActScratch::round_up(n_elems);
+    const size_t d_bytes = ActScratch::round_up(static_cast<size_t>(n * nb) * sizeof(float));
+    uint8_t* base = scratch.reserve(qs_bytes + 2 * d_bytes);
+    auto* qs = reinterpret_cast<int8_t*>(base);
+    auto* d = reinterpret_cast<float*>(base + qs_bytes);
+    auto* s = reinterpret_cast<float*>(base + qs_bytes + d_bytes);
+    for (int64_t i = 0; i < n; ++i) lv.quantize_q8x32(x + i * cols, cols, qs + i * cols, d + i * nb, s + i * nb);
+    a.q8x32 = {qs, d, s};
+  } else {
+    const int64_t nb = cols / detail::kQ8x256Block;
+    const int64_t ng = cols / detail::kQ8x256SumGroup;
+    const size_t qs_bytes = ActScratch::round_up(n_elems);
+    const size_t d_bytes = ActScratch::round_up(static_cast<size_t>(n * nb) * sizeof(float));
+    const size_t sums_bytes = ActScratch::round_up(static_cast<size_t>(n * ng) * sizeof(int16_t));
+    uint8_t* base = scratch.reserve(qs_bytes + d_bytes + sums_bytes);
+    auto* qs = reinterpret_cast<int8_t*>(base);
+    auto* d = reinterpret_cast<float*>(base + qs_bytes);
+    auto* bsums = reinterpret_cast<int16_t*>(base + qs_bytes + d_bytes);
+    for (int64_t i = 0; i < n; ++i)
+      lv.quantize_q8x256(x + i * cols, cols, qs + i * cols, d + i * nb, bsums + i * ng);
+    a.q8x256 = {qs, d, bsums};
+  }
+  return a;
+}
+
+void check_args(const Tensor& w, const float* x, int64_t n, const float* y) {
+  TERN_CHECK_MSG(matmul_supports(w.dtype), "matmul: unsupported weight dtype");
+  TERN_CHECK(w.device == Device::kCpu);
+  TERN_CHECK(n >= 0 && w.rows >= 0 && w.cols > 0);
+  TERN_CHECK(w.cols % block_elems(w.dtype) == 0);
+  TERN_CHECK(w.row_stride >= row_bytes(w.dtype, w.cols));
+  TERN_CHECK(n == 0 || (x != nullptr && y != nullptr));
+}
+
+}  // namespace
+
+bool matmul_supports(DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void matmul_ref(const Tensor& w, const float* x, int64_t n, float* y) {
+  check_args(w, x, n, y);
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    TERN_CHECK(dequantize_row_ref(w.dtype, w.row(r), row.data(), w.cols));
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x + i * w.cols;
+      float acc = 0.0f;
+      for (int64_t j = 0; j < w.cols; ++j) acc += row[j] * xi[j];
+      y[i * w.rows + r] = acc;
+    }
+  }
+}
+
+void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+  check_args(w, x, n, y);
+  TERN_CHECK(isa_supported(isa));
+  if (n == 0 || w.rows == 0) return;
+  const Level& lv = level(isa);
+  const Kernel kernel = find_kernel(isa, w.dtype);
+  TERN_CHECK(kernel.gemm != nullptr);
+  const Activations act = prepare_activations(lv, kernel.act, x, n, w.cols);
+
+  auto run_rows = [&](int64_t r0, int64_t r1) {
+    if (r0 >= r1) return;
+    const WeightRows rows{static_cast<const uint8_t*>(w.row(r0)), w.row_stride, r1 - r0, w.cols};
+    kernel.gemm(rows, act, y + r0, w.rows);
+  };
+  const int64_t macs = n * w.rows * w.cols;
+  const int64_t n_grains = (w.rows + kRowGrain - 1) / kRowGrain;
+  const int n_threads = static_cast<int>(std::min<int64_t>(pool.n_threads(), n_grains));
+  if (n_threads <= 1 || macs < kMinParallelMacs) {
+    run_rows(0, w.rows);
+    return;
+  }
+  pool.run([&](int t) {
+    if (t >= n_threads) return;
+    const int64_t g0 = n_grains * t / n_threads, g1 = n_grains * (t + 1) / n_threads;
+    run_rows(g0 * kRowGrain, std::min(w.rows, g1 * kRowGrain));
+  });
+}
+
+void matmul(const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+  matmul_isa(active_isa(), w, x, n, y, pool);
+}
+
+}  // namespace tern::cpu

@@ -1,0 +1,46 @@
+// Matrix products against GGUF weights, computed directly on the quantized blocks: the hot path of
+// the CPU backend (every projection of every layer, prefill and decode).
+//
+//   y[n, w.rows] = x[n, w.cols] @ w^T
+//
+// w: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K, one GGUF row
+//    per output feature, rows w.row_stride bytes apart. x, y: F32, row-major, contiguous.
+//
+// How the fast path computes (llama.cpp-style, own code): each activation row is quantized once per
+// call to 8-bit blocks (32 elements with a float scale for the legacy quants, 256 with a float scale
+// and 16-element sums for the k-quants); weight blocks and activation blocks meet in integer dot
+// products (VNNI vpdpbusd / AVX2 maddubs), scaled in float. F32/F16/BF16 weights use float FMAs.
+//
+// Batch invariance (a hard guarantee, tested): y[i, j] is bitwise the same whatever n is, whichever
+// other rows share the call and however many threads run it, for a given Isa. Each output's float
+// operations are a fixed sequence that depends only on (x row i, w row j, Isa); row tiles only
+// reuse loaded weights, and threads split the weight rows, never the reduction.
+// Different Isa levels may differ in the last bits (different lane counts).
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/cpu_features.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace tern::cpu {
+
+// True for every weight dtype matmul accepts.
+bool matmul_supports(DType t);
+
+// The oracle: dequantizes each weight row with dequantize_row_ref and takes a plain float dot
+// product in element order. Slow; tests and the reference backend only.
+// Preconditions (bugs if broken): matmul_supports(w.dtype), w on the CPU, n >= 0.
+void matmul_ref(const Tensor& w, const float* x, int64_t n, float* y);
+
+// The fast path at active_isa(): one pool.run per call; activations quantized into scratch owned
+// by the calling thread (reused across calls, no per-call allocation once warm).
+// Preconditions: as matmul_ref; x and y must not overlap.
+void matmul(const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool);
+
+// The fast path at a chosen level (tests, benchmarks). Precondition: isa_supported(isa).
+void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool);
+
+}  // namespace tern::cpu

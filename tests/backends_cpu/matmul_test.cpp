@@ -1,0 +1,319 @@
+// Tests for the quantized matmul (backends/cpu/matmul.h) at every ISA level this machine supports:
+//  - every level's activation quantizer writes the same bytes as the scalar one;
+//  - results match the reference (dequantize + float dot) within a bound derived from the 8-bit
+//    activation quantization, and match a float64 model of that quantization tightly;
+//  - batch invariance: each output row is bitwise the same for n = 1 and inside any batch, and
+//    for 1 and 2 threads.
+#include "backends/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/matmul_kernels.h"
+#include "core/fp16.h"
+#include "core/quant_blocks.h"
+#include "core/quant_ref.h"
+
+namespace tern::cpu {
+namespace {
+
+constexpr DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                               DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K,
+                               DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+std::string type_name(const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); }
+
+bool is_kquant(DType t) { return block_elems(t) == kQK_K; }
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+// Elements per activation-quantization block (0: activations stay float).
+int act_block(DType t) { return is_float(t) ? 0 : is_kquant(t) ? 256 : 32; }
+
+// Activations shaped like a transformer's: mostly N(0, 1), a few outlier channels 20x larger.
+std::vector<float> random_activations(int64_t n, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < cols; ++j) x[i * cols + j] = normal(rng) * (j % 61 == 7 ? 20.0f : 1.0f);
+  return x;
+}
+
+enum class WeightSource {
+  kQuantized,    // random floats encoded with quantize_row_ref: realistic blocks
+  kRandomBytes,  // random bytes with sane fp16 scales: every bit pattern of codes and sub-scales
+};
+
+// Offsets of a block's fp16 scale fields that random bytes must not fill with inf/nan.
+std::vector<size_t> scale_offsets(DType t) {
+  switch (t) {
+    case DType::Q4_0: return {offsetof(BlockQ4_0, d)};
+    case DType::Q4_1: return {offsetof(BlockQ4_1, d), offsetof(BlockQ4_1, m)};
+    case DType::Q5_0: return {offsetof(BlockQ5_0, d)};
+    case DType::Q5_1: return {offsetof(BlockQ5_1, d), offsetof(BlockQ5_1, m)};
+    case DType::Q8_0: return {offsetof(BlockQ8_0, d)};
+    case DType::Q2_K: return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+    case DType::Q3_K: return {offsetof(BlockQ3_K, d)};
+    case DType::Q4_K: return {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)};
+    case DType::Q5_K: return {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)};
+    case DType::Q6_K: return {offsetof(BlockQ6_K, d)};
+    default: return {};
+  }
+}
+
+// Weight rows of type t, `pad_bytes` of junk after each row (row_stride > row bytes).
+struct Weights {
+  std::vector<uint8_t> bytes;
+  Tensor tensor;
+};
+
+Weights make_weights(DType t, int64_t rows, int64_t cols, WeightSource source, uint32_t seed, size_t pad_bytes = 0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  const size_t row_bytes_t = row_bytes(t, cols);
+  Weights w;
+  w.bytes.resize((row_bytes_t + pad_bytes) * rows + 1);
+  w.tensor = Tensor::view(w.bytes.data(), t, rows, cols);
+  w.tensor.row_stride = row_bytes_t + pad_bytes;
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* dst = w.tensor.row<uint8_t>(r);
+    if (source == WeightSource::kQuantized || is_float(t)) {
+      // Per-row scale spread like real layers; an occasional large element.
+      const float row_scale = 0.02f * (1.0f + static_cast<float>(r % 5));
+      for (int64_t j = 0; j < cols; ++j) row[j] = row_scale * normal(rng) * (j % 97 == 3 ? 8.0f : 1.0f);
+      EXPECT_TRUE(quantize_row_ref(t, row.data(), dst, cols)) << dtype_name(t);
+    } else {
+      for (size_t b = 0; b < row_bytes_t; ++b) dst[b] = static_cast<uint8_t>(byte(rng));
+      const size_t block_bytes = dtype_info(t)->block_bytes;
+      for (size_t blk = 0; blk < row_bytes_t / block_bytes; ++blk)
+        for (size_t off : scale_offsets(t)) {
+          const uint16_t h = f32_to_fp16(0.001f + 0.01f * std::fabs(normal(rng)));
+          std::memcpy(dst + blk * block_bytes + off, &h, 2);
+        }
+    }
+    for (size_t b = 0; b < pad_bytes; ++b) dst[row_bytes_t + b] = static_cast<uint8_t>(byte(rng));
+  }
+  return w;
+}
+
+std::vector<float> dequantized(const Tensor& w) {
+  std::vector<float> out(static_cast<size_t>(w.rows * w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) EXPECT_TRUE(dequantize_row_ref(w.dtype, w.row(r), &out[r * w.cols], w.cols));
+  return out;
+}
+
+// The documented activation quantization (matmul_kernels.h), recomputed here independently:
+// per block d = amax / 127 and q = round-half-even(x * (127 / amax)).
+void quantize_like_kernels(const float* x, int64_t cols, int block, float* xq, float* step) {
+  for (int64_t b = 0; b < cols; b += block) {
+    float amax = 0.0f;
+    for (int j = 0; j < block; ++j) amax = std::fmax(amax, std::fabs(x[b + j]));
+    const float d = amax / 127.0f;
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int j = 0; j < block; ++j) {
+      xq[b + j] = d * std::nearbyint(x[b + j] * id);
+      step[b + j] = d;
+    }
+  }
+}
+
+// Checks y (fast) against the reference at each output.
+//  1. vs matmul_ref: the activation quantization moves each x_j by at most half a step d_j / 2, so
+//     |y - y_ref| <= sum_j |w_j| d_j / 2, plus float rounding (term 2's tolerance).
+//  2. vs sum_j w_j * xq_j in float64 (xq = the quantized activations): only float rounding of the
+//     kernels' products and sums remains. Their intermediates are bounded by the block's largest
+//     weight magnitude times the activation block's amax (127 * d), so the tolerance is
+//     2e-6 * sum_j wmax_block(j) * 127 d_j (the worst seen over this file's cases is ~2e-8 for
+//     legacy quants, ~1e-9 for k-quants); a wrong code, scale or offset costs a whole
+//     |w_j| * amax_j, about 1e5 times more.
+// Float weights (no activation quantization) must match the reference to 1e-5 * sum |w_j x_j|.
+void expect_close_to_reference(const Tensor& w, const std::vector<float>& x, int64_t n, const std::vector<float>& y,
+                               const std::string& what) {
+  std::vector<float> y_ref(static_cast<size_t>(n * w.rows));
+  matmul_ref(w, x.data(), n, y_ref.data());
+  const std::vector<float> wf = dequantized(w);
+  const int block = act_block(w.dtype);
+  const int wblock = static_cast<int>(block_elems(w.dtype));
+  std::vector<float> xq(static_cast<size_t>(w.cols)), step(static_cast<size_t>(w.cols));
+  int failures = 0;
+  for (int64_t i = 0; i < n && failures < 5; ++i) {
+    const float* xi = &x[i * w.cols];
+    if (block > 0) quantize_like_kernels(xi, w.cols, block, xq.data(), step.data());
+    for (int64_t r = 0; r < w.rows && failures < 5; ++r) {
+      const float* wr = &wf[r * w.cols];
+      const float got = y[i * w.rows + r];
+      double abs_dot = 0, half_steps = 0, magnitude = 0, yq = 0;
+      for (int64_t j = 0; j < w.cols; ++j) abs_dot += std::fabs(static_cast<double>(wr[j]) * xi[j]);
+      if (block == 0) {
+        const double tol = 1e-5 * abs_dot + 1e-30;
+        if (std::fabs(got - y_ref[i * w.rows + r]) > tol) {
+          ADD_FAILURE() << what << " row " << i << " out " << r << ": got " << got << ", ref "
+                        << y_ref[i * w.rows + r] << ", tol " << tol;
+          ++failures;
+        }
+        continue;
+      }
+      for (int64_t b = 0; b < w.cols; b += wblock) {
+        double wmax = 0;
+        for (int j = 0; j < wblock; ++j) wmax = std::fmax(wmax, std::fabs(wr[b + j]));
+        for (int j = 0; j < wblock; ++j) {
+          half_steps += std::fabs(wr[b + j]) * 0.5 * step[b + j];
+          magnitude += wmax * 127.0 * step[b + j];
+          yq += static_cast<double>(wr[b + j]) * xq[b + j];
+        }
+      }
+      const double tight = 2e-6 * magnitude + 1e-30;
+      const double bound = half_steps + tight;
+      if (std::fabs(got - y_ref[i * w.rows + r]) > bound || std::fabs(got - yq) > tight) {
+        ADD_FAILURE() << what << " row " << i << " out " << r << ": got " << got << ", ref " << y_ref[i * w.rows + r]
+                      << " (bound " << bound << "), quantized-activation model " << yq << " (tol " << tight << ")";
+        ++failures;
+      }
+    }
+  }
+}
+
+class MatmulTypes : public ::testing::TestWithParam<DType> {
+ protected:
+  ThreadPool pool1_{1};
+  ThreadPool pool2_{2};
+};
+
+TEST(Matmul, SupportsExactlyTheWeightTypes) {
+  for (DType t : kAllTypes) EXPECT_TRUE(matmul_supports(t)) << dtype_name(t);
+  for (DType t : {DType::Q8_1, DType::Q8_K, DType::I8, DType::I32, DType::F64}) EXPECT_FALSE(matmul_supports(t));
+}
+
+TEST(Matmul, IsaNamesRoundTripAndScalarIsAlwaysSupported) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) EXPECT_EQ(isa_from_name(isa_name(isa)), isa);
+  EXPECT_FALSE(isa_from_name("sse9").has_value());
+  EXPECT_TRUE(isa_supported(Isa::kScalar));
+  EXPECT_LE(active_isa(), best_supported_isa());
+  EXPECT_EQ(supported_isas().back(), best_supported_isa());
+}
+
+// Every level must produce the scalar quantizer's bytes: kernels of different levels may then
+// share activations, and the q8 model in expect_close_to_reference describes them all.
+TEST(Matmul, ActivationQuantizersAgreeBitwiseAcrossLevels) {
+  constexpr int64_t kCols = 1024;
+  std::vector<float> x = random_activations(1, kCols, 7);
+  for (int j = 256; j < 288; ++j) x[j] = 0.0f;          // an all-zero block (d = 0)
+  // A block with amax 127 (so x * 127 / amax = x) whose other elements are exact ties k + 0.5.
+  for (int j = 512; j < 544; ++j) x[j] = static_cast<float>(j % 7) - 3.5f;
+  x[512] = 127.0f;
+  struct Q {
+    std::vector<int8_t> qs = std::vector<int8_t>(kCols);
+    std::vector<float> d = std::vector<float>(kCols / 32), s = std::vector<float>(kCols / 32);
+    std::vector<int16_t> bsums = std::vector<int16_t>(kCols / 16);
+  };
+  auto run = [&](Isa isa) {
+    Q q;
+    using namespace detail;
+    auto q32 = isa == Isa::kScalar ? scalar_quantize_q8x32 : isa == Isa::kAvx2 ? avx2_quantize_q8x32 : avx512_quantize_q8x32;
+    auto q256 =
+        isa == Isa::kScalar ? scalar_quantize_q8x256 : isa == Isa::kAvx2 ? avx2_quantize_q8x256 : avx512_quantize_q8x256;
+    q32(x.data(), kCols, q.qs.data(), q.d.data(), q.s.data());
+    Q k;
+    q256(x.data(), kCols, k.qs.data(), k.d.data(), k.bsums.data());
+    q.bsums = k.bsums;
+    return std::pair<Q, Q>{q, k};
+  };
+  const auto [scalar32, scalar256] = run(Isa::kScalar);
+  EXPECT_EQ(scalar32.d[8], 0.0f);
+  EXPECT_EQ(scalar32.qs[260], 0) << "the zero block quantizes to zeros";
+  EXPECT_EQ(scalar32.qs[513], -2) << "ties round to even: x = " << x[513];
+  EXPECT_EQ(scalar32.qs[514], 0) << "ties round to even: x = " << x[514];
+  EXPECT_EQ(scalar32.qs[515], 0) << "ties round to even: x = " << x[515];
+  EXPECT_EQ(scalar32.qs[516], 2) << "ties round to even: x = " << x[516];
+  for (Isa isa : supported_isas()) {
+    const auto [q32, q256] = run(isa);
+    EXPECT_EQ(q32.qs, scalar32.qs) << isa_name(isa);
+    EXPECT_EQ(0, std::memcmp(q32.d.data(), scalar32.d.data(), q32.d.size() * 4)) << isa_name(isa);
+    EXPECT_EQ(0, std::memcmp(q32.s.data(), scalar32.s.data(), q32.s.size() * 4)) << isa_name(isa);
+    EXPECT_EQ(q256.qs, scalar256.qs) << isa_name(isa);
+    EXPECT_EQ(0, std::memcmp(q256.d.data(), scalar256.d.data(), q256.d.size() * 4)) << isa_name(isa);
+    EXPECT_EQ(q256.bsums, scalar256.bsums) << isa_name(isa);
+  }
+}
+
+// cols: the minimum, a couple of blocks, and counts that leave a partial 16-block scale group.
+std::vector<int64_t> test_cols(DType t) {
+  if (is_kquant(t)) return {256, 512, 1280};
+  if (is_float(t)) return {32, 80, 576};
+  return {32, 96, 544, 576};
+}
+
+TEST_P(MatmulTypes, MatchesReferenceAtEveryLevel) {
+  const DType t = GetParam();
+  uint32_t seed = 1;
+  for (WeightSource source : {WeightSource::kQuantized, WeightSource::kRandomBytes}) {
+    if (source == WeightSource::kRandomBytes && is_float(t)) continue;
+    for (int64_t cols : test_cols(t)) {
+      for (int64_t rows : {1, 3, 7, 13}) {
+        const Weights w = make_weights(t, rows, cols, source, seed++);
+        for (int64_t n : {1, 2, 3, 4, 5, 9, 17}) {
+          const std::vector<float> x = random_activations(n, cols, seed++);
+          for (Isa isa : supported_isas()) {
+            std::vector<float> y(static_cast<size_t>(n * rows), NAN);
+            matmul_isa(isa, w.tensor, x.data(), n, y.data(), pool2_);
+            expect_close_to_reference(w.tensor, x, n, y,
+                                      std::string(isa_name(isa)) + (source == WeightSource::kQuantized ? " quantized" : " random-bytes") +
+                                          " cols " + std::to_string(cols) + " rows " + std::to_string(rows) + " n " + std::to_string(n));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Rows that do not start on any alignment (odd stride with junk between rows).
+TEST_P(MatmulTypes, PaddedUnalignedRowStride) {
+  const DType t = GetParam();
+  const int64_t cols = is_kquant(t) ? 512 : 96;
+  const Weights w = make_weights(t, 9, cols, WeightSource::kQuantized, 99, /*pad_bytes=*/13);
+  const std::vector<float> x = random_activations(5, cols, 100);
+  for (Isa isa : supported_isas()) {
+    std::vector<float> y(5 * 9, NAN);
+    matmul_isa(isa, w.tensor, x.data(), 5, y.data(), pool2_);
+    expect_close_to_reference(w.tensor, x, 5, y, std::string(isa_name(isa)) + " padded stride");
+  }
+}
+
+// Batch invariance: every row of an n-row call is bitwise the n = 1 result of that row, whatever
+// rows share the call, for 1 and 2 threads. Shapes are large enough that 2 threads really split.
+TEST_P(MatmulTypes, BatchAndThreadInvariant) {
+  const DType t = GetParam();
+  const int64_t cols = is_kquant(t) ? 512 : 576;
+  constexpr int64_t kRows = 67;  // not a multiple of any tile
+  constexpr int64_t kPoolRows = 96;
+  const Weights w = make_weights(t, kRows, cols, WeightSource::kQuantized, 5);
+  const std::vector<float> x = random_activations(kPoolRows, cols, 6);
+  for (Isa isa : supported_isas()) {
+    std::vector<float> single(static_cast<size_t>(kPoolRows * kRows));
+    for (int64_t i = 0; i < kPoolRows; ++i)
+      matmul_isa(isa, w.tensor, &x[i * cols], 1, &single[i * kRows], pool1_);
+    int64_t offset = 0;
+    for (int64_t n : {1, 2, 3, 5, 8, 17, 64}) {
+      offset = (offset + 11) % (kPoolRows - n + 1);  // vary which rows share the call
+      for (ThreadPool* pool : {&pool1_, &pool2_}) {
+        std::vector<float> y(static_cast<size_t>(n * kRows));
+        matmul_isa(isa, w.tensor, &x[offset * cols], n, y.data(), *pool);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(0, std::memcmp(&y[i * kRows], &single[(offset + i) * kRows], kRows * sizeof(float)))
+              << isa_name(isa) << " n " << n << " row " << i << " threads " << pool->n_threads();
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypes, ::testing::ValuesIn(kAllTypes), type_name);
+
+}  // namespace
+}  // namespace tern::cpu
