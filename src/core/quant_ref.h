@@ -4,14 +4,23 @@
 // Exactness contract (checked by tests/core/quant_ref_test.cpp against goldens written by
 // tools/gen_quant_goldens.py from the gguf Python package):
 //  - dequantize_* is bit-exact (0 ULP) with gguf.quants.dequantize for every type it shares with
-//    gguf-py, because both evaluate the same float32 expressions in the same order
-//    (e.g. q4_k: (d * sc) * q - (dmin * m)). The .cpp files are built with -ffp-contract=off so a
-//    compiler cannot fuse those into FMAs and change the last bit.
+//    gguf-py (q8_1 and q8_k, which gguf-py cannot decode, against the GGUF formula in numpy),
+//    because both evaluate the same float32 expressions in the same order
+//    (e.g. q4_k: (d * sc) * q - (dmin * m)).
+//    note for fast kernels: with an fp16 d (11-bit significand) and these integer ranges every
+//    product in the formulas is exact in float32 (worst case q6_k: 11 + 7 + 5 = 23 bits), so any
+//    multiplication order, integer pre-products (sc * q) and FMA all reproduce the reference
+//    exactly. The only rounding is the final "+ m" / "- dmin * m" (one rounding either way) and
+//    q8_k's float32 d * q (a single product).
+//    The .cpp files are built with -ffp-contract=off for the encoders: gguf-py rounds x * (1/d)
+//    before adding 8.5, an FMA would not.
 //  - quantize_* for f16, bf16, q4_0, q4_1, q5_0, q5_1 and q8_0 is byte-identical to
 //    gguf.quants.quantize. The other types (q8_1, k-quants, q8_k) have no Python quantizer; they
-//    use tern's own scale/min search (quant_ref_k.cpp) and are tested on round-trip error bounds.
+//    use tern's own scale/min search (quant_ref_k_quant.cpp) and are tested on round-trip error bounds.
 //  - Scales are fp16, so inputs must keep every block scale inside the fp16 range (roughly
-//    |x| < 65504 * levels); beyond it the block decodes to inf/nan, as it does in gguf-py.
+//    |x| < 65504 * levels); beyond it the block decodes to inf/nan, as it does in gguf-py. Very
+//    small blocks (k-quant super-scales below ~6e-5, i.e. |x| below ~1e-2 for q4_k) get fp16
+//    subnormal scales and lose relative precision, also as in gguf/ggml.
 #pragma once
 
 #include <cstddef>

@@ -8,7 +8,8 @@
 //   q4_k, q5_k: y = (d * sc) * q - (dmin * m)          q in [0, 15] / [0, 31], sc, m 6-bit
 //   q6_k:       y = (d * sc) * q                       q in [-32, 31], sc int8
 //   q8_k:       y = q * d                              q int8, d float32
-// Changing that order (or letting the compiler contract into an FMA) changes the last bit.
+// (All those products happen to be exact in float32, see quant_ref.h; the order is kept anyway so
+// the code reads like the definition.)
 #include "core/fp16.h"
 #include "core/quant_ref.h"
 #include "core/quant_ref_layout.h"
