@@ -66,6 +66,9 @@ Status Session::forward(std::span<const int32_t> ids, bool want_logits, std::vec
 Status Session::sync_prefix(std::span<const int32_t> prompt, const GenerateOptions& options, GenStats& stats,
                             std::vector<float>* last_logits) {
   if (prompt.empty()) return error("prompt is empty: at least one token is needed");
+  if (static_cast<int>(prompt.size()) > model_->n_ctx())
+    return error("context overflow: the prompt's " + std::to_string(prompt.size()) +
+                 " tokens exceed the context of " + std::to_string(model_->n_ctx()) + " tokens");
   if (!options.reuse_prefix) reset();
   size_t common = 0;
   while (common < tokens_.size() && common < prompt.size() && tokens_[common] == prompt[common]) ++common;
@@ -147,8 +150,6 @@ Result<GenStats> Session::generate(std::span<const int32_t> prompt, const Genera
     last_logits_ = logits;
     last_logits_valid_ = true;
   }
-  // The last sampled token is not in the KV yet: the session holds prompt + all but the last.
-  last_logits_valid_ = last_logits_valid_ && !tokens_.empty();
   stats.decode_seconds = now_seconds() - t1;
   return stats;
 }
