@@ -39,6 +39,7 @@ bool dequantize_row_ref(DType t, const void* src, float* dst, int64_t n);
 
 // Quantizes n floats into type t (same type list). Round-to-nearest schemes in the spirit of
 // ggml's reference quantizers; the output is a valid block stream any GGUF reader decodes.
+// Precondition: src is finite for the quantized types (f16/bf16 also take inf and nan).
 // Returns false for a type it does not support.
 bool quantize_row_ref(DType t, const float* src, void* dst, int64_t n);
 
