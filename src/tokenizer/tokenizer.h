@@ -89,3 +89,9 @@ class StreamDecoder {
 };
 
 }  // namespace tern::tok
+
+namespace tern {
+// The public names, as the engine and CLI spell them.
+using tok::StreamDecoder;
+using tok::Tokenizer;
+}  // namespace tern
