@@ -45,7 +45,7 @@ int run(const RunArgs& a) {
     return 1;
   }
   LoadedModel& lm = loaded.value();
-  const Tokenizer& tok = *lm.tokenizer;
+  const tok::Tokenizer& tok = *lm.tokenizer;
   std::vector<int32_t> prompt = tok.encode(a.prompt, /*add_bos_eos=*/true, a.parse_special);
   if (prompt.empty()) {
     std::fprintf(stderr, "tern run: the prompt is empty after tokenization\n");
@@ -68,7 +68,7 @@ int run(const RunArgs& a) {
   go.sampling.repeat_penalty = a.repeat_penalty;
   go.sampling.seed = a.seed;
   go.is_end_of_generation = [&](int32_t id) { return tok.is_eog(id); };
-  StreamDecoder stream(tok);
+  tok::StreamDecoder stream(tok);
   go.on_token = [&](int32_t id) {
     const std::string piece = stream.push(id);
     std::fwrite(piece.data(), 1, piece.size(), stdout);

@@ -24,9 +24,9 @@ Result<LoadedModel> load_for_inference(const ModelSetupOptions& o) {
   TERN_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(o.path));
   lm.file = std::make_shared<const gguf::File>(std::move(file));
   if (o.need_tokenizer) {
-    auto tok = Tokenizer::from_gguf(*lm.file);
-    if (!tok.is_ok()) return error("tokenizer of '" + o.path + "': " + tok.status().message());
-    lm.tokenizer = std::move(tok).value();
+    auto tokenizer = tok::Tokenizer::from_gguf(*lm.file);
+    if (!tokenizer.is_ok()) return error("tokenizer of '" + o.path + "': " + tokenizer.status().message());
+    lm.tokenizer = std::move(tokenizer).value();
   }
   const int n_threads = o.n_threads > 0 ? o.n_threads : default_thread_count();
   lm.backend = std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{n_threads, false});

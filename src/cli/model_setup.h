@@ -28,7 +28,7 @@ struct LoadedModel {
   std::unique_ptr<cpu::CpuBackend> backend;
   std::unique_ptr<Model> model;
   std::unique_ptr<KvPool> kv;
-  std::unique_ptr<Tokenizer> tokenizer;  // null when not needed / vocab-less
+  std::unique_ptr<tok::Tokenizer> tokenizer;  // null when not needed / vocab-less
   double load_seconds = 0.0;
 };
 
