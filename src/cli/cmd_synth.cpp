@@ -85,9 +85,9 @@ int run_synth(const SynthCliOptions& o) {
     return 1;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("wrote %s: %s %s (file type %u%s), seed %llu, %.2f GB of tensors in %.1f s\n", o.out_path.c_str(),
+  std::printf("wrote %s: %s %s (file type %u%s), seed %llu, %.1f MB of tensors in %.1f s\n", o.out_path.c_str(),
               shape->name.c_str(), mix->name.c_str(), static_cast<unsigned>(mix->file_type), mix->pure ? ", pure" : "",
-              static_cast<unsigned long long>(o.seed), static_cast<double>(total_bytes) / 1e9, seconds);
+              static_cast<unsigned long long>(o.seed), static_cast<double>(total_bytes) / 1e6, seconds);
   for (const auto& [type, slot] : per_type)
     std::printf("  %-5s %4d tensors %10.1f MB\n", type.c_str(), slot.first, static_cast<double>(slot.second) / 1e6);
   return 0;
