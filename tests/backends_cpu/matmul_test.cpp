@@ -210,23 +210,21 @@ TEST(Matmul, ActivationQuantizersAgreeBitwiseAcrossLevels) {
   x[512] = 127.0f;
   struct Q {
     std::vector<int8_t> qs = std::vector<int8_t>(kCols);
-    std::vector<float> d = std::vector<float>(kCols / 32), s = std::vector<float>(kCols / 32);
+    std::vector<float> scales = std::vector<float>(kCols / 16);  // q8x32: {d, s} per block; q8x256: d
     std::vector<int16_t> bsums = std::vector<int16_t>(kCols / 16);
   };
   auto run = [&](Isa isa) {
-    Q q;
     using namespace detail;
     auto q32 = isa == Isa::kScalar ? scalar_quantize_q8x32 : isa == Isa::kAvx2 ? avx2_quantize_q8x32 : avx512_quantize_q8x32;
     auto q256 =
         isa == Isa::kScalar ? scalar_quantize_q8x256 : isa == Isa::kAvx2 ? avx2_quantize_q8x256 : avx512_quantize_q8x256;
-    q32(x.data(), kCols, q.qs.data(), q.d.data(), q.s.data());
-    Q k;
-    q256(x.data(), kCols, k.qs.data(), k.d.data(), k.bsums.data());
-    q.bsums = k.bsums;
-    return std::pair<Q, Q>{q, k};
+    Q a, b;
+    q32(x.data(), kCols, a.qs.data(), a.scales.data());
+    q256(x.data(), kCols, b.qs.data(), b.scales.data(), b.bsums.data());
+    return std::pair<Q, Q>{a, b};
   };
   const auto [scalar32, scalar256] = run(Isa::kScalar);
-  EXPECT_EQ(scalar32.d[8], 0.0f);
+  EXPECT_EQ(scalar32.scales[2 * 8], 0.0f) << "the zero block's scale";
   EXPECT_EQ(scalar32.qs[260], 0) << "the zero block quantizes to zeros";
   EXPECT_EQ(scalar32.qs[513], -2) << "ties round to even: x = " << x[513];
   EXPECT_EQ(scalar32.qs[514], 0) << "ties round to even: x = " << x[514];
@@ -235,10 +233,9 @@ TEST(Matmul, ActivationQuantizersAgreeBitwiseAcrossLevels) {
   for (Isa isa : supported_isas()) {
     const auto [q32, q256] = run(isa);
     EXPECT_EQ(q32.qs, scalar32.qs) << isa_name(isa);
-    EXPECT_EQ(0, std::memcmp(q32.d.data(), scalar32.d.data(), q32.d.size() * 4)) << isa_name(isa);
-    EXPECT_EQ(0, std::memcmp(q32.s.data(), scalar32.s.data(), q32.s.size() * 4)) << isa_name(isa);
+    EXPECT_EQ(0, std::memcmp(q32.scales.data(), scalar32.scales.data(), q32.scales.size() * 4)) << isa_name(isa);
     EXPECT_EQ(q256.qs, scalar256.qs) << isa_name(isa);
-    EXPECT_EQ(0, std::memcmp(q256.d.data(), scalar256.d.data(), q256.d.size() * 4)) << isa_name(isa);
+    EXPECT_EQ(0, std::memcmp(q256.scales.data(), scalar256.scales.data(), kCols / 256 * 4)) << isa_name(isa);
     EXPECT_EQ(q256.bsums, scalar256.bsums) << isa_name(isa);
   }
 }

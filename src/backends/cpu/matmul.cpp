@@ -98,13 +98,12 @@ Activations prepare_activations(const Level& lv, ActFormat format, const float* 
   if (format == ActFormat::kQ8x32) {
     const int64_t nb = cols / detail::kQ8x32Block;
     const size_t qs_bytes = ActScratch::round_up(n_elems);
-    const size_t d_bytes = ActScratch::round_up(static_cast<size_t>(n * nb) * sizeof(float));
-    uint8_t* base = scratch.reserve(qs_bytes + 2 * d_bytes);
+    const size_t ds_bytes = ActScratch::round_up(static_cast<size_t>(n * nb) * 2 * sizeof(float));
+    uint8_t* base = scratch.reserve(qs_bytes + ds_bytes);
     auto* qs = reinterpret_cast<int8_t*>(base);
-    auto* d = reinterpret_cast<float*>(base + qs_bytes);
-    auto* s = reinterpret_cast<float*>(base + qs_bytes + d_bytes);
-    for (int64_t i = 0; i < n; ++i) lv.quantize_q8x32(x + i * cols, cols, qs + i * cols, d + i * nb, s + i * nb);
-    a.q8x32 = {qs, d, s};
+    auto* ds = reinterpret_cast<float*>(base + qs_bytes);
+    for (int64_t i = 0; i < n; ++i) lv.quantize_q8x32(x + i * cols, cols, qs + i * cols, ds + i * nb * 2);
+    a.q8x32 = {qs, ds};
   } else {
     const int64_t nb = cols / detail::kQ8x256Block;
     const int64_t ng = cols / detail::kQ8x256SumGroup;

@@ -34,22 +34,31 @@ struct FloatKernel {
   template <int NA, int NW>
   void tile(int64_t r0, int64_t i0) const {
     const uint8_t* wr[NW];
+#pragma GCC unroll 8
     for (int c = 0; c < NW; ++c) wr[c] = w.data + static_cast<size_t>(r0 + c) * w.row_stride;
     const float* xr[NA];
+#pragma GCC unroll 8
     for (int a = 0; a < NA; ++a) xr[a] = x.f32 + (i0 + a) * x.cols;
     __m512 acc[NA][NW];
+#pragma GCC unroll 8
     for (int a = 0; a < NA; ++a)
+#pragma GCC unroll 8
       for (int c = 0; c < NW; ++c) acc[a][c] = _mm512_setzero_ps();
     for (int64_t j = 0; j < x.cols; j += 16) {
       const __mmask16 m = mask16(x.cols - j);
       __m512 wv[NW];
+#pragma GCC unroll 8
       for (int c = 0; c < NW; ++c) wv[c] = load_weights<T>(wr[c], j, m);
+#pragma GCC unroll 8
       for (int a = 0; a < NA; ++a) {
         const __m512 xv = _mm512_maskz_loadu_ps(m, xr[a] + j);
+#pragma GCC unroll 8
         for (int c = 0; c < NW; ++c) acc[a][c] = _mm512_fmadd_ps(wv[c], xv, acc[a][c]);
       }
     }
+#pragma GCC unroll 8
     for (int a = 0; a < NA; ++a)
+#pragma GCC unroll 8
       for (int c = 0; c < NW; ++c) y[(i0 + a) * ldy + r0 + c] = hsum(acc[a][c]);
   }
 };
@@ -78,12 +87,12 @@ inline float quantize_block(const float* x, int len, int8_t* q, __m512i* chunks)
 
 }  // namespace
 
-void avx512_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* d, float* s) {
+void avx512_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* ds) {
   for (int64_t b = 0; b < cols / kQ8x32Block; ++b) {
     __m512i chunks[2];
-    const float db = quantize_block(x + b * kQ8x32Block, kQ8x32Block, qs + b * kQ8x32Block, chunks);
-    d[b] = db;
-    s[b] = db * static_cast<float>(hsum_epi32(_mm512_add_epi32(chunks[0], chunks[1])));
+    const float d = quantize_block(x + b * kQ8x32Block, kQ8x32Block, qs + b * kQ8x32Block, chunks);
+    ds[2 * b] = d;
+    ds[2 * b + 1] = d * static_cast<float>(hsum_epi32(_mm512_add_epi32(chunks[0], chunks[1])));
   }
 }
 

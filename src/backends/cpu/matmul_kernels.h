@@ -8,7 +8,9 @@
 // Every level's quantizer writes bitwise the same bytes as the scalar one, so a level without a
 // kernel for some dtype can borrow a lower level's kernel on the same activations.
 //   q8x32  (legacy quants):  per 32 elements a float scale d = amax / 127, int8 q = rne(x * 127 / amax),
-//                            and s = d * sum(q), the term a weight block's offset multiplies.
+//                            and s = d * sum(q), the term a weight block's offset multiplies. d and s
+//                            are stored interleaved ({d, s} per block) so that one vector load pairs
+//                            with the {d, m} fp16 pairs at the head of q4_1 / q5_1 blocks.
 //   q8x256 (k-quants):       per 256 elements d as above, int8 q, and bsums = sum of each 16 q.
 #pragma once
 
@@ -28,8 +30,7 @@ enum class ActFormat : uint8_t { kF32, kQ8x32, kQ8x256 };
 
 struct ActQ8x32 {
   const int8_t* qs = nullptr;  // [n, cols]
-  const float* d = nullptr;    // [n, cols / 32]
-  const float* s = nullptr;    // [n, cols / 32]
+  const float* ds = nullptr;   // [n, cols / 32, 2]: {d, s} per block
 };
 
 struct ActQ8x256 {
@@ -67,7 +68,7 @@ struct Kernel {
 };
 
 // Quantize one activation row of `cols` floats (a multiple of the block size).
-using QuantizeQ8x32Fn = void (*)(const float* x, int64_t cols, int8_t* qs, float* d, float* s);
+using QuantizeQ8x32Fn = void (*)(const float* x, int64_t cols, int8_t* qs, float* ds);
 using QuantizeQ8x256Fn = void (*)(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums);
 
 // Per-dtype kernel lookups, one per source file; matmul.cpp assembles them into levels.
@@ -79,11 +80,11 @@ Kernel avx512_find_float_kernel(DType t);
 Kernel avx512_find_legacy_kernel(DType t);
 Kernel avx512_find_kquant_kernel(DType t);
 
-void scalar_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* d, float* s);
+void scalar_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* ds);
 void scalar_quantize_q8x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums);
-void avx2_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* d, float* s);
+void avx2_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* ds);
 void avx2_quantize_q8x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums);
-void avx512_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* d, float* s);
+void avx512_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* ds);
 void avx512_quantize_q8x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums);
 
 }  // namespace tern::cpu::detail

@@ -133,14 +133,13 @@ void gemm_legacy(const WeightRows& w, const Activations& x, float* y, int64_t ld
     decode_legacy_row<T>(w.data + static_cast<size_t>(r) * w.row_stride, w.cols, dec);
     for (int64_t i = 0; i < x.n; ++i) {
       const int8_t* qa = x.q8x32.qs + i * x.cols;
-      const float* da = x.q8x32.d + i * n_blocks;
-      const float* sa = x.q8x32.s + i * n_blocks;
+      const float* ds = x.q8x32.ds + i * n_blocks * 2;
       float acc = 0.0f;
       for (int64_t b = 0; b < n_blocks; ++b) {
         int32_t dot = 0;
         for (int l = 0; l < kQK; ++l) dot += dec.v[b * kQK + l] * qa[b * kQK + l];
-        acc += (dec.d[b] * da[b]) * static_cast<float>(dot);
-        if constexpr (kHasMin) acc += dec.m[b] * sa[b];
+        acc += (dec.d[b] * ds[2 * b]) * static_cast<float>(dot);
+        if constexpr (kHasMin) acc += dec.m[b] * ds[2 * b + 1];
       }
       y[i * ldy + r] = acc;
     }
@@ -283,13 +282,14 @@ void gemm_kquant(const WeightRows& w, const Activations& x, float* y, int64_t ld
 
 }  // namespace
 
-void scalar_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* d, float* s) {
+void scalar_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* ds) {
   for (int64_t b = 0; b < cols / kQ8x32Block; ++b) {
     int8_t* q = qs + b * kQ8x32Block;
-    d[b] = quantize_block(x + b * kQ8x32Block, kQ8x32Block, q);
+    const float d = quantize_block(x + b * kQ8x32Block, kQ8x32Block, q);
     int32_t sum = 0;
     for (int l = 0; l < kQ8x32Block; ++l) sum += q[l];
-    s[b] = d[b] * static_cast<float>(sum);
+    ds[2 * b] = d;
+    ds[2 * b + 1] = d * static_cast<float>(sum);
   }
 }
 
