@@ -1,0 +1,251 @@
+// Paged attention kernels: the chunk kernel (fused and split modes) and the split-mode merge.
+// attention.h states the arithmetic every path shares; the fold is one function used by both.
+#include <cmath>
+
+#include "backends/cuda/attention.h"
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/cuda_check.h"
+
+namespace tern::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int C = kAttnChunkTokens;
+static_assert(C == 64, "the softmax phase gives each lane positions lane and lane + 32");
+
+struct Shape {
+  int group, hpb, n_slices, nq_alloc;
+};
+
+__host__ __device__ inline Shape shape_of(const AttentionArgs& a) {
+  Shape s;
+  s.group = a.n_heads / a.n_kv_heads;
+  s.hpb = s.group < kAttnMaxHeadsPerBlock ? s.group : kAttnMaxHeadsPerBlock;
+  s.n_slices = (s.group + s.hpb - 1) / s.hpb;
+  s.nq_alloc = a.plan.max_tile_tokens * s.hpb;
+  return s;
+}
+
+// Folds chunk partial (m, l) into the running (M, L); returns the scales of the old state and of
+// the partial. Precondition: m > -inf (empty chunks are skipped by the callers).
+struct FoldScales {
+  float sa, sb;
+};
+__device__ __forceinline__ FoldScales fold_stats(float& M, float& L, float m, float l) {
+  const float m_new = fmaxf(M, m);
+  FoldScales f;
+  f.sa = __expf(__fsub_rn(M, m_new));
+  f.sb = __expf(__fsub_rn(m, m_new));
+  L = __fadd_rn(__fmul_rn(L, f.sa), __fmul_rn(l, f.sb));
+  M = m_new;
+  return f;
+}
+__device__ __forceinline__ float fold_acc(float A, float a, FoldScales f) {
+  return __fadd_rn(__fmul_rn(A, f.sa), __fmul_rn(a, f.sb));
+}
+
+__device__ __forceinline__ float load_kv(const void* base, bool f16, int64_t idx) {
+  return f16 ? __half2float(static_cast<const __half*>(base)[idx]) : static_cast<const float*>(base)[idx];
+}
+
+__global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionArgs a) {
+  extern __shared__ __align__(16) float sm[];
+  const DevicePlan& P = a.plan;
+  const Shape sh = shape_of(a);
+  const int hd = a.head_dim;
+  const int item = blockIdx.x;
+  const int tile = a.split ? P.split_tile[item] : item;
+  const int c_begin = a.split ? P.split_chunk[item] : 0;
+  const int c_end = a.split ? c_begin + 1 : P.tile_n_chunks[tile];
+  const int g = blockIdx.y / sh.n_slices, slice = blockIdx.y % sh.n_slices;
+  const int h0 = g * sh.group + slice * sh.hpb;
+  const int nh = min(sh.hpb, sh.group - slice * sh.hpb);
+  const int t0 = P.tile_token_begin[tile], nt = P.tile_n_tokens[tile];
+  const int nq = nt * nh;
+
+  float* q_s = sm;                          // [nq_alloc][hd]
+  float* acc_s = q_s + sh.nq_alloc * hd;    // [nq_alloc][hd]   fused mode: running A
+  float* k_s = acc_s + sh.nq_alloc * hd;    // [C][hd + 1]      padded: conflict-free dot loop
+  float* v_s = k_s + C * (hd + 1);          // [C][hd]
+  float* p_s = v_s + C * hd;                // [nq_alloc][C]    scores, then probabilities
+  float* m_c = p_s + sh.nq_alloc * C;       // [nq_alloc] chunk max
+  float* l_c = m_c + sh.nq_alloc;           // [nq_alloc] chunk sum
+  float* M_s = l_c + sh.nq_alloc;           // [nq_alloc] running max (fused)
+  float* L_s = M_s + sh.nq_alloc;           // [nq_alloc] running sum (fused)
+  float* sa_s = L_s + sh.nq_alloc;          // [nq_alloc] fold scales of this chunk (fused)
+  float* sb_s = sa_s + sh.nq_alloc;
+  int* tok_pos = reinterpret_cast<int*>(sb_s + sh.nq_alloc);  // [kAttnTileTokens]
+  int* tok_first = tok_pos + kAttnTileTokens;                  // first attended position
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid < nt) {
+    const int pos = P.positions[t0 + tid];
+    tok_pos[tid] = pos;
+    tok_first[tid] = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
+  }
+  for (int i = tid; i < nq * hd; i += kThreads) {
+    const int qi = i / hd, d = i % hd;
+    const int tt = qi / nh, hh = qi % nh;
+    q_s[i] = a.q[(t0 + tt) * a.q_stride + int64_t{h0 + hh} * hd + d];
+    acc_s[i] = 0.0f;
+  }
+  for (int i = tid; i < nq; i += kThreads) {
+    M_s[i] = -INFINITY;
+    L_s[i] = 0.0f;
+  }
+  __syncthreads();
+  int max_pos = 0;
+  for (int tt = 0; tt < nt; ++tt) max_pos = max(max_pos, tok_pos[tt]);
+  const int seq = P.seq_index[t0];
+  const int32_t* blocks = P.block_ids + P.block_offsets[seq];
+  const bool f16 = a.kv_dtype == DType::F16;
+  const int64_t kv_col = int64_t{g} * hd;
+
+  for (int c = c_begin; c < c_end; ++c) {
+    const int j0 = c * C;
+    const int n_load = min(C, max_pos + 1 - j0);
+    __syncthreads();  // the previous chunk's readers are done with k_s, v_s, p_s
+    for (int i = tid; i < n_load * hd; i += kThreads) {
+      const int jj = i / hd, d = i % hd;
+      const int j = j0 + jj;
+      const int64_t slot = int64_t{blocks[j / a.block_tokens]} * a.block_tokens + j % a.block_tokens;
+      k_s[jj * (hd + 1) + d] = load_kv(a.k_cache, f16, slot * a.k_cache_stride + kv_col + d);
+      v_s[jj * hd + d] = load_kv(a.v_cache, f16, slot * a.v_cache_stride + kv_col + d);
+    }
+    __syncthreads();
+    // Scores, one (query, position) pair per thread step.
+    for (int i = tid; i < nq * C; i += kThreads) {
+      const int qi = i / C, jj = i % C;
+      const int tt = qi / nh;
+      const int j = j0 + jj;
+      float s = -INFINITY;
+      if (j <= tok_pos[tt] && j >= tok_first[tt]) {
+        const float* qv = q_s + qi * hd;
+        const float* kv = k_s + jj * (hd + 1);
+        float dot = 0.0f;
+        for (int d = 0; d < hd; ++d) dot = __fmaf_rn(qv[d], kv[d], dot);
+        s = __fmul_rn(dot, a.scale);
+        if (a.softcap > 0.0f) s = __fmul_rn(a.softcap, tanhf(__fdiv_rn(s, a.softcap)));
+      }
+      p_s[i] = s;
+    }
+    __syncthreads();
+    // Chunk softmax statistics: a warp per query.
+    for (int qi = warp; qi < nq; qi += kWarps) {
+      const float s0 = p_s[qi * C + lane], s1 = p_s[qi * C + lane + 32];
+      const float m = warp_max(fmaxf(s0, s1));
+      float p0 = 0.0f, p1 = 0.0f, l = 0.0f;
+      if (m != -INFINITY) {
+        p0 = __expf(__fsub_rn(s0, m));
+        p1 = __expf(__fsub_rn(s1, m));
+        l = warp_sum_tree(__fadd_rn(p0, p1));
+      }
+      p_s[qi * C + lane] = p0;
+      p_s[qi * C + lane + 32] = p1;
+      if (lane == 0) {
+        m_c[qi] = m;
+        l_c[qi] = l;
+        if (!a.split && m != -INFINITY) {
+          const FoldScales f = fold_stats(M_s[qi], L_s[qi], m, l);
+          sa_s[qi] = f.sa;
+          sb_s[qi] = f.sb;
+        }
+      }
+    }
+    __syncthreads();
+    // Weighted values: one (query, dim) output per thread step, positions in order.
+    for (int i = tid; i < nq * hd; i += kThreads) {
+      const int qi = i / hd, d = i % hd;
+      const int tt = qi / nh, hh = qi % nh;
+      const int jb = max(0, tok_first[tt] - j0);
+      const int je = min(C, tok_pos[tt] - j0 + 1);
+      float acc = 0.0f;
+      for (int jj = jb; jj < je; ++jj) acc = __fmaf_rn(p_s[qi * C + jj], v_s[jj * hd + d], acc);
+      if (a.split) {
+        if (j0 <= tok_pos[tt]) {  // the token owns a partial slot for this chunk
+          const int t = t0 + tt;
+          float* rec = a.partials +
+                       (int64_t{P.token_partial_begin[t] + c} * a.n_heads + h0 + hh) * (hd + 2);
+          rec[2 + d] = acc;
+          if (d == 0) {
+            rec[0] = m_c[qi];
+            rec[1] = l_c[qi];
+          }
+        }
+      } else if (m_c[qi] != -INFINITY) {
+        acc_s[i] = fold_acc(acc_s[i], acc, FoldScales{sa_s[qi], sb_s[qi]});
+      }
+    }
+  }
+  if (a.split) return;
+  __syncthreads();
+  for (int i = tid; i < nq * hd; i += kThreads) {
+    const int qi = i / hd, d = i % hd;
+    const int tt = qi / nh, hh = qi % nh;
+    a.out[(t0 + tt) * a.out_stride + int64_t{h0 + hh} * hd + d] = __fdiv_rn(acc_s[i], L_s[qi]);
+  }
+}
+
+// Split mode: folds a (token, head)'s chunk partials in chunk order. One block per (token, head).
+__global__ void __launch_bounds__(kThreads) attention_merge_kernel(AttentionArgs a) {
+  constexpr int kPerThread = kAttnMaxHeadDim / kThreads;
+  const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
+  const DevicePlan& P = a.plan;
+  const int n_chunks = P.positions[t] / C + 1;
+  const int64_t first = int64_t{P.token_partial_begin[t]};
+  float M = -INFINITY, L = 0.0f;
+  float A[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) A[k] = 0.0f;
+  for (int c = 0; c < n_chunks; ++c) {
+    const float* rec = a.partials + ((first + c) * a.n_heads + h) * (hd + 2);
+    const float m = rec[0];
+    if (m == -INFINITY) continue;
+    const FoldScales f = fold_stats(M, L, m, rec[1]);
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int d = threadIdx.x + k * kThreads;
+      if (d < hd) A[k] = fold_acc(A[k], rec[2 + d], f);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int d = threadIdx.x + k * kThreads;
+    if (d < hd) a.out[t * a.out_stride + int64_t{h} * hd + d] = __fdiv_rn(A[k], L);
+  }
+}
+
+}  // namespace
+
+size_t attention_partials_bytes(const AttentionArgs& a) {
+  return sizeof(float) * static_cast<size_t>(a.plan.n_partials) * a.n_heads * (a.head_dim + 2);
+}
+
+size_t attention_smem_bytes(const AttentionArgs& a) {
+  const Shape sh = shape_of(a);
+  const size_t hd = a.head_dim, nq = sh.nq_alloc;
+  const size_t floats = 2 * nq * hd + C * (hd + 1) + C * hd + nq * C + 6 * nq;
+  return floats * sizeof(float) + 2 * kAttnTileTokens * sizeof(int);
+}
+
+void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.plan.n_tokens == 0) return;
+  const Shape sh = shape_of(a);
+  const dim3 grid(static_cast<unsigned>(a.split ? a.plan.n_split_items : a.plan.n_tiles),
+                  static_cast<unsigned>(a.n_kv_heads * sh.n_slices));
+  attention_chunk_kernel<<<grid, kThreads, attention_smem_bytes(a), stream>>>(a);
+  TERN_CUDA_CHECK_LAUNCH();
+  if (a.split) {
+    attention_merge_kernel<<<dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)),
+                             kThreads, 0, stream>>>(a);
+    TERN_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void init_attention(int max_smem_bytes) {
+  TERN_CUDA_CHECK(
+      cudaFuncSetAttribute(attention_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
+}
+
+}  // namespace tern::cuda

@@ -1,0 +1,72 @@
+// Device helpers shared by the kernels: warp reductions, fp16/bf16 reads and unaligned shared
+// memory word loads. Float arithmetic that fixes a result bit for bit is written with the
+// explicit-rounding intrinsics (__fadd_rn, __fmul_rn, __fmaf_rn, ...): nvcc never contracts them,
+// so the same expression gives the same bits in every kernel that uses it.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tern::cuda {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, off));
+  return v;
+}
+
+// Butterfly sum: lanes l and l ^ off combine, offsets 1, 2, 4, 8, 16. Every lane ends with the
+// same value, and the tree is a perfect pairwise tree over the lanes in lane order (float
+// addition is commutative, so l + (l ^ off) equals (l ^ off) + l bit for bit).
+__device__ __forceinline__ float warp_sum_tree(float v) {
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) v = __fadd_rn(v, __shfl_xor_sync(kFullMask, v, off));
+  return v;
+}
+
+__device__ __forceinline__ double warp_sum_tree(double v) {
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) v = __dadd_rn(v, __shfl_xor_sync(kFullMask, v, off));
+  return v;
+}
+
+__device__ __forceinline__ float half_bits_to_float(uint16_t bits) {
+  return __half2float(__ushort_as_half(bits));
+}
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+__device__ __forceinline__ uint16_t load_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+
+// N 32-bit little-endian words starting at a 2-byte-aligned shared-memory address. Reads the
+// aligned words covering [p, p + 4N) plus one more, which must lie inside the buffer (the callers'
+// staging buffers keep 16 bytes of slack).
+template <int N>
+__device__ __forceinline__ void load_words_2aligned(const uint8_t* p, uint32_t (&out)[N]) {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(addr & ~uintptr_t{3});
+  const uint32_t shift = static_cast<uint32_t>(addr & 2) * 8;  // 0 or 16 bits
+  uint32_t prev = w[0];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const uint32_t next = w[i + 1];
+    out[i] = __funnelshift_r(prev, next, shift);
+    prev = next;
+  }
+}
+
+// Byte k (runtime, 0..11) of a 12-byte field held in three words, without indexing a register
+// array (which would move it to local memory).
+__device__ __forceinline__ uint32_t byte_of3(uint32_t w0, uint32_t w1, uint32_t w2, int k) {
+  const uint32_t w = k < 4 ? w0 : (k < 8 ? w1 : w2);
+  return (w >> (8 * (k & 3))) & 0xffu;
+}
+
+}  // namespace tern::cuda

@@ -1,0 +1,391 @@
+// CudaBackend: device memory, transfers, the per-step plan upload, and the ops, each of which
+// checks what ops.h cannot (device placement, supported types) and appends a launch record to
+// the StepQueue.
+#include "backends/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_plan.h"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/step_queue.h"
+
+namespace tern::cuda {
+namespace {
+
+// Device memory. Freeing first flushes the queue: pending (not yet launched) records may still
+// point into this allocation.
+class DeviceBuffer final : public Buffer {
+ public:
+  DeviceBuffer(size_t bytes, std::weak_ptr<StepQueue> queue) : bytes_(bytes), queue_(std::move(queue)) {
+    // A little slack past the end: kernels may over-read up to one 16-byte word of a weight row.
+    if (cudaMalloc(&data_, bytes + 64) != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw std::bad_alloc();
+    }
+    TERN_CUDA_CHECK(cudaMemset(data_, 0, bytes + 64));
+  }
+  ~DeviceBuffer() override {
+    if (auto q = queue_.lock()) q->flush();
+    cudaFree(data_);  // synchronizes with the device; errors at teardown are not actionable
+  }
+  void* data() const override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  std::weak_ptr<StepQueue> queue_;
+};
+
+// Page-locked host memory that only grows (staging for transfers).
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() { cudaFreeHost(data_); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void* reserve(size_t bytes) {
+    if (bytes > bytes_) {
+      TERN_CUDA_CHECK(cudaFreeHost(data_));
+      data_ = nullptr;
+      bytes_ = std::max(bytes, bytes_ * 2);
+      TERN_CUDA_CHECK(cudaMallocHost(&data_, bytes_));
+    }
+    return data_;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+bool is_device(const Tensor& t) { return t.device == Device::kCuda; }
+int64_t f32_stride(const Tensor& t) { return static_cast<int64_t>(t.row_stride / sizeof(float)); }
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const CudaBackendOptions& options, const cudaDeviceProp& prop, cudaStream_t stream)
+      : options_(options),
+        n_sm_(prop.multiProcessorCount),
+        max_smem_bytes_(static_cast<int>(prop.sharedMemPerBlockOptin)),
+        stream_(stream),
+        queue_(std::make_shared<StepQueue>(stream, options.use_graphs)) {
+    TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
+  }
+  ~CudaBackend() override {
+    queue_->flush();
+    cudaStreamSynchronize(stream_);
+    plan_dev_.reset();
+    partials_.reset();
+    queue_.reset();
+    cudaEventDestroy(plan_uploaded_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string_view name() const override { return "cuda"; }
+  Device device() const override { return Device::kCuda; }
+  const CudaBackendStats& stats() const { return queue_->stats(); }
+
+  std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes, queue_); }
+
+  Tensor upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) override {
+    TERN_CHECK_MSG(host.device == Device::kCpu, "upload_weight: the source must be host memory");
+    owner = alloc(host.bytes());
+    TERN_CUDA_CHECK(cudaMemcpy(owner->data(), host.data, host.bytes(), cudaMemcpyHostToDevice));
+    Tensor t = host;
+    t.data = owner->data();
+    t.device = Device::kCuda;
+    return t;
+  }
+
+  void copy_from_host(const void* src, Tensor& dst) override {
+    TERN_CHECK(is_device(dst));
+    queue_->flush();
+    const size_t width = row_bytes(dst.dtype, dst.cols);
+    TERN_CUDA_CHECK(cudaMemcpy2DAsync(dst.data, dst.row_stride, src, width, width, static_cast<size_t>(dst.rows),
+                                      cudaMemcpyHostToDevice, stream_));
+    TERN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src may be reused as soon as we return
+  }
+
+  void copy_to_host(const Tensor& src, void* dst) override {
+    TERN_CHECK(is_device(src));
+    queue_->flush();
+    const size_t width = row_bytes(src.dtype, src.cols), total = width * static_cast<size_t>(src.rows);
+    void* staging = host_staging_.reserve(total);
+    TERN_CUDA_CHECK(cudaMemcpy2DAsync(staging, width, src.data, src.row_stride, width, static_cast<size_t>(src.rows),
+                                      cudaMemcpyDeviceToHost, stream_));
+    TERN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(dst, staging, total);
+  }
+
+  void begin_step(const BatchPlan& plan) override {
+    queue_->flush();  // the previous step's records read the plan buffer we are about to refill
+    layout_ = pack_plan(plan, kAttnChunkTokens, kAttnTileTokens, plan_words_);
+    const size_t bytes = std::max<size_t>(static_cast<size_t>(layout_.total) * sizeof(int32_t), 4);
+    if (plan_dev_ == nullptr || plan_dev_->bytes() < bytes) {
+      plan_dev_ = alloc(std::max({bytes, 2 * (plan_dev_ ? plan_dev_->bytes() : 0), size_t{1} << 16}));
+    }
+    // The previous upload must have left the staging buffer before it is overwritten.
+    TERN_CUDA_CHECK(cudaEventSynchronize(plan_uploaded_));
+    void* staging = plan_staging_.reserve(bytes);
+    std::memcpy(staging, plan_words_.data(), static_cast<size_t>(layout_.total) * sizeof(int32_t));
+    TERN_CUDA_CHECK(cudaMemcpyAsync(plan_dev_->data(), staging, bytes, cudaMemcpyHostToDevice, stream_));
+    TERN_CUDA_CHECK(cudaEventRecord(plan_uploaded_, stream_));
+
+    const auto* base = static_cast<const int32_t*>(plan_dev_->data());
+    DevicePlan& p = plan_;
+    p.token_ids = base + layout_.token_ids;
+    p.seq_index = base + layout_.seq_index;
+    p.positions = base + layout_.positions;
+    p.kv_slots = base + layout_.kv_slots;
+    p.block_offsets = base + layout_.block_offsets;
+    p.block_ids = base + layout_.block_ids;
+    p.logit_rows = base + layout_.logit_rows;
+    p.tile_token_begin = base + layout_.tile_token_begin;
+    p.tile_n_tokens = base + layout_.tile_n_tokens;
+    p.tile_n_chunks = base + layout_.tile_n_chunks;
+    p.split_tile = base + layout_.split_tile;
+    p.split_chunk = base + layout_.split_chunk;
+    p.token_partial_begin = base + layout_.token_partial_begin;
+    p.n_tokens = layout_.n_tokens;
+    p.n_seqs = layout_.n_seqs;
+    p.n_logit_rows = layout_.n_logit_rows;
+    p.n_tiles = layout_.n_tiles;
+    p.n_split_items = layout_.n_split_items;
+    p.n_partials = layout_.n_partials;
+    p.max_tile_tokens = layout_.max_tile_tokens;
+    have_plan_ = true;
+  }
+
+  void embed(const Tensor& table, Tensor& out) override {
+    require_plan("embed");
+    TERN_CHECK_MSG(is_device(table) && is_device(out), "embed: tensors must be on the CUDA device");
+    TERN_CHECK_MSG(matmul_supports(table.dtype), "embed: unsupported table dtype");
+    TERN_CHECK(out.rows == plan_.n_tokens);
+    EmbedArgs& a = queue_->push<EmbedArgs>(OpKind::kEmbed);
+    a.table = table.data;
+    a.dtype = table.dtype;
+    a.cols = table.cols;
+    a.table_stride_bytes = table.row_stride;
+    a.out = out.f32();
+    a.out_stride = f32_stride(out);
+    a.n_tokens = plan_.n_tokens;
+    a.token_ids = plan_.token_ids;
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override {
+    TERN_CHECK_MSG(is_device(x) && is_device(w) && is_device(out), "rms_norm: tensors must be on the CUDA device");
+    RmsNormArgs& a = queue_->push<RmsNormArgs>(OpKind::kRmsNorm);
+    a.x = x.f32();
+    a.x_stride = f32_stride(x);
+    a.w = w.f32();
+    a.out = out.f32();
+    a.out_stride = f32_stride(out);
+    a.rows = x.rows;
+    a.cols = x.cols;
+    a.eps = eps;
+  }
+
+  void matmul(const Tensor& w, const Tensor& x, Tensor& out) override {
+    TERN_CHECK_MSG(is_device(w) && is_device(x) && is_device(out), "matmul: tensors must be on the CUDA device");
+    TERN_CHECK_MSG(matmul_supports(w.dtype), "matmul: unsupported weight dtype");
+    MatmulArgs& a = queue_->push<MatmulArgs>(OpKind::kMatmul);
+    a.w = w.data;
+    a.dtype = w.dtype;
+    a.rows = w.rows;
+    a.cols = w.cols;
+    a.w_stride_bytes = w.row_stride;
+    a.x = x.f32();
+    a.y = out.f32();
+    a.n = x.rows;
+    a.max_smem_bytes = max_smem_bytes_;
+  }
+
+  void add_bias(Tensor& x, const Tensor& bias) override { elementwise(ElementwiseOp::kAddBias, x, bias, x); }
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override { elementwise(ElementwiseOp::kAdd, a, b, out); }
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    elementwise(ElementwiseOp::kSwiglu, gate, up, out);
+  }
+
+  void rope(Tensor& x, int n_heads, int head_dim, const RopeParams& rope) override {
+    require_plan("rope");
+    TERN_CHECK_MSG(is_device(x) && is_device(rope.inv_freq), "rope: tensors must be on the CUDA device");
+    TERN_CHECK(x.rows == plan_.n_tokens);
+    RopeArgs& a = queue_->push<RopeArgs>(OpKind::kRope);
+    a.x = x.f32();
+    a.x_stride = f32_stride(x);
+    a.n_tokens = plan_.n_tokens;
+    a.n_heads = n_heads;
+    a.head_dim = head_dim;
+    a.n_rot = rope.n_rot;
+    a.neox = rope.neox ? 1 : 0;
+    a.mscale = rope.mscale;
+    a.inv_freq = rope.inv_freq.f32();
+    a.positions = plan_.positions;
+  }
+
+  void kv_write(const Tensor& k, const Tensor& v, KvLayerView& kv) override {
+    require_plan("kv_write");
+    TERN_CHECK_MSG(is_device(k) && is_device(v) && is_device(kv.k) && is_device(kv.v),
+                   "kv_write: tensors must be on the CUDA device");
+    TERN_CHECK_MSG(kv.k.dtype == DType::F16 || kv.k.dtype == DType::F32, "kv_write: cache must be f16 or f32");
+    TERN_CHECK(k.rows == plan_.n_tokens);
+    KvWriteArgs& a = queue_->push<KvWriteArgs>(OpKind::kKvWrite);
+    a.k = k.f32();
+    a.v = v.f32();
+    a.k_stride = f32_stride(k);
+    a.v_stride = f32_stride(v);
+    a.k_cache = kv.k.data;
+    a.v_cache = kv.v.data;
+    const size_t elem = kv.k.dtype == DType::F16 ? 2 : 4;
+    a.k_cache_stride = static_cast<int64_t>(kv.k.row_stride / elem);
+    a.v_cache_stride = static_cast<int64_t>(kv.v.row_stride / elem);
+    a.cache_dtype = kv.k.dtype;
+    a.cols = k.cols;
+    a.n_tokens = plan_.n_tokens;
+    a.kv_slots = plan_.kv_slots;
+  }
+
+  void attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, Tensor& out) override {
+    require_plan("attention");
+    TERN_CHECK_MSG(is_device(q) && is_device(out) && is_device(kv.k) && is_device(kv.v),
+                   "attention: tensors must be on the CUDA device");
+    TERN_CHECK_MSG(kv.k.dtype == DType::F16 || kv.k.dtype == DType::F32, "attention: cache must be f16 or f32");
+    TERN_CHECK_MSG(p.head_dim <= kAttnMaxHeadDim, "attention: head_dim above 256 is not supported on CUDA");
+    TERN_CHECK(q.rows == plan_.n_tokens);
+    AttentionArgs a;
+    std::memset(&a, 0, sizeof(a));
+    fill_attention(q, kv, p, out, a);
+    TERN_CHECK_MSG(attention_smem_bytes(a) <= static_cast<size_t>(max_smem_bytes_),
+                   "attention: tile does not fit the device's shared memory");
+    // Split (flash-decoding) when tiles alone cannot fill the GPU; the two modes give
+    // bit-identical results (attention.h), so this choice is free to depend on the batch.
+    const int64_t tile_blocks = int64_t{plan_.n_tiles} * p.n_kv_heads;
+    bool split = tile_blocks < 4 * int64_t{n_sm_};
+    if (options_.attention_split == AttentionSplit::kAlways) split = true;
+    if (options_.attention_split == AttentionSplit::kNever) split = false;
+    if (split) {
+      a.split = 1;
+      const size_t need = attention_partials_bytes(a);
+      // Growing frees the old buffer, which flushes the records that still use it.
+      if (partials_ == nullptr || partials_->bytes() < need) {
+        partials_ = alloc(std::max({need, 2 * (partials_ ? partials_->bytes() : 0), size_t{1} << 20}));
+      }
+      a.partials = static_cast<float*>(partials_->data());
+    }
+    AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
+    std::memcpy(&rec, &a, sizeof(a));
+  }
+
+  void gather_logit_rows(const Tensor& x, Tensor& out) override {
+    require_plan("gather_logit_rows");
+    TERN_CHECK_MSG(is_device(x) && is_device(out), "gather_logit_rows: tensors must be on the CUDA device");
+    TERN_CHECK(out.rows == plan_.n_logit_rows);
+    GatherRowsArgs& a = queue_->push<GatherRowsArgs>(OpKind::kGatherRows);
+    a.x = x.f32();
+    a.x_stride = f32_stride(x);
+    a.out = out.f32();
+    a.out_stride = f32_stride(out);
+    a.cols = x.cols;
+    a.n_rows = plan_.n_logit_rows;
+    a.rows = plan_.logit_rows;
+  }
+
+ private:
+  void require_plan(const char* op) const { TERN_CHECK_MSG(have_plan_, op); }
+
+  void elementwise(ElementwiseOp op, const Tensor& x, const Tensor& y, const Tensor& out) {
+    TERN_CHECK_MSG(is_device(x) && is_device(y) && is_device(out), "elementwise op: tensors must be on the CUDA device");
+    ElementwiseArgs& a = queue_->push<ElementwiseArgs>(OpKind::kElementwise);
+    a.op = op;
+    a.a = x.f32();
+    a.a_stride = f32_stride(x);
+    a.b = y.f32();
+    a.b_stride = f32_stride(y);
+    a.out = out.f32();
+    a.out_stride = f32_stride(out);
+    a.rows = x.rows;
+    a.cols = x.cols;
+  }
+
+  void fill_attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, const Tensor& out,
+                      AttentionArgs& a) const {
+    const size_t elem = kv.k.dtype == DType::F16 ? 2 : 4;
+    a.q = q.f32();
+    a.q_stride = f32_stride(q);
+    a.out = out.f32();
+    a.out_stride = f32_stride(out);
+    a.k_cache = kv.k.data;
+    a.v_cache = kv.v.data;
+    a.k_cache_stride = static_cast<int64_t>(kv.k.row_stride / elem);
+    a.v_cache_stride = static_cast<int64_t>(kv.v.row_stride / elem);
+    a.kv_dtype = kv.k.dtype;
+    a.block_tokens = kv.block_tokens;
+    a.n_heads = p.n_heads;
+    a.n_kv_heads = p.n_kv_heads;
+    a.head_dim = p.head_dim;
+    a.scale = p.scale;
+    a.sliding_window = p.sliding_window;
+    a.softcap = p.logit_softcap;
+    a.plan = plan_;
+  }
+
+  CudaBackendOptions options_;
+  int n_sm_;
+  int max_smem_bytes_;
+  cudaStream_t stream_;
+  std::shared_ptr<StepQueue> queue_;
+  cudaEvent_t plan_uploaded_ = nullptr;
+  std::vector<int32_t> plan_words_;
+  PinnedBuffer plan_staging_, host_staging_;
+  std::unique_ptr<Buffer> plan_dev_, partials_;
+  PackedPlanLayout layout_;
+  DevicePlan plan_{};
+  bool have_plan_ = false;
+};
+
+}  // namespace
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& options) {
+  const int n = device_count();
+  if (options.device < 0 || options.device >= n) {
+    return error("cuda: device " + std::to_string(options.device) + " requested, but " + std::to_string(n) +
+                 " CUDA device(s) are available");
+  }
+  if (cudaSetDevice(options.device) != cudaSuccess) {
+    return error(std::string("cuda: cannot use device ") + std::to_string(options.device) + ": " +
+                 cudaGetErrorString(cudaGetLastError()));
+  }
+  cudaDeviceProp prop{};
+  TERN_CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device));
+  if (prop.major < 8) {
+    return error("cuda: device " + std::to_string(options.device) + " (" + prop.name + ") has compute capability " +
+                 std::to_string(prop.major) + "." + std::to_string(prop.minor) + ", expected 8.0 or newer");
+  }
+  init_matmul(static_cast<int>(prop.sharedMemPerBlockOptin));
+  init_attention(static_cast<int>(prop.sharedMemPerBlockOptin));
+  cudaStream_t stream = nullptr;
+  TERN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options, prop, stream));
+}
+
+CudaBackendStats backend_stats(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  TERN_CHECK_MSG(cuda != nullptr, "backend_stats: not a CUDA backend");
+  return cuda->stats();
+}
+
+}  // namespace tern::cuda

@@ -1,0 +1,69 @@
+// The CUDA backend: weights, activations and the paged KV pool live in device memory, every op
+// runs as a kernel on one stream, and the host syncs only in copy_to_host.
+//
+// Steps are recorded, then replayed. Ops called between begin_step and the next sync point
+// (copy_to_host, copy_from_host, a Buffer freed, the next begin_step) are appended to a list of
+// launch records instead of being launched at once; at the sync point the list runs. When a
+// list is byte-identical to one seen before (a decode step: same shapes, same buffers; the plan's
+// contents live in a device buffer uploaded by begin_step) it runs as a CUDA graph: one launch
+// for the whole forward instead of one per op.
+//
+// Batch invariance: a row's result never depends on how many rows share the step. Every kernel
+// reduces in an order fixed by the tensor shapes (never by n), matmul uses one kernel family for
+// all n, and attention splits the context at fixed 64-position chunks merged in chunk order
+// (gemv.h and attention.h give the exact orders).
+//
+// This header includes no CUDA headers; only src/backends/cuda/ does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "ops/backend.h"
+
+namespace tern::cuda {
+
+// How attention spreads work (attention.h); both modes give bit-identical results.
+enum class AttentionSplit : uint8_t {
+  kAuto,    // split the context across blocks when the tiles alone cannot fill the GPU
+  kAlways,  // tests: always the split (flash-decoding) path
+  kNever,   // tests: always one block per tile
+};
+
+struct CudaBackendOptions {
+  int device = 0;           // CUDA device ordinal
+  bool use_graphs = true;   // replay repeated steps as CUDA graphs (off: launch every op eagerly)
+  AttentionSplit attention_split = AttentionSplit::kAuto;
+};
+
+// Number of CUDA devices this process can use (0 without a driver or a GPU).
+int device_count();
+
+// A backend on `options.device`. Error naming the device when there is none or it cannot start.
+Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& options = {});
+
+// Counters of one backend, for tests and benchmarks. Precondition: backend came from
+// create_backend.
+struct CudaBackendStats {
+  int64_t steps_eager = 0;       // op lists launched op by op
+  int64_t steps_graph = 0;       // op lists replayed from a cached graph
+  int64_t graphs_built = 0;      // graphs captured and instantiated (or updated)
+};
+CudaBackendStats backend_stats(const Backend& backend);
+
+// What benchmarks report next to their timings.
+struct DeviceInfo {
+  std::string name;
+  int sm_count = 0;
+  size_t memory_bytes = 0;
+  size_t l2_bytes = 0;
+};
+Result<DeviceInfo> device_info(int device = 0);
+// Device-to-device copy bandwidth in GB/s (bytes read plus bytes written, per second), the
+// median of `reps` copies of a `bytes` buffer: the ceiling for memory-bound kernels.
+Result<double> copy_bandwidth_gbs(int device, size_t bytes, int reps = 20);
+
+}  // namespace tern::cuda

@@ -1,0 +1,78 @@
+#include "backends/cuda/device_plan.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace tern::cuda {
+
+PackedPlanLayout pack_plan(const BatchPlan& plan, int chunk_tokens, int tile_tokens, std::vector<int32_t>& words) {
+  const int n = plan.n_tokens();
+  TERN_CHECK(plan.seq_index.size() == static_cast<size_t>(n) && plan.positions.size() == static_cast<size_t>(n) &&
+             plan.kv_slots.size() == static_cast<size_t>(n));
+  TERN_CHECK(chunk_tokens > 0 && tile_tokens > 0);
+
+  // Tiles: runs of consecutive tokens of one sequence, cut every tile_tokens.
+  std::vector<int32_t> tile_begin, tile_count, tile_chunks, split_tile, split_chunk, partial_begin(n);
+  int max_tile = 0;
+  for (int t = 0; t < n;) {
+    int end = t + 1;
+    while (end < n && end - t < tile_tokens && plan.seq_index[end] == plan.seq_index[t]) ++end;
+    int max_pos = 0;
+    for (int i = t; i < end; ++i) max_pos = std::max(max_pos, plan.positions[i]);
+    const int n_chunks = max_pos / chunk_tokens + 1;
+    const int tile = static_cast<int>(tile_begin.size());
+    tile_begin.push_back(t);
+    tile_count.push_back(end - t);
+    max_tile = std::max(max_tile, end - t);
+    tile_chunks.push_back(n_chunks);
+    for (int c = 0; c < n_chunks; ++c) {
+      split_tile.push_back(tile);
+      split_chunk.push_back(c);
+    }
+    t = end;
+  }
+  int64_t n_partials = 0;
+  for (int t = 0; t < n; ++t) {
+    TERN_CHECK(plan.positions[t] >= 0);
+    partial_begin[t] = static_cast<int32_t>(n_partials);
+    n_partials += plan.positions[t] / chunk_tokens + 1;
+  }
+  TERN_CHECK(n_partials < (int64_t{1} << 31));
+
+  PackedPlanLayout l;
+  l.n_tokens = n;
+  l.n_seqs = plan.n_seqs();
+  l.n_logit_rows = static_cast<int>(plan.logit_rows.size());
+  l.n_tiles = static_cast<int>(tile_begin.size());
+  l.n_split_items = static_cast<int>(split_tile.size());
+  l.n_partials = static_cast<int>(n_partials);
+  l.max_tile_tokens = max_tile;
+
+  words.clear();
+  auto append = [&words](const std::vector<int32_t>& v) {
+    const int64_t offset = static_cast<int64_t>(words.size());
+    words.insert(words.end(), v.begin(), v.end());
+    return offset;
+  };
+  // Arrays whose length is fixed by the batch shape come first and the ones that grow with the
+  // context last, so a decode loop keeps the same device addresses (and its CUDA graph) until
+  // the context crosses a chunk boundary.
+  l.token_ids = append(plan.token_ids);
+  l.seq_index = append(plan.seq_index);
+  l.positions = append(plan.positions);
+  l.kv_slots = append(plan.kv_slots);
+  l.token_partial_begin = append(partial_begin);
+  l.logit_rows = append(plan.logit_rows);
+  l.block_offsets = append(plan.block_offsets);
+  l.tile_token_begin = append(tile_begin);
+  l.tile_n_tokens = append(tile_count);
+  l.tile_n_chunks = append(tile_chunks);
+  l.split_tile = append(split_tile);
+  l.split_chunk = append(split_chunk);
+  l.block_ids = append(plan.block_ids);
+  l.total = static_cast<int64_t>(words.size());
+  return l;
+}
+
+}  // namespace tern::cuda

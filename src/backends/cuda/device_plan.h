@@ -1,0 +1,34 @@
+// Host side of the per-step plan upload: packs a BatchPlan and the attention work lists derived
+// from it into one int32 array, which begin_step copies to the device in a single transfer.
+// Plain C++ (no CUDA), so the packing is testable anywhere.
+//
+// Attention work (attention.h): tokens are grouped into tiles of up to kAttnTileTokens
+// consecutive plan tokens of one sequence; a tile's context is cut into kAttnChunkTokens-position
+// chunks 0 .. n_chunks-1, n_chunks = max position in the tile / kAttnChunkTokens + 1. Split mode
+// runs one block per (tile, chunk) item and stores one partial per (token, chunk), so each token
+// owns position / kAttnChunkTokens + 1 partial slots starting at token_partial_begin.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/batch_plan.h"
+
+namespace tern::cuda {
+
+// Offsets (in int32 elements) of each array inside the packed plan, and the counts.
+struct PackedPlanLayout {
+  int64_t token_ids = 0, seq_index = 0, positions = 0, kv_slots = 0;
+  int64_t block_offsets = 0, block_ids = 0, logit_rows = 0;
+  int64_t tile_token_begin = 0, tile_n_tokens = 0, tile_n_chunks = 0;
+  int64_t split_tile = 0, split_chunk = 0, token_partial_begin = 0;
+  int64_t total = 0;  // elements in the packed array
+  int n_tokens = 0, n_seqs = 0, n_logit_rows = 0;
+  int n_tiles = 0, n_split_items = 0, n_partials = 0, max_tile_tokens = 0;
+};
+
+// Packs `plan` into `words` (resized). chunk_tokens and tile_tokens are the attention constants.
+// Preconditions (bugs if broken): the per-token arrays have n_tokens entries, positions >= 0.
+PackedPlanLayout pack_plan(const BatchPlan& plan, int chunk_tokens, int tile_tokens, std::vector<int32_t>& words);
+
+}  // namespace tern::cuda

@@ -1,0 +1,164 @@
+// The small ops: embedding lookup, RMSNorm, add / bias / SwiGLU, RoPE, KV writes and the logit
+// row gather. Each matches its reference in backends/cpu/ops_ref.cpp: same expressions, and
+// reductions in an order fixed by the row length only (never by the number of rows).
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/dequant.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace tern::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t work, int per_block = kThreads) {
+  const int64_t blocks = (work + per_block - 1) / per_block;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > (1 << 20) ? (1 << 20) : blocks));
+}
+
+// One block per token; threads stride over the columns.
+__global__ void embed_kernel(EmbedArgs a) {
+  const int t = blockIdx.x;
+  const int32_t id = a.token_ids[t];
+  const uint8_t* row = static_cast<const uint8_t*>(a.table) + static_cast<size_t>(id) * a.table_stride_bytes;
+  float* out = a.out + t * a.out_stride;
+  for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) out[c] = dequant_element(a.dtype, row, c);
+}
+
+// One block per row. Sum of squares in double like the reference: each thread adds its strided
+// elements in order, then a fixed tree (warp butterflies, then the warps' sums in warp order).
+__global__ void rms_norm_kernel(RmsNormArgs a) {
+  __shared__ double warp_sums[kThreads / 32];
+  __shared__ float inv_shared;
+  const int64_t r = blockIdx.x;
+  const float* x = a.x + r * a.x_stride;
+  double sum = 0.0;
+  for (int64_t c = threadIdx.x; c < a.cols; c += kThreads) {
+    const double v = x[c];
+    sum = __fma_rn(v, v, sum);
+  }
+  sum = warp_sum_tree(sum);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = warp_sums[0];
+    for (int w = 1; w < kThreads / 32; ++w) total = __dadd_rn(total, warp_sums[w]);
+    const float mean = static_cast<float>(__ddiv_rn(total, static_cast<double>(a.cols)));
+    inv_shared = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.eps)));
+  }
+  __syncthreads();
+  const float inv = inv_shared;
+  float* out = a.out + r * a.out_stride;
+  for (int64_t c = threadIdx.x; c < a.cols; c += kThreads) out[c] = __fmul_rn(__fmul_rn(x[c], inv), a.w[c]);
+}
+
+__global__ void elementwise_kernel(ElementwiseArgs a) {
+  const int64_t total = a.rows * a.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / a.cols, c = i % a.cols;
+    const float x = a.a[r * a.a_stride + c];
+    float y;
+    switch (a.op) {
+      case ElementwiseOp::kAdd:
+        y = __fadd_rn(x, a.b[r * a.b_stride + c]);
+        break;
+      case ElementwiseOp::kAddBias:
+        y = __fadd_rn(x, a.b[c]);
+        break;
+      default: {  // kSwiglu: silu(gate) * up, as g / (1 + exp(-g)) * u
+        const float u = a.b[r * a.b_stride + c];
+        y = __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, expf(-x))), u);
+        break;
+      }
+    }
+    a.out[r * a.out_stride + c] = y;
+  }
+}
+
+// One thread per (token, head, rotated pair).
+__global__ void rope_kernel(RopeArgs a) {
+  const int half = a.n_rot / 2;
+  const int64_t total = int64_t{a.n_tokens} * a.n_heads * half;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int i = static_cast<int>(idx % half);
+    const int h = static_cast<int>((idx / half) % a.n_heads);
+    const int t = static_cast<int>(idx / (int64_t{half} * a.n_heads));
+    const float angle = __fmul_rn(static_cast<float>(a.positions[t]), a.inv_freq[i]);
+    float s, c;
+    sincosf(angle, &s, &c);
+    c = __fmul_rn(c, a.mscale);
+    s = __fmul_rn(s, a.mscale);
+    float* v = a.x + t * a.x_stride + int64_t{h} * a.head_dim;
+    const int i0 = a.neox ? i : 2 * i;
+    const int i1 = a.neox ? i + half : 2 * i + 1;
+    const float x0 = v[i0], x1 = v[i1];
+    v[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    v[i1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  }
+}
+
+__global__ void kv_write_kernel(KvWriteArgs a) {
+  const int64_t total = int64_t{a.n_tokens} * a.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / a.cols, c = i % a.cols;
+    const int64_t slot = a.kv_slots[t];
+    const float k = a.k[t * a.k_stride + c], v = a.v[t * a.v_stride + c];
+    if (a.cache_dtype == DType::F16) {
+      static_cast<__half*>(a.k_cache)[slot * a.k_cache_stride + c] = __float2half_rn(k);
+      static_cast<__half*>(a.v_cache)[slot * a.v_cache_stride + c] = __float2half_rn(v);
+    } else {
+      static_cast<float*>(a.k_cache)[slot * a.k_cache_stride + c] = k;
+      static_cast<float*>(a.v_cache)[slot * a.v_cache_stride + c] = v;
+    }
+  }
+}
+
+__global__ void gather_rows_kernel(GatherRowsArgs a) {
+  const int64_t total = int64_t{a.n_rows} * a.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / a.cols, c = i % a.cols;
+    a.out[r * a.out_stride + c] = a.x[a.rows[r] * a.x_stride + c];
+  }
+}
+
+}  // namespace
+
+void launch_embed(const EmbedArgs& a, cudaStream_t stream) {
+  if (a.n_tokens == 0) return;
+  embed_kernel<<<a.n_tokens, kThreads, 0, stream>>>(a);
+  TERN_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rms_norm(const RmsNormArgs& a, cudaStream_t stream) {
+  if (a.rows == 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
+  TERN_CUDA_CHECK_LAUNCH();
+}
+
+void launch_elementwise(const ElementwiseArgs& a, cudaStream_t stream) {
+  if (a.rows * a.cols == 0) return;
+  elementwise_kernel<<<grid_for(a.rows * a.cols), kThreads, 0, stream>>>(a);
+  TERN_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rope(const RopeArgs& a, cudaStream_t stream) {
+  const int64_t total = int64_t{a.n_tokens} * a.n_heads * (a.n_rot / 2);
+  if (total == 0) return;
+  rope_kernel<<<grid_for(total), kThreads, 0, stream>>>(a);
+  TERN_CUDA_CHECK_LAUNCH();
+}
+
+void launch_kv_write(const KvWriteArgs& a, cudaStream_t stream) {
+  if (a.n_tokens == 0) return;
+  kv_write_kernel<<<grid_for(a.n_tokens * a.cols), kThreads, 0, stream>>>(a);
+  TERN_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gather_rows(const GatherRowsArgs& a, cudaStream_t stream) {
+  if (a.n_rows == 0) return;
+  gather_rows_kernel<<<grid_for(a.n_rows * a.cols), kThreads, 0, stream>>>(a);
+  TERN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tern::cuda

@@ -1,0 +1,41 @@
+// Matrix products against GGUF weights on the device: y[n, rows] = x[n, cols] @ w^T.
+//
+// One kernel family serves every n (decode, batched decode, speculative verify, prefill): a
+// block of 8 warps owns 8 weight rows (one per warp) and a tile of up to kGemvMaxXRows
+// activation rows; larger n runs more tiles. Nothing about a row's arithmetic depends on n or on
+// the tile it landed in, so results are batch-invariant by construction.
+//
+// Quantized weights (q4_0, q4_1, q8_0, q4_k, q5_k, q6_k; gemv_quant.cu) work on the blocks as
+// stored. Each block quantizes its activation tile once to int8 with one float scale per
+// 32 elements (d = amax / 127, q = rint(x * 127 / amax)), then each warp streams its weight row
+// through shared memory (cp.async, two stages of 2048 elements) and takes integer dot products
+// (dp4a). The canonical order of a row's float sum — fixed here so that a later tensor-core
+// kernel can reproduce it bit for bit — is:
+//   1. unit u = 32 consecutive elements. c_u is a float expression of the exact integer dot
+//      products of the unit and the block scales (per type, in gemv_quant.cu: unit_*()).
+//   2. y = perfect pairwise tree over c_0 .. c_{U-1}, zero-padded to a power of two
+//      ((c0 + c1) + (c2 + c3)) + ...; a missing leaf is 0 (x + 0 == x).
+// A warp realizes it as: lane l holds units 2l, 2l+1 of a 64-unit step (level 1), butterflies
+// over lanes (levels 2-6), then a binary counter over steps (levels 7+).
+//
+// F32, F16 and BF16 weights (matmul.cu) multiply in fp32 without quantizing x: lane l owns
+// elements 8l .. 8l+7 of every 256-element chunk, accumulates them with fmaf in element order,
+// and the lanes' sums meet in a butterfly. Every other type supported by dequant.cuh (q5_0,
+// q5_1, q2_k, q3_k, q8_k, and float rows that are not 16-byte aligned) takes a slow generic
+// kernel: lane l owns elements l, l + 32, ... and dequantizes them one at a time.
+#pragma once
+
+#include "backends/cuda/kernels.h"
+
+namespace tern::cuda {
+
+constexpr int kGemvWarps = 8;      // warps (= weight rows) per block
+constexpr int kGemvMaxXRows = 4;   // activation rows per block
+
+// Launches the quantized kernel for a.dtype if it has one and the shape fits (decided for the
+// largest activation tile, so the answer never depends on n); false otherwise.
+bool launch_gemv_quant(const MatmulArgs& a, cudaStream_t stream);
+// Sets the quantized kernels' dynamic shared-memory limit (once per device).
+void init_gemv_quant(int max_smem_bytes);
+
+}  // namespace tern::cuda

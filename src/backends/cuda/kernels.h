@@ -1,0 +1,169 @@
+// Launch arguments and launchers of every CUDA kernel of the backend. Arguments are plain structs
+// of device pointers and sizes (trivially copyable: the step recorder stores and compares them
+// byte for byte); launchers validate nothing (ops.h and cuda_backend.cpp did) and never
+// synchronize or allocate, so they can run inside a CUDA graph capture.
+// Strides are in elements of the tensor's own type unless named _bytes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tern::cuda {
+
+// The device copy of a BatchPlan plus the attention work lists derived from it (device_plan.h).
+// Every pointer is into the backend's plan buffer.
+struct DevicePlan {
+  const int32_t* token_ids;            // [n_tokens]
+  const int32_t* seq_index;            // [n_tokens]
+  const int32_t* positions;            // [n_tokens]
+  const int32_t* kv_slots;             // [n_tokens]
+  const int32_t* block_offsets;        // [n_seqs + 1]
+  const int32_t* block_ids;            // [block_offsets[n_seqs]]
+  const int32_t* logit_rows;           // [n_logit_rows]
+  const int32_t* tile_token_begin;     // [n_tiles] first token of each attention tile
+  const int32_t* tile_n_tokens;        // [n_tiles] tokens in the tile (<= kAttnTileTokens)
+  const int32_t* tile_n_chunks;        // [n_tiles] chunks 0 .. n-1 cover the tile's contexts
+  const int32_t* split_tile;           // [n_split_items] (tile, chunk) work items, split mode
+  const int32_t* split_chunk;          // [n_split_items]
+  const int32_t* token_partial_begin;  // [n_tokens] first partial slot of each token's chunks
+  int n_tokens;
+  int n_seqs;
+  int n_logit_rows;
+  int n_tiles;
+  int n_split_items;
+  int n_partials;  // sum over tokens of (position / kAttnChunkTokens + 1)
+  int max_tile_tokens;  // tokens in the largest tile (sizes the attention blocks' memory)
+};
+
+struct EmbedArgs {
+  const void* table;
+  DType dtype;
+  int64_t cols;
+  size_t table_stride_bytes;
+  float* out;
+  int64_t out_stride;
+  int n_tokens;
+  const int32_t* token_ids;
+};
+
+struct RmsNormArgs {
+  const float* x;
+  int64_t x_stride;
+  const float* w;  // [cols]
+  float* out;
+  int64_t out_stride;
+  int64_t rows, cols;
+  float eps;
+};
+
+enum class ElementwiseOp : int32_t { kAdd, kAddBias, kSwiglu };
+
+// out = a op b. kAddBias: b is one row broadcast to every row (b_stride ignored).
+struct ElementwiseArgs {
+  ElementwiseOp op;
+  const float* a;
+  int64_t a_stride;
+  const float* b;
+  int64_t b_stride;
+  float* out;
+  int64_t out_stride;
+  int64_t rows, cols;
+};
+
+struct RopeArgs {
+  float* x;
+  int64_t x_stride;
+  int n_tokens, n_heads, head_dim, n_rot;
+  int neox;  // int, not bool: no padding bytes inside the record
+  float mscale;
+  const float* inv_freq;  // [n_rot / 2]
+  const int32_t* positions;
+};
+
+struct KvWriteArgs {
+  const float* k;
+  const float* v;
+  int64_t k_stride, v_stride;
+  void* k_cache;
+  void* v_cache;
+  int64_t k_cache_stride, v_cache_stride;  // elements of the cache dtype
+  DType cache_dtype;                       // F16 or F32
+  int64_t cols;
+  int n_tokens;
+  const int32_t* kv_slots;
+};
+
+struct GatherRowsArgs {
+  const float* x;
+  int64_t x_stride;
+  float* out;
+  int64_t out_stride;
+  int64_t cols;
+  int n_rows;
+  const int32_t* rows;  // [n_rows] source rows
+};
+
+// y[n, rows] = x[n, cols] @ w^T with w in GGUF layout (rows of w_stride_bytes).
+struct MatmulArgs {
+  const void* w;
+  DType dtype;
+  int64_t rows, cols;
+  size_t w_stride_bytes;
+  const float* x;  // [n, cols] contiguous
+  float* y;        // [n, rows] contiguous
+  int64_t n;
+  int max_smem_bytes;  // the device's opt-in shared memory per block (kernel eligibility)
+};
+
+// Attention of q over the paged KV of each token's sequence (attention.h).
+struct AttentionArgs {
+  const float* q;
+  int64_t q_stride;
+  float* out;
+  int64_t out_stride;
+  const void* k_cache;
+  const void* v_cache;
+  int64_t k_cache_stride, v_cache_stride;  // elements of kv_dtype
+  DType kv_dtype;                          // F16 or F32
+  int block_tokens;
+  int n_heads, n_kv_heads, head_dim;
+  float scale;
+  int sliding_window;
+  float softcap;
+  int split;        // 1: one block per (tile, chunk) + merge kernel; 0: one block per tile
+  float* partials;  // split mode: [n_partials, n_heads, head_dim + 2]
+  DevicePlan plan;
+};
+
+// Sizes the kernels are specialized for (the invariance contract fixes them; see attention.h).
+constexpr int kAttnChunkTokens = 64;   // context positions per chunk
+constexpr int kAttnTileTokens = 8;     // query tokens per tile
+constexpr int kAttnMaxHeadDim = 256;
+
+// Bytes of attention partials a split launch needs.
+size_t attention_partials_bytes(const AttentionArgs& a);
+// Dynamic shared memory one attention block needs (must not exceed the device's opt-in limit).
+size_t attention_smem_bytes(const AttentionArgs& a);
+
+void launch_embed(const EmbedArgs& a, cudaStream_t stream);
+void launch_rms_norm(const RmsNormArgs& a, cudaStream_t stream);
+void launch_elementwise(const ElementwiseArgs& a, cudaStream_t stream);
+void launch_rope(const RopeArgs& a, cudaStream_t stream);
+void launch_kv_write(const KvWriteArgs& a, cudaStream_t stream);
+void launch_gather_rows(const GatherRowsArgs& a, cudaStream_t stream);
+void launch_matmul(const MatmulArgs& a, cudaStream_t stream);
+void launch_attention(const AttentionArgs& a, cudaStream_t stream);
+
+// True for every weight dtype launch_matmul / launch_embed accept.
+bool matmul_supports(DType t);
+
+// One-time per-device setup: raises the kernels' dynamic shared-memory limit to the device's
+// opt-in maximum. Call on each device before its first launch; idempotent.
+void init_matmul(int max_smem_bytes);
+void init_attention(int max_smem_bytes);
+
+}  // namespace tern::cuda

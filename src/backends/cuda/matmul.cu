@@ -1,0 +1,114 @@
+// Matmul dispatch (one entry point per weight dtype), the fp32 kernel for F32 / F16 / BF16 rows
+// and the generic per-element kernel for the remaining GGUF types (gemv.h describes all three).
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/dequant.cuh"
+#include "backends/cuda/gemv.h"
+#include "core/check.h"
+
+namespace tern::cuda {
+namespace {
+
+__device__ __forceinline__ void load8(DType t, const uint8_t* p, float (&w)[8]) {
+  if (t == DType::F32) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+    return;
+  }
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint16_t lo = static_cast<uint16_t>(words[i] & 0xffffu), hi = static_cast<uint16_t>(words[i] >> 16);
+    if (t == DType::F16) {
+      w[2 * i] = half_bits_to_float(lo);
+      w[2 * i + 1] = half_bits_to_float(hi);
+    } else {
+      w[2 * i] = bf16_bits_to_float(lo);
+      w[2 * i + 1] = bf16_bits_to_float(hi);
+    }
+  }
+}
+
+// F32 / F16 / BF16 rows, 16-byte aligned, cols % 8 == 0. Warp per weight row.
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_float_kernel(MatmulArgs a) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t r = int64_t{blockIdx.y} * kGemvWarps + warp;
+  if (r >= a.rows) return;
+  const int64_t x0 = int64_t{blockIdx.x} * kGemvMaxXRows;
+  const int nt = static_cast<int>(a.n - x0 < kGemvMaxXRows ? a.n - x0 : kGemvMaxXRows);
+  const int elem_bytes = a.dtype == DType::F32 ? 4 : 2;
+  const uint8_t* wrow = static_cast<const uint8_t*>(a.w) + r * a.w_stride_bytes;
+  float acc[kGemvMaxXRows] = {};
+  for (int64_t e = 8 * lane; e < a.cols; e += 256) {
+    float w[8];
+    load8(a.dtype, wrow + e * elem_bytes, w);
+#pragma unroll
+    for (int j = 0; j < kGemvMaxXRows; ++j) {
+      if (j >= nt) break;
+      const float* xr = a.x + (x0 + j) * a.cols + e;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[j] = __fmaf_rn(w[i], xr[i], acc[j]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kGemvMaxXRows; ++j) {
+    const float sum = warp_sum_tree(acc[j]);
+    if (lane == 0 && j < nt) a.y[(x0 + j) * a.rows + r] = sum;
+  }
+}
+
+// Any type dequant_element knows; warp per weight row, lane l owns elements l, l + 32, ...
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_generic_kernel(MatmulArgs a) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t r = int64_t{blockIdx.y} * kGemvWarps + warp;
+  if (r >= a.rows) return;
+  const int64_t x0 = int64_t{blockIdx.x} * kGemvMaxXRows;
+  const int nt = static_cast<int>(a.n - x0 < kGemvMaxXRows ? a.n - x0 : kGemvMaxXRows);
+  const uint8_t* wrow = static_cast<const uint8_t*>(a.w) + r * a.w_stride_bytes;
+  float acc[kGemvMaxXRows] = {};
+  for (int64_t e = lane; e < a.cols; e += 32) {
+    const float w = dequant_element(a.dtype, wrow, e);
+#pragma unroll
+    for (int j = 0; j < kGemvMaxXRows; ++j) {
+      if (j >= nt) break;
+      acc[j] = __fmaf_rn(w, a.x[(x0 + j) * a.cols + e], acc[j]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kGemvMaxXRows; ++j) {
+    const float sum = warp_sum_tree(acc[j]);
+    if (lane == 0 && j < nt) a.y[(x0 + j) * a.rows + r] = sum;
+  }
+}
+
+bool float_rows_aligned(const MatmulArgs& a) {
+  const bool is_float = a.dtype == DType::F32 || a.dtype == DType::F16 || a.dtype == DType::BF16;
+  return is_float && a.cols % 8 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.w_stride_bytes % 16 == 0;
+}
+
+}  // namespace
+
+bool matmul_supports(DType t) { return dequant_element_supports(t); }
+
+void launch_matmul(const MatmulArgs& a, cudaStream_t stream) {
+  if (a.n == 0 || a.rows == 0) return;
+  // The kernel choice depends on the weight alone (dtype, shape, alignment), never on n: every
+  // n takes the same arithmetic for a given row (batch invariance).
+  if (launch_gemv_quant(a, stream)) return;
+  const int64_t row_blocks = (a.rows + kGemvWarps - 1) / kGemvWarps;
+  const int64_t x_tiles = (a.n + kGemvMaxXRows - 1) / kGemvMaxXRows;
+  TERN_CHECK_MSG(row_blocks <= 65535, "matmul: too many weight rows for one launch");
+  const dim3 grid(static_cast<unsigned>(x_tiles), static_cast<unsigned>(row_blocks));
+  if (float_rows_aligned(a)) {
+    gemv_float_kernel<<<grid, kGemvWarps * 32, 0, stream>>>(a);
+  } else {
+    gemv_generic_kernel<<<grid, kGemvWarps * 32, 0, stream>>>(a);
+  }
+  TERN_CUDA_CHECK_LAUNCH();
+}
+
+void init_matmul(int max_smem_bytes) { init_gemv_quant(max_smem_bytes); }
+
+}  // namespace tern::cuda

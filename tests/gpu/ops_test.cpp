@@ -1,0 +1,176 @@
+// The small CUDA ops against the CPU reference (backends/cpu/ops_ref.h):
+//   embed (every table type), kv_write (f16 / f32 caches), gather, add, add_bias: bit-exact;
+//   rms_norm: bit-exact except when the double sum of squares rounds differently (1e-6);
+//   swiglu (expf vs std::exp) and rope (sincosf vs std::sin/cos): 1e-6 relative.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "backends/cpu/ops_ref.h"
+#include "core/fp16.h"
+#include "gpu_test_util.h"
+
+namespace tern {
+namespace {
+
+using gputest::DeviceTensor;
+using gputest::HostTensor;
+
+class GpuOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TERN_REQUIRE_GPU();
+    backend_ = gputest::make_cuda();
+    ASSERT_NE(backend_, nullptr);
+  }
+  std::unique_ptr<Backend> backend_;
+};
+
+TEST_F(GpuOps, EmbedEveryTableTypeIsBitExact) {
+  Backend& b = *backend_;
+  const int64_t vocab = 37, cols = 512;
+  const auto values = gputest::random_floats(static_cast<size_t>(vocab * cols), 1);
+  std::vector<int32_t> blocks = {0};
+  BatchPlan plan = gputest::single_sequence_plan(0, 9, blocks, 16);
+  plan.token_ids = {0, 36, 5, 5, 17, 1, 30, 2, 36};
+  for (DType t : quant_ref_types()) {
+    if (t == DType::Q8_1) continue;  // an activation format, never a table
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    HostTensor table = t == DType::F32 ? gputest::host_f32(values, vocab, cols)
+                                       : gputest::host_quantized(values, t, vocab, cols);
+    std::vector<float> ref_v(9 * cols);
+    Tensor ref = Tensor::view(ref_v.data(), DType::F32, 9, cols);
+    cpu::ref::embed(table.t, plan, ref);
+
+    std::unique_ptr<Buffer> owner;
+    const Tensor dev_table = b.upload_weight(table.t, owner);
+    DeviceTensor out = gputest::device_empty(b, DType::F32, 9, cols);
+    b.begin_step(plan);
+    b.embed(dev_table, out.t);
+    EXPECT_TRUE(gputest::bitwise_equal(gputest::download(b, out.t), ref_v));
+  }
+}
+
+TEST_F(GpuOps, RmsNormMatchesReference) {
+  Backend& b = *backend_;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 576}, {7, 4096}, {33, 128}, {3, 5}}) {
+    SCOPED_TRACE("rows=" + std::to_string(rows) + " cols=" + std::to_string(cols));
+    const auto xv = gputest::random_floats(static_cast<size_t>(rows * cols), 2, 3.0f);
+    const auto wv = gputest::random_floats(static_cast<size_t>(cols), 3);
+    HostTensor x = gputest::host_f32(xv, rows, cols), w = gputest::host_f32(wv, 1, cols);
+    std::vector<float> ref_v(xv.size());
+    Tensor ref = Tensor::view(ref_v.data(), DType::F32, rows, cols);
+    cpu::ref::rms_norm(x.t, w.t, 1e-5f, ref);
+
+    DeviceTensor dx = gputest::device_copy(b, x.t), dw = gputest::device_copy(b, w.t);
+    DeviceTensor out = gputest::device_empty(b, DType::F32, rows, cols);
+    b.rms_norm(dx.t, dw.t, 1e-5f, out.t);
+    EXPECT_LE(gputest::rel_l2(gputest::download(b, out.t), ref_v), 1e-6);
+    b.rms_norm(dx.t, dw.t, 1e-5f, dx.t);  // in place
+    EXPECT_LE(gputest::rel_l2(gputest::download(b, dx.t), ref_v), 1e-6);
+  }
+}
+
+TEST_F(GpuOps, ElementwiseOpsMatchReference) {
+  Backend& b = *backend_;
+  const int64_t rows = 5, cols = 1000;
+  const auto av = gputest::random_floats(rows * cols, 4, 4.0f), bv = gputest::random_floats(rows * cols, 5);
+  const auto biasv = gputest::random_floats(cols, 6);
+  HostTensor ha = gputest::host_f32(av, rows, cols), hb = gputest::host_f32(bv, rows, cols),
+             hbias = gputest::host_f32(biasv, 1, cols);
+  DeviceTensor da = gputest::device_copy(b, ha.t), db = gputest::device_copy(b, hb.t),
+               dbias = gputest::device_copy(b, hbias.t);
+  DeviceTensor out = gputest::device_empty(b, DType::F32, rows, cols);
+
+  std::vector<float> ref_v(av.size());
+  Tensor ref = Tensor::view(ref_v.data(), DType::F32, rows, cols);
+  cpu::ref::add(ha.t, hb.t, ref);
+  b.add(da.t, db.t, out.t);
+  EXPECT_TRUE(gputest::bitwise_equal(gputest::download(b, out.t), ref_v));
+
+  cpu::ref::swiglu(ha.t, hb.t, ref);
+  b.swiglu(da.t, db.t, out.t);
+  EXPECT_LE(gputest::rel_l2(gputest::download(b, out.t), ref_v), 1e-6);
+
+  cpu::ref::add_bias(ha.t, hbias.t);  // in place on the host copy
+  b.add_bias(da.t, dbias.t);
+  EXPECT_TRUE(gputest::bitwise_equal(gputest::download(b, da.t), gputest::host_values(ha.t)));
+}
+
+TEST_F(GpuOps, RopeMatchesReference) {
+  Backend& b = *backend_;
+  struct RopeCase {
+    int n_heads, head_dim, n_rot;
+    bool neox;
+    float mscale;
+  };
+  const std::vector<int32_t> positions = {0, 1, 2, 63, 1000, 4095, 40000};
+  for (const RopeCase& rc : {RopeCase{9, 64, 64, false, 1.0f}, RopeCase{4, 128, 128, true, 1.0f},
+                             RopeCase{2, 80, 32, true, 1.2f}, RopeCase{3, 64, 48, false, 0.9f}}) {
+    SCOPED_TRACE("heads=" + std::to_string(rc.n_heads) + " hd=" + std::to_string(rc.head_dim) +
+                 " n_rot=" + std::to_string(rc.n_rot) + (rc.neox ? " neox" : ""));
+    const int n = static_cast<int>(positions.size());
+    const int64_t cols = int64_t{rc.n_heads} * rc.head_dim;
+    std::vector<float> inv(rc.n_rot / 2);
+    for (int i = 0; i < rc.n_rot / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rc.n_rot);
+    HostTensor hinv = gputest::host_f32(inv, 1, rc.n_rot / 2);
+    RopeParams host_rope{rc.n_rot, rc.neox, rc.mscale, hinv.t};
+    DeviceTensor dinv = gputest::device_copy(b, hinv.t);
+    RopeParams dev_rope{rc.n_rot, rc.neox, rc.mscale, dinv.t};
+
+    BatchPlan plan;
+    plan.positions = positions;
+    plan.token_ids.assign(n, 0);
+    plan.seq_index.assign(n, 0);
+    plan.kv_slots.assign(n, 0);
+    plan.block_offsets = {0, 1};
+    plan.block_ids = {0};
+    const auto xv = gputest::random_floats(static_cast<size_t>(n * cols), 7);
+    HostTensor hx = gputest::host_f32(xv, n, cols);
+    DeviceTensor dx = gputest::device_copy(b, hx.t);
+    cpu::ref::rope(hx.t, rc.n_heads, rc.head_dim, host_rope, plan);
+    b.begin_step(plan);
+    b.rope(dx.t, rc.n_heads, rc.head_dim, dev_rope);
+    EXPECT_LE(gputest::rel_l2(gputest::download(b, dx.t), gputest::host_values(hx.t)), 1e-6);
+  }
+}
+
+TEST_F(GpuOps, KvWriteAndGatherAreBitExact) {
+  Backend& b = *backend_;
+  const int64_t cols = 3 * 64, cache_rows = 8 * 16;
+  std::vector<int32_t> blocks = {5, 2, 7};
+  BatchPlan plan = gputest::single_sequence_plan(3, 30, blocks, 16);
+  plan.logit_rows = {0, 7, 29};
+  const int n = plan.n_tokens();
+  const auto kv = gputest::random_floats(static_cast<size_t>(n * cols), 8, 2.0f);
+  const auto vv = gputest::random_floats(static_cast<size_t>(n * cols), 9, 2.0f);
+  HostTensor hk = gputest::host_f32(kv, n, cols), hv = gputest::host_f32(vv, n, cols);
+  DeviceTensor dk = gputest::device_copy(b, hk.t), dv = gputest::device_copy(b, hv.t);
+  b.begin_step(plan);
+  for (DType cache_type : {DType::F16, DType::F32}) {
+    SCOPED_TRACE(std::string(dtype_name(cache_type)));
+    const size_t cache_bytes = row_bytes(cache_type, cols) * cache_rows;
+    std::vector<uint8_t> hkc(cache_bytes, 0), hvc(cache_bytes, 0);
+    KvLayerView host_view{Tensor::view(hkc.data(), cache_type, cache_rows, cols),
+                          Tensor::view(hvc.data(), cache_type, cache_rows, cols), 16};
+    cpu::ref::kv_write(hk.t, hv.t, host_view, plan);
+    DeviceTensor dkc = gputest::device_empty(b, cache_type, cache_rows, cols);
+    DeviceTensor dvc = gputest::device_empty(b, cache_type, cache_rows, cols);
+    KvLayerView dev_view{dkc.t, dvc.t, 16};
+    b.kv_write(dk.t, dv.t, dev_view);
+    std::vector<uint8_t> got(cache_bytes);
+    b.copy_to_host(dkc.t, got.data());
+    EXPECT_EQ(got, hkc);
+    b.copy_to_host(dvc.t, got.data());
+    EXPECT_EQ(got, hvc);
+  }
+  std::vector<float> ref_v(3 * cols);
+  Tensor ref = Tensor::view(ref_v.data(), DType::F32, 3, cols);
+  cpu::ref::gather_logit_rows(hk.t, plan, ref);
+  DeviceTensor out = gputest::device_empty(b, DType::F32, 3, cols);
+  b.gather_logit_rows(dk.t, out.t);
+  EXPECT_TRUE(gputest::bitwise_equal(gputest::download(b, out.t), ref_v));
+}
+
+}  // namespace
+}  // namespace tern
