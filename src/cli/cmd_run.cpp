@@ -57,7 +57,7 @@ int run(const RunArgs& a) {
     return 2;
   }
 
-  Session session(*lm.model, *lm.kv);
+  Session session(*lm.model, *lm.kv, lm.tokenizer.get());
   GenerateOptions go;
   go.max_tokens = std::min(a.n_predict, lm.model->n_ctx() - static_cast<int>(prompt.size()));
   go.prefill_chunk_tokens = a.chunk;
@@ -67,13 +67,9 @@ int run(const RunArgs& a) {
   go.sampling.min_p = a.min_p;
   go.sampling.repeat_penalty = a.repeat_penalty;
   go.sampling.seed = a.seed;
-  go.is_end_of_generation = [&](int32_t id) { return tok.is_eog(id); };
-  tok::StreamDecoder stream(tok);
-  go.on_token = [&](int32_t id) {
-    const std::string piece = stream.push(id);
+  go.on_text = [](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
-    return true;
   };
   const bool progress = stderr_is_terminal() && prompt.size() > 256;
   if (progress) {
@@ -82,17 +78,14 @@ int run(const RunArgs& a) {
       if (done == total) std::fprintf(stderr, "\r\033[K");
     };
   }
-  std::vector<int32_t> out;
-  auto stats = session.generate(prompt, go, &out);
-  const std::string tail = stream.flush();
-  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  auto gen = session.generate(prompt, go);
   std::fputc('\n', stdout);
   std::fflush(stdout);
-  if (!stats.is_ok()) {
-    std::fprintf(stderr, "tern run: %s\n", stats.status().message().c_str());
+  if (!gen.is_ok()) {
+    std::fprintf(stderr, "tern run: %s\n", gen.status().message().c_str());
     return 1;
   }
-  const GenStats& s = stats.value();
+  const GenStats& s = gen.value().stats;
   const double prefill_tps = s.prefill_seconds > 0 ? (s.prompt_tokens - s.cached_tokens) / s.prefill_seconds : 0.0;
   const int decoded = std::max(0, s.generated_tokens - 1);  // the first token comes from the prefill
   const double decode_tps = s.decode_seconds > 0 ? decoded / s.decode_seconds : 0.0;

@@ -1,8 +1,13 @@
-// A Session is a conversation handle over one KV sequence. generate() reuses the longest common
-// prefix of the new prompt with the tokens the session already holds (trimming on divergence),
-// prefills only the new suffix in chunks (cancellable between chunks, with progress), then
-// decodes token by token. Greedy output does not depend on the chunk size or on reuse: every
-// kernel is batch-invariant (docs/ARCHITECTURE.md).
+// A Session is a conversation handle over one KV sequence (the seed engine's persistent prefix
+// cache, generalised). generate(prompt):
+//   1. finds the longest cached prefix: the session's own tokens first, then the pool's prefix
+//      index (blocks other sessions computed: the same system prompt and tools);
+//   2. trims to it (never writing into a block another sequence may share);
+//   3. prefills the new suffix in chunks, cancellable between chunks, with progress;
+//   4. decodes, verifying drafts from a DraftSource in one batched forward when one is given.
+// Greedy output does not depend on chunking, reuse or speculation: every kernel is
+// batch-invariant (docs/ARCHITECTURE.md). Full blocks are registered in the prefix index as soon
+// as they hold committed tokens.
 #pragma once
 
 #include <atomic>
@@ -10,50 +15,70 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
 #include "kv/kv_pool.h"
 #include "models/model.h"
 #include "sampling/sampler.h"
+#include "spec/draft_source.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tern {
 
-enum class StopReason : uint8_t { kNone, kMaxTokens, kEndOfGeneration, kCallback, kCancelled };
+enum class StopReason : uint8_t { kNone, kMaxTokens, kContextFull, kEndOfGeneration, kStopString, kCallback, kCancelled };
 const char* stop_reason_name(StopReason r);
 
 struct GenerateOptions {
   int max_tokens = 128;                 // generated tokens at most
   int prefill_chunk_tokens = 512;       // tokens per prefill forward
-  bool reuse_prefix = true;             // false: drop held KV first (fair baselines)
+  bool reuse_prefix = true;             // false: drop held KV and skip the index (fair baselines)
   SamplerParams sampling;
-  std::function<bool(int32_t)> is_end_of_generation;  // e.g. Tokenizer::is_eog; not emitted
-  // Called with each generated token; return false to stop (the token is kept).
-  std::function<bool(int32_t)> on_token;
+  std::vector<std::string> stop_strings;  // generation ends before the first one (not emitted)
+  // Called with each piece of text as it becomes final (stop strings already held back).
+  std::function<void(std::string_view)> on_text;
+  // Caller stop predicate, checked after each committed token: (text so far, tokens generated).
+  std::function<bool(std::string_view, int)> should_stop;
   // Called after each prefill chunk with (tokens done, tokens to prefill).
   std::function<void(int, int)> on_prefill_progress;
   const std::atomic<bool>* cancel = nullptr;  // checked between forwards
+  DraftSource* drafter = nullptr;       // speculative decoding when set
+  int max_draft_tokens = 10;            // per verify forward
+  // Thinking budget: after this many generated tokens inside <think>, the engine closes the block
+  // itself (think_close) and the answer follows. -1 = no budget.
+  int think_budget_tokens = -1;
+  std::string think_open = "<think>";
+  std::string think_close = "\n</think>\n\n";
 };
 
 struct GenStats {
   int prompt_tokens = 0;
-  int cached_tokens = 0;      // prompt tokens whose KV was reused
+  int cached_tokens = 0;      // prompt tokens whose KV was reused (own or shared blocks)
   int generated_tokens = 0;
   int forwards = 0;
+  int drafts_proposed = 0;
+  int drafts_accepted = 0;
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
   double time_to_first_token_seconds = 0.0;
   StopReason stop_reason = StopReason::kNone;
 };
 
+struct GenResult {
+  std::string text;             // generated text (stop string excluded)
+  std::vector<int32_t> tokens;  // generated token ids (forced think-close tokens included)
+  GenStats stats;
+};
+
 class Session {
  public:
-  Session(Model& model, KvPool& pool) : model_(&model), kv_(pool) {}
+  // tokenizer may be null (no text, stop strings or thinking budget); salt namespaces the prefix
+  // index (model fingerprint, tenant).
+  Session(Model& model, KvPool& pool, const tok::Tokenizer* tokenizer = nullptr, uint64_t salt = 0);
 
-  // Generates a continuation of `prompt`; appends generated tokens to *out.
-  Result<GenStats> generate(std::span<const int32_t> prompt, const GenerateOptions& options,
-                            std::vector<int32_t>* out);
-  // Prefills `prompt` (reusing the held prefix) and returns the logits of its last token.
+  Result<GenResult> generate(std::span<const int32_t> prompt, const GenerateOptions& options);
+  // Prefills `prompt` (reusing what it can) and returns the logits of its last token.
   Result<std::vector<float>> prefill(std::span<const int32_t> prompt, const GenerateOptions& options,
                                      GenStats* stats = nullptr);
 
@@ -62,15 +87,22 @@ class Session {
   void reset();
 
  private:
-  // Runs tokens at positions [tokens_.size(), ...), appending them; logits of the last one.
-  Status forward(std::span<const int32_t> ids, bool want_logits, std::vector<float>* logits);
-  Status sync_prefix(std::span<const int32_t> prompt, const GenerateOptions& options, GenStats& stats,
-                     std::vector<float>* last_logits);
+  // Runs `ids` at positions tokens_.size()...; keeps logits of the requested rows (all rows if
+  // all_logits, else the last). Appends ids to tokens_.
+  Status forward(std::span<const int32_t> ids, bool all_logits);
+  // Drops tokens >= n (never leaves a shared/registered block to be written into).
+  void truncate(size_t n);
+  void register_full_blocks();
+  Status sync_prefix(std::span<const int32_t> prompt, const GenerateOptions& options, GenStats& stats);
 
   Model* model_;
   KvSequence kv_;
+  const tok::Tokenizer* tokenizer_;
+  BlockHash root_hash_;
   std::vector<int32_t> tokens_;
-  std::vector<float> last_logits_;  // logits after tokens_.back(), when valid
+  std::vector<BlockHash> hashes_;   // chain hash of each full block of tokens_
+  std::vector<float> logits_;       // [rows, n_vocab] from the last forward
+  std::vector<float> last_logits_;  // the logits after tokens_.back(), when valid
   bool last_logits_valid_ = false;
   BatchPlan plan_;
 };

@@ -5,6 +5,30 @@
 
 namespace tern {
 
+BlockHash root_block_hash(uint64_t salt) {
+  // splitmix64 finaliser: a well-mixed start for the chain.
+  uint64_t z = salt + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+BlockHash hash_block(BlockHash parent, std::span<const int32_t> tokens) {
+  // FNV-1a over the parent hash and the token ids, then a final mix. 64-bit: collisions among
+  // the few million blocks a server ever sees are ~1e-7 likely; the SSD tier re-verifies tokens.
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  };
+  mix(parent);
+  mix(tokens.size());
+  for (int32_t t : tokens) mix(static_cast<uint32_t>(t));
+  return root_block_hash(h);
+}
+
 Result<std::unique_ptr<KvPool>> KvPool::create(Backend& backend, const KvPoolConfig& config) {
   if (config.dtype != DType::F16 && config.dtype != DType::F32)
     return error("kv cache dtype: expected f16 or f32, got " + std::string(dtype_name(config.dtype)));
@@ -25,41 +49,106 @@ Result<std::unique_ptr<KvPool>> KvPool::create(Backend& backend, const KvPoolCon
     }
     pool->layers_.push_back(view);
   }
-  pool->refcounts_.assign(config.n_blocks, 0);
+  pool->blocks_.resize(config.n_blocks);
   for (int32_t b = config.n_blocks - 1; b >= 0; --b) pool->free_.push_back(b);
   return pool;
 }
 
 size_t KvPool::bytes_per_token() const {
-  return 2 * static_cast<size_t>(config_.n_layers) * row_bytes(config_.dtype, int64_t{config_.n_kv_heads} * config_.head_dim);
+  return 2 * static_cast<size_t>(config_.n_layers) *
+         row_bytes(config_.dtype, int64_t{config_.n_kv_heads} * config_.head_dim);
+}
+
+void KvPool::lru_push_back(int32_t b) {
+  BlockState& s = blocks_[b];
+  s.lru_prev = lru_tail_;
+  s.lru_next = -1;
+  if (lru_tail_ >= 0) blocks_[lru_tail_].lru_next = b;
+  lru_tail_ = b;
+  if (lru_head_ < 0) lru_head_ = b;
+  ++n_cached_;
+}
+
+void KvPool::lru_remove(int32_t b) {
+  BlockState& s = blocks_[b];
+  if (s.lru_prev >= 0) blocks_[s.lru_prev].lru_next = s.lru_next; else lru_head_ = s.lru_next;
+  if (s.lru_next >= 0) blocks_[s.lru_next].lru_prev = s.lru_prev; else lru_tail_ = s.lru_prev;
+  s.lru_prev = s.lru_next = -1;
+  --n_cached_;
+}
+
+void KvPool::unregister(int32_t b) {
+  BlockState& s = blocks_[b];
+  TERN_CHECK(s.registered);
+  auto it = index_.find(s.hash);
+  TERN_CHECK(it != index_.end() && it->second == b);
+  index_.erase(it);
+  s.registered = false;
 }
 
 std::optional<int32_t> KvPool::allocate() {
-  if (free_.empty()) return std::nullopt;
-  const int32_t b = free_.back();
-  free_.pop_back();
-  refcounts_[b] = 1;
+  int32_t b;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else if (lru_head_ >= 0) {
+    b = lru_head_;
+    lru_remove(b);
+    unregister(b);
+    ++stats_.evictions;
+  } else {
+    return std::nullopt;
+  }
+  blocks_[b].refcount = 1;
   return b;
 }
 
 void KvPool::retain(int32_t block) {
-  TERN_CHECK(refcounts_[block] > 0);
-  ++refcounts_[block];
+  TERN_CHECK(blocks_[block].refcount > 0);
+  ++blocks_[block].refcount;
 }
 
 void KvPool::release(int32_t block) {
-  TERN_CHECK(refcounts_[block] > 0);
-  if (--refcounts_[block] == 0) free_.push_back(block);
+  BlockState& s = blocks_[block];
+  TERN_CHECK(s.refcount > 0);
+  if (--s.refcount > 0) return;
+  if (s.registered) {
+    lru_push_back(block);
+  } else {
+    free_.push_back(block);
+  }
+}
+
+bool KvPool::register_block(int32_t block, BlockHash hash) {
+  BlockState& s = blocks_[block];
+  TERN_CHECK(s.refcount > 0);
+  if (s.registered) return s.hash == hash;
+  if (!index_.emplace(hash, block).second) return false;
+  s.registered = true;
+  s.hash = hash;
+  ++stats_.registrations;
+  return true;
+}
+
+std::optional<int32_t> KvPool::acquire_cached(BlockHash hash) {
+  auto it = index_.find(hash);
+  if (it == index_.end()) return std::nullopt;
+  const int32_t b = it->second;
+  BlockState& s = blocks_[b];
+  if (s.refcount == 0) lru_remove(b);
+  ++s.refcount;
+  ++stats_.hits_blocks;
+  return b;
 }
 
 Status KvSequence::reserve(int n_tokens) {
   const int bt = pool_->config().block_tokens;
   const int need = (n_tokens + bt - 1) / bt - static_cast<int>(blocks_.size());
   if (need <= 0) return Status::ok();
-  if (need > pool_->n_free_blocks()) {
+  if (need > pool_->n_available_blocks()) {
     return error("kv cache full: " + std::to_string(n_tokens) + " tokens need " + std::to_string(need) +
-                 " more blocks of " + std::to_string(bt) + " tokens, " + std::to_string(pool_->n_free_blocks()) +
-                 " free of " + std::to_string(pool_->n_blocks()));
+                 " more blocks of " + std::to_string(bt) + " tokens; " + std::to_string(pool_->n_available_blocks()) +
+                 " of " + std::to_string(pool_->n_blocks()) + " blocks are free or evictable");
   }
   for (int i = 0; i < need; ++i) blocks_.push_back(*pool_->allocate());
   return Status::ok();
@@ -79,6 +168,13 @@ void KvSequence::truncate(int n) {
     pool_->release(blocks_.back());
     blocks_.pop_back();
   }
+}
+
+void KvSequence::append_shared_block(int32_t block) {
+  const int bt = pool_->config().block_tokens;
+  TERN_CHECK(n_tokens_ % bt == 0 && static_cast<int>(blocks_.size()) * bt == n_tokens_);
+  blocks_.push_back(block);
+  n_tokens_ += bt;
 }
 
 int64_t KvSequence::slot(int pos) const {

@@ -1,13 +1,25 @@
-// Paged KV memory: per layer, K and V pools of n_blocks blocks of block_tokens token rows each,
-// [n_blocks * block_tokens, n_kv_heads * head_dim] in F16 (default) or F32, allocated on the
-// backend's device. Blocks are refcounted so sequences can share a prefix; a block returns to the
-// free list when its count drops to zero.
-// Invariant: a block is either free (refcount 0, on the free list) or referenced (refcount > 0).
+// Paged KV memory with a prefix index.
+//
+// Per layer, K and V pools of n_blocks blocks of block_tokens token rows each,
+// [n_blocks * block_tokens, n_kv_heads * head_dim] in F16 (default) or F32, on the backend's device.
+//
+// Blocks are refcounted and content-addressed: a full block can be registered under a hash of
+// (parent block hash, its tokens, namespace), so any later sequence whose prompt starts with the
+// same tokens finds and shares it (across turns, sessions and requests). A block is in exactly one
+// of three states:
+//   free      refcount 0, not registered, on the free list;
+//   cached    refcount 0, registered, on the LRU list (its KV is kept for future hits);
+//   in use    refcount > 0 (registered or not).
+// allocate() takes a free block, else evicts the least recently used cached block. A registered
+// block is never written again (its content is its identity), so sequences only write into blocks
+// they own alone and that are not yet registered.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
@@ -24,6 +36,19 @@ struct KvPoolConfig {
   DType dtype = DType::F16;   // F16 or F32
 };
 
+struct KvPoolStats {
+  int64_t hits_blocks = 0;     // blocks found through the prefix index
+  int64_t evictions = 0;       // cached blocks evicted to make room
+  int64_t registrations = 0;   // blocks registered in the index
+};
+
+using BlockHash = uint64_t;
+
+// Hash of a full block: chained on the parent's hash so a block's identity is its whole prefix.
+// `salt` separates namespaces (model fingerprint, tenant).
+BlockHash hash_block(BlockHash parent, std::span<const int32_t> tokens);
+BlockHash root_block_hash(uint64_t salt);
+
 class KvPool {
  public:
   static Result<std::unique_ptr<KvPool>> create(Backend& backend, const KvPoolConfig& config);
@@ -33,21 +58,51 @@ class KvPool {
 
   // Bytes of K and V across all layers for one token.
   size_t bytes_per_token() const;
-  int n_free_blocks() const { return static_cast<int>(free_.size()); }
   int n_blocks() const { return config_.n_blocks; }
+  int n_free_blocks() const { return static_cast<int>(free_.size()); }
+  int n_cached_blocks() const { return n_cached_; }
+  // Blocks allocate() can hand out: free plus evictable cached ones.
+  int n_available_blocks() const { return n_free_blocks() + n_cached_; }
+  int n_used_blocks() const { return n_blocks() - n_available_blocks(); }
+  const KvPoolStats& stats() const { return stats_; }
 
-  // Takes a free block (refcount 1), or nullopt when none is free.
+  // Takes a block (refcount 1): a free one, else the least recently used cached one (which
+  // leaves the index). nullopt when every block is in use.
   std::optional<int32_t> allocate();
   void retain(int32_t block);
+  // Drops a reference; at zero the block becomes cached (if registered) or free.
   void release(int32_t block);
-  int refcount(int32_t block) const { return refcounts_[block]; }
+  int refcount(int32_t block) const { return blocks_[block].refcount; }
+
+  // Registers an in-use, full block under `hash`. If another block already holds that hash the
+  // index keeps the existing one and this block stays unregistered; returns whether it registered.
+  bool register_block(int32_t block, BlockHash hash);
+  bool is_registered(int32_t block) const { return blocks_[block].registered; }
+  // Finds the block registered under `hash` and takes a reference on it (reviving a cached one).
+  std::optional<int32_t> acquire_cached(BlockHash hash);
+  // True if `hash` is registered (no reference taken).
+  bool contains(BlockHash hash) const { return index_.count(hash) != 0; }
 
  private:
+  struct BlockState {
+    int32_t refcount = 0;
+    bool registered = false;
+    BlockHash hash = 0;
+    int32_t lru_prev = -1, lru_next = -1;  // cached blocks only; head = least recently used
+  };
+  void lru_push_back(int32_t b);
+  void lru_remove(int32_t b);
+  void unregister(int32_t b);
+
   KvPoolConfig config_;
   std::vector<std::unique_ptr<Buffer>> buffers_;  // K and V per layer
   std::vector<KvLayerView> layers_;
-  std::vector<int32_t> refcounts_;
+  std::vector<BlockState> blocks_;
   std::vector<int32_t> free_;  // a stack; lowest ids are handed out first
+  int32_t lru_head_ = -1, lru_tail_ = -1;
+  int n_cached_ = 0;
+  std::unordered_map<BlockHash, int32_t> index_;
+  KvPoolStats stats_;
 };
 
 // A sequence's view of the pool: its block table and token count. Trimming is truncating the
@@ -62,13 +117,16 @@ class KvSequence {
   KvPool& pool() const { return *pool_; }
   int n_tokens() const { return n_tokens_; }
   const std::vector<int32_t>& blocks() const { return blocks_; }
-  // Makes room for n_tokens tokens in total. Error (with sizes) when the pool is out of blocks;
-  // on error nothing changes.
+  // Makes room for n_tokens tokens in total. Error (with sizes) when the pool cannot supply the
+  // blocks; on error nothing changes.
   Status reserve(int n_tokens);
   // Marks tokens [0, n) valid (after a forward wrote them). Precondition: reserved.
   void set_n_tokens(int n);
   // Drops tokens >= n and releases every block past the one holding token n - 1 (reserved ones too).
   void truncate(int n);
+  // Appends a block found in the index (the caller acquired its reference). Precondition: the
+  // sequence ends on a block boundary.
+  void append_shared_block(int32_t block);
   // KV slot of position pos: block * block_tokens + offset.
   int64_t slot(int pos) const;
 

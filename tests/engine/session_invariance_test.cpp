@@ -49,12 +49,12 @@ TEST_F(SessionInvariance, ChunkedPrefillIsBitIdentical) {
   ASSERT_TRUE(lb.is_ok()) << lb.status().message();
   EXPECT_TRUE(bitwise_equal(la.value(), lb.value()));
 
-  std::vector<int32_t> out_a, out_b;
   whole.max_tokens = chunked.max_tokens = 24;
-  ASSERT_TRUE(a.generate(prompt, whole, &out_a).is_ok());
-  ASSERT_TRUE(b.generate(prompt, chunked, &out_b).is_ok());
-  EXPECT_EQ(out_a, out_b);
-  EXPECT_EQ(out_a.size(), 24u);
+  auto ga = a.generate(prompt, whole);
+  auto gb = b.generate(prompt, chunked);
+  ASSERT_TRUE(ga.is_ok() && gb.is_ok());
+  EXPECT_EQ(ga.value().tokens, gb.value().tokens);
+  EXPECT_EQ(ga.value().tokens.size(), 24u);
 }
 
 TEST_F(SessionInvariance, ReusedPrefixIsBitIdentical) {
@@ -63,26 +63,26 @@ TEST_F(SessionInvariance, ReusedPrefixIsBitIdentical) {
   o.max_tokens = 16;
   o.prefill_chunk_tokens = 64;
   Session warm(*m_.model, *m_.kv);
-  std::vector<int32_t> out1;
-  ASSERT_TRUE(warm.generate(turn1, o, &out1).is_ok());
+  auto g1 = warm.generate(turn1, o);
+  ASSERT_TRUE(g1.is_ok());
+  const std::vector<int32_t> out1 = g1.value().tokens;
   // Turn 2 = turn 1 + its answer + new user tokens: the warm session reuses its KV.
   std::vector<int32_t> turn2 = turn1;
   turn2.insert(turn2.end(), out1.begin(), out1.end());
   const auto extra = prompt_ids(40, 3);
   turn2.insert(turn2.end(), extra.begin(), extra.end());
 
-  std::vector<int32_t> warm_out, cold_out;
-  auto warm_stats = warm.generate(turn2, o, &warm_out);
-  ASSERT_TRUE(warm_stats.is_ok());
-  EXPECT_GE(warm_stats.value().cached_tokens, static_cast<int>(turn1.size() + out1.size() - 1));
+  auto warm_gen = warm.generate(turn2, o);
+  ASSERT_TRUE(warm_gen.is_ok());
+  EXPECT_GE(warm_gen.value().stats.cached_tokens, static_cast<int>(turn1.size() + out1.size() - 1));
 
   Session cold(*m_.model, *m_.kv);
   GenerateOptions fresh = o;
   fresh.reuse_prefix = false;
-  auto cold_stats = cold.generate(turn2, fresh, &cold_out);
-  ASSERT_TRUE(cold_stats.is_ok());
-  EXPECT_EQ(cold_stats.value().cached_tokens, 0);
-  EXPECT_EQ(warm_out, cold_out);
+  auto cold_gen = cold.generate(turn2, fresh);
+  ASSERT_TRUE(cold_gen.is_ok());
+  EXPECT_EQ(cold_gen.value().stats.cached_tokens, 0);
+  EXPECT_EQ(warm_gen.value().tokens, cold_gen.value().tokens);
 
   // Divergence: a prompt that shares only part of the held tokens trims and still matches.
   std::vector<int32_t> branch(turn2.begin(), turn2.begin() + 50);

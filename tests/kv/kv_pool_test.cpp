@@ -78,3 +78,65 @@ TEST(KvPool, RejectsBadConfig) {
 
 }  // namespace
 }  // namespace tern
+
+namespace tern {
+namespace {
+
+TEST(PrefixIndex, CachedBlocksAreFoundAndEvictedLeastRecentlyUsedFirst) {
+  cpu::CpuBackend backend({1, false});
+  auto pool = std::move(KvPool::create(backend, small_config(3))).value();
+  const std::vector<int32_t> t1 = {1, 2, 3, 4}, t2 = {5, 6, 7, 8};
+  const BlockHash h1 = hash_block(root_block_hash(0), t1);
+  const BlockHash h2 = hash_block(h1, t2);
+  const int32_t a = *pool->allocate(), b = *pool->allocate();
+  EXPECT_TRUE(pool->register_block(a, h1));
+  EXPECT_TRUE(pool->register_block(b, h2));
+  pool->release(a);  // cached, least recently used
+  pool->release(b);
+  EXPECT_EQ(pool->n_cached_blocks(), 2);
+  EXPECT_EQ(pool->n_available_blocks(), 3);
+
+  // A hit revives the block and takes a reference.
+  auto hit = pool->acquire_cached(h1);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(*hit, a);
+  EXPECT_EQ(pool->refcount(a), 1);
+  EXPECT_EQ(pool->n_cached_blocks(), 1);
+  pool->release(a);  // now a is more recent than b
+
+  // Allocation takes the free block first, then evicts b (the LRU one), not a.
+  const int32_t c = *pool->allocate();
+  EXPECT_NE(c, a);
+  EXPECT_NE(c, b);
+  const int32_t d = *pool->allocate();
+  EXPECT_EQ(d, b);
+  EXPECT_EQ(pool->stats().evictions, 1);
+  EXPECT_FALSE(pool->contains(h2));
+  EXPECT_TRUE(pool->contains(h1));
+  // In-use blocks are never evicted.
+  const int32_t e = *pool->allocate();
+  EXPECT_EQ(e, a);
+  EXPECT_FALSE(pool->allocate().has_value());
+}
+
+TEST(PrefixIndex, DuplicateHashKeepsTheFirstBlock) {
+  cpu::CpuBackend backend({1, false});
+  auto pool = std::move(KvPool::create(backend, small_config(2))).value();
+  const BlockHash h = hash_block(root_block_hash(1), std::vector<int32_t>{9, 9, 9, 9});
+  const int32_t a = *pool->allocate(), b = *pool->allocate();
+  EXPECT_TRUE(pool->register_block(a, h));
+  EXPECT_FALSE(pool->register_block(b, h));
+  EXPECT_FALSE(pool->is_registered(b));
+  pool->release(b);
+  EXPECT_EQ(pool->n_free_blocks(), 1);  // unregistered -> free, not cached
+}
+
+TEST(PrefixIndex, HashDependsOnParentAndSalt) {
+  const std::vector<int32_t> t = {1, 2, 3, 4};
+  EXPECT_NE(hash_block(root_block_hash(0), t), hash_block(root_block_hash(1), t));
+  EXPECT_NE(hash_block(hash_block(root_block_hash(0), t), t), hash_block(root_block_hash(0), t));
+  EXPECT_EQ(hash_block(root_block_hash(7), t), hash_block(root_block_hash(7), t));
+}
+
+}  // namespace
+}  // namespace tern
