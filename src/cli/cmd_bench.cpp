@@ -277,7 +277,8 @@ Status run_bench(const BenchOptions& o) {
       MemBandwidthOptions mo;
       mo.buffer_bytes = static_cast<size_t>(o.membw_mib) << 20;
       peak_gbs[i] = measure_read_bandwidth_gbs(thread_counts[i], mo);
-      std::printf(" %d thread(s) %.1f GB/s%s", thread_counts[i], peak_gbs[i], i + 1 < thread_counts.size() ? "," : "\n");
+      const char* sep = i + 1 < thread_counts.size() ? "," : "\n";
+      std::printf(" %d thread(s) %.1f GB/s%s", thread_counts[i], peak_gbs[i], sep);
     }
   }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "core/thread_pool.h"
 
@@ -66,7 +67,8 @@ double measure_read_bandwidth_gbs(int n_threads, const MemBandwidthOptions& opti
   // Each thread's slice is a whole number of loop steps so every byte counted is read.
   const size_t slice = options.buffer_bytes / n_threads / kStepBytes * kStepBytes;
   const size_t total = slice * n_threads;
-  std::unique_ptr<uint8_t, FreeDeleter> buffer(static_cast<uint8_t*>(std::aligned_alloc(kAlign, (total + kAlign - 1) / kAlign * kAlign)));
+  const size_t alloc_bytes = (total + kAlign - 1) / kAlign * kAlign;  // aligned_alloc wants a multiple
+  std::unique_ptr<uint8_t, FreeDeleter> buffer(static_cast<uint8_t*>(std::aligned_alloc(kAlign, alloc_bytes)));
   if (!buffer || slice == 0) return 0.0;
   ThreadPool pool(n_threads);
   // First touch from the thread that will read the slice (pages land near it on NUMA hosts).

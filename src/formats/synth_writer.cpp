@@ -48,7 +48,10 @@ class Rng {
   uint64_t state_;
 };
 
-uint64_t stream_seed(uint64_t seed, uint64_t a, uint64_t b) { return mix64(seed ^ mix64(a * 0x100000001b3ull ^ mix64(b))); }
+// Seed of an independent stream for (a, b), e.g. (tensor index, row).
+uint64_t stream_seed(uint64_t seed, uint64_t a, uint64_t b) {
+  return mix64(seed ^ mix64(a * 0x100000001b3ull ^ mix64(b)));
+}
 
 uint32_t float_bits(float f) {
   uint32_t u;
@@ -84,7 +87,8 @@ class Synthesizer {
       : shape_(shape),
         mix_(mix),
         seed_(options.seed),
-        pool_(options.n_threads > 0 ? options.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
+        pool_(options.n_threads > 0 ? options.n_threads
+                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
         plan_(plan_tensors(shape, mix)) {
     build_pools();
   }
