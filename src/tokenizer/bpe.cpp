@@ -189,11 +189,10 @@ void BpeEncoder::encode_piece(std::string_view bytes, std::vector<int32_t>* out)
   if (!done) {
     for (char ch : bytes) {
       const int32_t id = byte_ids_[static_cast<uint8_t>(ch)];
-      if (id >= 0) {
-        symbols.push_back(id);
-      } else if (vocab_.unk_id >= 0) {
-        symbols.push_back(vocab_.unk_id);  // a vocabulary without this byte: HF emits unk (or drops it)
-      }
+      // note: vocabularies trained on valid UTF-8 may lack bytes that never occur in it (C0, C1,
+      // F5..FF). Such a byte is dropped, as HF does for byte-level BPE (its unk_token is null);
+      // emitting the GGUF's unk id would put e.g. <|endoftext|> into the prompt.
+      if (id >= 0) symbols.push_back(id);
     }
     if (symbols.size() > kHeapThreshold) {
       merge_word_heap(&symbols);

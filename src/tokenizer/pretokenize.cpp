@@ -96,13 +96,15 @@ uint32_t match_gpt2(const Text& t, uint32_t i) {
   return trailing_spaces(t, i);
 }
 
-// The cl100k-style regex of llama3 (max_digits 3), qwen2 (1) and seed-coder (1, no newline tail).
-uint32_t match_llama3_like(const Text& t, uint32_t i, uint32_t max_digits, bool newline_tail) {
+// The cl100k-style regex of llama3 (max_digits 3), qwen2 (1) and seed-coder (1, no newline tail);
+// qwen3.5 counts marks as word characters (word = kLetter | kMark).
+uint32_t match_llama3_like(const Text& t, uint32_t i, uint32_t max_digits, bool newline_tail,
+                           uint16_t word = kLetter) {
   uint32_t m = contraction(t, i, true);
   if (m > i) return m;
-  // [^\r\n\p{L}\p{N}]?\p{L}+
-  if (t.has(i, kLetter)) return t.run(i, kLetter);
-  if (t.is_letter_prefix(i) && t.has(i + 1, kLetter)) return t.run(i + 1, kLetter);
+  // [^\r\n\p{L}\p{N}]?\p{L}+  (or [\p{L}\p{M}]+)
+  if (t.is_letter_prefix(i) && !t.has(i, word) && t.has(i + 1, word)) return t.run(i + 1, word);
+  if (t.has(i, word)) return t.run(i, word);
   // \p{N}{1,max}
   if (t.has(i, kNumber)) {
     uint32_t k = i;
@@ -110,7 +112,7 @@ uint32_t match_llama3_like(const Text& t, uint32_t i, uint32_t max_digits, bool 
     return k;
   }
   // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
-  if ((m = opt_space_run(t, i, [&](uint32_t j) { return t.is_other(j); })) > i) {
+  if ((m = opt_space_run(t, i, [&](uint32_t j) { return t.is_other(j) && !t.has(j, word); })) > i) {
     if (newline_tail) m = t.run_if(m, [&](uint32_t j) { return t.is_crlf(j); });
     return m;
   }
@@ -212,6 +214,7 @@ uint32_t match_at(Split stage, const Text& t, uint32_t i) {
     case Split::kGpt2: return match_gpt2(t, i);
     case Split::kLlama3: return match_llama3_like(t, i, 3, true);
     case Split::kQwen2: return match_llama3_like(t, i, 1, true);
+    case Split::kQwen35: return match_llama3_like(t, i, 1, true, kLetter | kMark);
     case Split::kSeedCoder: return match_llama3_like(t, i, 1, false);
     case Split::kGpt4o: return match_case_split(t, i, {3, true, true, 0});
     case Split::kTekken: return match_case_split(t, i, {1, false, true, 0});
@@ -309,6 +312,7 @@ struct Family {
   std::vector<Split> stages;
   std::vector<ByteSplit> byte_stages;
   bool ignore_merges;
+  bool nfc = false;
 };
 
 // The distinct pre-tokenizers, as the original Hugging Face tokenizer.json files define them.
@@ -317,7 +321,9 @@ const std::vector<Family>& families() {
       {"gpt2", {Split::kGpt2}, {}, false},
       {"llama3", {Split::kLlama3}, {}, true},
       {"cl100k", {Split::kLlama3}, {}, false},
-      {"qwen2", {Split::kQwen2}, {}, false},
+      {"qwen2", {Split::kQwen2}, {}, false, /*nfc=*/true},
+      {"qwen2-regex", {Split::kQwen2}, {}, false},
+      {"qwen35", {Split::kQwen35}, {}, false, /*nfc=*/true},
       {"seed-coder", {Split::kSeedCoder}, {}, false},
       {"starcoder", {Split::kDigit, Split::kGpt2}, {}, false},
       {"deepseek-coder",
@@ -350,9 +356,9 @@ constexpr Alias kAliases[] = {
     {"llama-v3", "llama3"},      {"dbrx", "cl100k"},        {"smaug-bpe", "cl100k"},
     {"falcon3", "cl100k"},       {"falcon-h1", "cl100k"},   {"chatglm-bpe", "cl100k"},
     {"grok-2", "cl100k"},        {"qwen2", "qwen2"},        {"deepseek-r1-qwen", "qwen2"},
-    {"stablelm2", "qwen2"},      {"megrez", "qwen2"},       {"bailingmoe", "qwen2"},
-    {"bailingmoe2", "qwen2"},    {"llada-moe", "qwen2"},    {"hunyuan-dense", "qwen2"},
-    {"seed-coder", "seed-coder"}, {"starcoder", "starcoder"}, {"refact", "starcoder"},
+    {"stablelm2", "qwen2-regex"},      {"megrez", "qwen2-regex"},       {"bailingmoe", "qwen2-regex"},
+    {"bailingmoe2", "qwen2-regex"},    {"llada-moe", "qwen2-regex"},    {"hunyuan-dense", "qwen2-regex"},
+    {"qwen35", "qwen35"},        {"seed-coder", "seed-coder"}, {"starcoder", "starcoder"}, {"refact", "starcoder"},
     {"command-r", "starcoder"},  {"smollm", "starcoder"},   {"codeshell", "starcoder"},
     {"exaone", "starcoder"},     {"minerva-7b", "starcoder"}, {"deepseek-coder", "deepseek-coder"},
     {"deepseek-v3", "deepseek-v3"}, {"hunyuan", "deepseek-v3"}, {"falcon", "falcon"},
@@ -383,7 +389,7 @@ Result<PreTokenizer> pre_tokenizer_for(std::string_view pre_name, std::string* w
                  ")");
   }
   for (const Family& f : families()) {
-    if (family_name == f.name) return PreTokenizer{f.name, f.stages, f.byte_stages, f.ignore_merges};
+    if (family_name == f.name) return PreTokenizer{f.name, f.stages, f.byte_stages, f.ignore_merges, f.nfc};
   }
   return error("tokenizer.ggml.pre: family \"" + std::string(family_name) + "\" has no definition");  // unreachable
 }

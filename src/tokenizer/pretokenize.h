@@ -23,6 +23,7 @@ enum class Split : uint8_t {
   kGpt2,          // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
   kLlama3,        // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
   kQwen2,         // as kLlama3 with \p{N} (one digit per piece)
+  kQwen35,        // as kQwen2 with [\p{L}\p{M}]+ words and [^\s\p{L}\p{M}\p{N}]+ punctuation
   kSeedCoder,     // as kQwen2 without the [\r\n]* after punctuation
   kGpt4o,         // [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
                   // |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
@@ -56,6 +57,7 @@ struct PreTokenizer {
   std::vector<Split> stages;         // over code points, in order
   std::vector<ByteSplit> byte_stages;  // then over bytes, in order
   bool ignore_merges = false;        // a piece that is itself a token skips merging (llama3)
+  bool nfc = false;                  // the tokenizer.json normalizes to NFC first (qwen2)
 };
 
 // Maps tokenizer.ggml.pre to its family. Unknown names are an error naming the value; "default"

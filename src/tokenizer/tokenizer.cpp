@@ -10,6 +10,7 @@
 #include "tokenizer/spm.h"
 #include "tokenizer/token_index.h"
 #include "tokenizer/unicode.h"
+#include "tokenizer/unicode_nfc.h"
 
 namespace tern::tok {
 
@@ -175,7 +176,13 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_vocab(Vocab vocab) {
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
-void Tokenizer::Impl::encode_bpe(std::string_view text, std::vector<int32_t>* out) const {
+void Tokenizer::Impl::encode_bpe(std::string_view raw_text, std::vector<int32_t>* out) const {
+  std::string normalized;
+  std::string_view text = raw_text;
+  if (pre.nfc && !nfc_quick_check(raw_text)) {
+    normalized = to_nfc(raw_text);
+    text = normalized;
+  }
   std::vector<uint32_t> cps, offsets;
   decode_utf8_all(text, &cps, &offsets);
   std::vector<uint16_t> flags(cps.size());
@@ -280,6 +287,7 @@ uint64_t Tokenizer::fingerprint() const { return impl_->fingerprint; }
 const Vocab& Tokenizer::vocab() const { return impl_->vocab; }
 const std::string& Tokenizer::pre_tokenizer_name() const { return impl_->pre.name; }
 const std::vector<std::string>& Tokenizer::warnings() const { return impl_->warnings; }
+bool Tokenizer::normalizes_to_nfc() const { return impl_->pre.nfc; }
 bool Tokenizer::strips_leading_space() const {
   return impl_->vocab.model == VocabModel::kSpm && impl_->vocab.add_space_prefix;
 }

@@ -61,6 +61,8 @@ class Tokenizer {
   const std::string& pre_tokenizer_name() const;
   // Non-fatal notes from loading (e.g. a "default" pre-tokenizer fallback), for the CLI to print.
   const std::vector<std::string>& warnings() const;
+  // Text is normalized to NFC before splitting (qwen2), so decode(encode(t)) == NFC(t), not t.
+  bool normalizes_to_nfc() const;
   // SPM models that add a space prefix strip one leading space from decoded text.
   bool strips_leading_space() const;
 

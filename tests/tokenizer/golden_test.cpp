@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/unicode_nfc.h"
 #include "tokenizer_test_util.h"
 
 namespace tern::tok {
@@ -49,18 +50,28 @@ TEST_P(Golden, IdsMatchHuggingFaceAndDecodeRoundTrips) {
 
   const auto& corpus = g["corpus"];
   const auto& expected = g["ids"];
+  const auto& decoded = g["decoded"];
+  // Texts where this reference is known to disagree with the original tokenizer (tern follows the
+  // original; another golden file covers those texts). Kept few so they cannot hide a regression.
+  const nlohmann::json known = g.value("known_differences", nlohmann::json::object());
+  ASSERT_LE(known.size(), 3u);
   ASSERT_EQ(corpus.size(), expected.size());
+  ASSERT_EQ(corpus.size(), decoded.size());
   ASSERT_GE(corpus.size(), 40u);
-  int n_mismatch = 0;
+  const bool byte_level = (*tok)->vocab().model == VocabModel::kBpe;
   for (size_t i = 0; i < corpus.size(); ++i) {
     const std::string text = corpus[i].get<std::string>();
-    const std::vector<int32_t> want = expected[i].get<std::vector<int32_t>>();
     const std::vector<int32_t> got = (*tok)->encode(text, /*add_bos_eos=*/false, /*parse_special=*/true);
-    if (got != want) ++n_mismatch;
-    EXPECT_EQ(join_ids(got), join_ids(want)) << GetParam() << " text #" << i << ": \"" << text << "\"";
-    EXPECT_EQ((*tok)->decode(got), text) << GetParam() << " round trip of text #" << i;
+    if (!known.contains(std::to_string(i))) {
+      EXPECT_EQ(join_ids(got), join_ids(expected[i].get<std::vector<int32_t>>()))
+          << GetParam() << " text #" << i << ": \"" << text << "\"";
+    }
+    EXPECT_EQ((*tok)->decode(got), decoded[i].get<std::string>()) << GetParam() << " decode of text #" << i;
+    if (byte_level) {
+      const std::string want_text = (*tok)->normalizes_to_nfc() ? to_nfc(text) : text;
+      EXPECT_EQ((*tok)->decode(got), want_text) << GetParam() << " round trip of text #" << i;
+    }
   }
-  EXPECT_EQ(n_mismatch, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(HuggingFace, Golden, ::testing::ValuesIn(golden_names()),
