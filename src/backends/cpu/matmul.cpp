@@ -24,7 +24,7 @@ using detail::WeightRows;
 constexpr int64_t kMinParallelMacs = 16 * 1024;
 // Thread shares are multiples of this many weight rows, so every share but the last fills the
 // kernels' weight-row tiles.
-constexpr int64_t kRowGrain = 4;
+constexpr int64_t kRowGrain = 16;
 
 struct Level {
   detail::QuantizeQ8x32Fn quantize_q8x32;

@@ -3,229 +3,311 @@
 //
 // Every legacy block decodes as x = d * u + m with an unsigned code u (q4: 0..15, q5: 0..31,
 // q8_0: q + 128) and a per-block offset m (q4_0: -8d, q5_0: -16d, q8_0: -128d, q4_1/q5_1: the
-// stored min). So a block's dot with activation block (da, q, s = da * sum q) is
-//   (d * da) * sum(u * q) + m * s,
-// and sum(u * q) is what vpdpbusd computes (u8 x s8) with no sign tricks.
+// stored min). A block's dot with activation block (d_a, q, s = d_a * sum q) is therefore
+//   (d * d_a) * isum + m * s,   isum = sum(u * q), exact in int32 (what vpdpbusd computes).
 //
-// Per output, over groups of up to 8 blocks, in order: one gather fetches the 8 blocks' {d, m}
-// fp16 pairs, which multiply the activation's {d_a, s} pairs lane by lane into
-// {d * d_a, m * s} (offset-only types build m from d); the m * s lanes are added into acc. Then
-// for each pair of blocks the 64 codes meet the 64 activation bytes in one vpdpbusd (lanes 0-7
-// hold block 2p, lanes 8-15 block 2p+1) and acc = fma(float(dot), d * d_a expanded to those
-// lanes, acc). One hsum at the end.
-//
-// note: q4 codes skip the shift of the high nibbles: the byte is masked to 0xf0, i.e. 16 * u, and
-// those lanes take (d * d_a) / 16 as their scale. Both factors are exact rescalings (a power of
-// two, an integer below 2^24), so the product is the same float as (d * d_a) * dot.
+// Panels: 16 weight rows are computed together, one per vector lane (lane L holds panel row
+// kLaneRow[L], the order a 4x4 transpose leaves). Per block, the rows' codes are transposed so
+// that vector k holds, in each lane, codes 4k .. 4k+3 of that lane's row; eight vpdpbusd against
+// broadcast activation dwords then leave the 16 rows' exact isum in one register, with no
+// horizontal reductions. Per output (lane), per block, in order:
+//   acc = fma(float(isum), d * d_a, acc);  acc = fma(m, s, acc).
+// Decode (few activation rows) transposes in registers block by block; prefill transposes a
+// panel once into scratch and streams every activation row past it. Both run block_step(), so
+// an output's float operations do not depend on n (batch invariance).
 #include <immintrin.h>
+
+#include <cstring>
+#include <memory>
 
 #include "backends/cpu/matmul_kernels.h"
 #include "backends/cpu/matmul_simd_avx512.h"
-#include "backends/cpu/matmul_tiling.h"
+#include "core/check.h"
 #include "core/quant_blocks.h"
 
 namespace tern::cpu::detail {
 namespace {
 
-// Per type: block size, how m is formed, and codes(b0, b1) = the codes of two blocks as 64 bytes
-// in element order (b1 may equal b0 for an odd tail; the activation side is zero there).
+constexpr int kPanel = 16;        // weight rows per panel (one per lane)
+constexpr int kCodeVectors = 8;   // vectors of 4 codes per lane per block
+constexpr int kFusedMaxRows = 3;  // up to this many activation rows: transpose on the fly
+
+// Lane L holds panel row 4 * (L % 4) + L / 4 (its own inverse).
+inline __m512i lane_rows() { return _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15); }
+constexpr int lane_row(int lane) { return 4 * (lane % 4) + lane / 4; }
+
+inline __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// 16 bytes of each of 16 rows (row i at src + i * stride) -> q[j], lane L = dword j of row
+// lane_row(L). note: addresses are formed inline from (src, stride); an array of 16 row pointers
+// gets vectorized by the compiler into pointer extracts that cost more than the transpose.
+inline void transpose16x4(const uint8_t* src, size_t stride, __m512i (&q)[4]) {
+  __m512i r[4];  // r[g], 128-bit lane l: row 4g + l
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const uint8_t* p = src + 4 * g * stride;
+    __m512i v = _mm512_broadcast_i32x4(load16(p));
+    v = _mm512_mask_broadcast_i32x4(v, 0x00f0, load16(p + stride));
+    v = _mm512_mask_broadcast_i32x4(v, 0x0f00, load16(p + 2 * stride));
+    r[g] = _mm512_mask_broadcast_i32x4(v, 0xf000, load16(p + 3 * stride));
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]);  // per 128-bit lane: A0 B0 A1 B1
+  const __m512i t1 = _mm512_unpackhi_epi32(r[0], r[1]);  // A2 B2 A3 B3
+  const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]);  // C0 D0 C1 D1
+  const __m512i t3 = _mm512_unpackhi_epi32(r[2], r[3]);  // C2 D2 C3 D3
+  q[0] = _mm512_unpacklo_epi64(t0, t2);
+  q[1] = _mm512_unpackhi_epi64(t0, t2);
+  q[2] = _mm512_unpacklo_epi64(t1, t3);
+  q[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// Nibble codes: qs byte l holds element l (low nibble) and l + 16 (high nibble), so dword j's
+// low nibbles are elements 4j .. 4j+3 and its high nibbles elements 16 + 4j ...
+inline void split_nibbles(const __m512i (&q)[4], __m512i (&z)[kCodeVectors]) {
+  const __m512i low = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    z[j] = _mm512_and_si512(q[j], low);
+    z[j + 4] = _mm512_and_si512(_mm512_srli_epi16(q[j], 4), low);
+  }
+}
+
+// q5: bit 4 of element e is bit e of the row's 32-bit qh (qh: lane L = row lane_row(L)'s qh).
+inline void add_high_bits(__m512i qh, __m512i (&z)[kCodeVectors]) {
+#pragma GCC unroll 8
+  for (int k = 0; k < kCodeVectors; ++k) {
+    // Byte k / 2 of each lane's qh holds the bits of elements 4k .. 4k+3 in nibble k % 2.
+    const char b = static_cast<char>(k / 2);
+    const __m512i spread = _mm512_shuffle_epi8(
+        qh, _mm512_broadcast_i32x4(_mm_setr_epi8(b, b, b, b, b + 4, b + 4, b + 4, b + 4, b + 8, b + 8, b + 8, b + 8,
+                                                 b + 12, b + 12, b + 12, b + 12)));
+    const int s = 4 * (k % 2);
+    const __m512i bits = _mm512_set1_epi32(static_cast<int>((1u << s) | (2u << (s + 8)) | (4u << (s + 16)) | (8u << (s + 24))));
+    z[k] = _mm512_mask_add_epi8(z[k], _mm512_test_epi8_mask(spread, bits), z[k], _mm512_set1_epi8(0x10));
+  }
+}
+
 template <DType T>
 struct Legacy;
-
-// qs[l] holds element l (low nibble) and l + 16 (high nibble). Returns 128-bit lanes
-// {u(q0 low), 16 * u(q0 high), u(q1 low), 16 * u(q1 high)}: see the note above.
-inline __m512i nibble_pair_x16(const uint8_t* q0, const uint8_t* q1) {
-  // q0 q0 q1 q1 from two broadcast loads: the merge runs on either vector port, where an insert
-  // would be one more shuffle on the busiest one.
-  __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q0)));
-  v = _mm512_mask_broadcast_i32x4(v, 0xff00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)));
-  const __m512i nibble_masks = _mm512_set_epi64(-0x0f0f0f0f0f0f0f10ll, -0x0f0f0f0f0f0f0f10ll, 0x0f0f0f0f0f0f0f0fll,
-                                                0x0f0f0f0f0f0f0f0fll, -0x0f0f0f0f0f0f0f10ll, -0x0f0f0f0f0f0f0f10ll,
-                                                0x0f0f0f0f0f0f0f0fll, 0x0f0f0f0f0f0f0f0fll);
-  return _mm512_and_si512(v, nibble_masks);
-}
-
-// Same lanes with the high nibbles shifted down: {u(q0 low), u(q0 high), u(q1 low), u(q1 high)}.
-inline __m512i nibble_pair(const uint8_t* q0, const uint8_t* q1) {
-  __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q0)));
-  v = _mm512_mask_broadcast_i32x4(v, 0xff00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)));
-  v = _mm512_mask_srli_epi16(v, 0xff00ff00u, v, 4);  // lanes 1 and 3: high nibbles
-  return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-}
-
-// q5: bit 4 of element l is bit l of the 32-bit qh.
-inline __m512i add_high_bits(__m512i v, const uint8_t* qh0, const uint8_t* qh1) {
-  uint32_t h0, h1;
-  __builtin_memcpy(&h0, qh0, 4);
-  __builtin_memcpy(&h1, qh1, 4);
-  const __mmask64 k = _cvtu64_mask64(static_cast<uint64_t>(h0) | (static_cast<uint64_t>(h1) << 32));
-  return _mm512_mask_add_epi8(v, k, v, _mm512_set1_epi8(0x10));
-}
 
 template <>
 struct Legacy<DType::Q4_0> {
   static constexpr int kBytes = sizeof(BlockQ4_0);
   static constexpr bool kStoredMin = false;
-  static constexpr float kOffset = -8.0f;   // m = kOffset * d
-  static constexpr bool kHighTimes16 = true;  // codes of lanes 4-7 and 12-15 are 16 * u
-  static __m512i codes(const uint8_t* b0, const uint8_t* b1) { return nibble_pair_x16(b0 + 2, b1 + 2); }
+  static constexpr float kOffset = -8.0f;  // m = kOffset * d
+  static void codes(const uint8_t* b, size_t stride, __m512i (&z)[kCodeVectors]) {
+    __m512i q[4];
+    transpose16x4(b + 2, stride, q);
+    split_nibbles(q, z);
+  }
 };
 template <>
 struct Legacy<DType::Q4_1> {
   static constexpr int kBytes = sizeof(BlockQ4_1);
   static constexpr bool kStoredMin = true;
   static constexpr float kOffset = 0.0f;
-  static constexpr bool kHighTimes16 = true;
-  static __m512i codes(const uint8_t* b0, const uint8_t* b1) { return nibble_pair_x16(b0 + 4, b1 + 4); }
+  static void codes(const uint8_t* b, size_t stride, __m512i (&z)[kCodeVectors]) {
+    __m512i q[4];
+    transpose16x4(b + 4, stride, q);
+    split_nibbles(q, z);
+  }
 };
-template <>
-struct Legacy<DType::Q5_0> {
-  static constexpr int kBytes = sizeof(BlockQ5_0);
-  static constexpr bool kStoredMin = false;
-  static constexpr float kOffset = -16.0f;
-  static constexpr bool kHighTimes16 = false;
-  static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
-    return add_high_bits(nibble_pair(b0 + 6, b1 + 6), b0 + 2, b1 + 2);
+
+// q5 codes also need the 16 rows' qh words: gathered in lane order by the caller's gather of
+// the block heads (see Gathered).
+template <DType T>
+struct Legacy5 {
+  static constexpr bool kQ50 = T == DType::Q5_0;
+  static constexpr int kBytes = kQ50 ? sizeof(BlockQ5_0) : sizeof(BlockQ5_1);
+  static constexpr bool kStoredMin = !kQ50;
+  static constexpr float kOffset = kQ50 ? -16.0f : 0.0f;
+  static constexpr int kQhOffset = kQ50 ? 2 : 4;
+  static void codes(const uint8_t* b, size_t stride, __m512i (&z)[kCodeVectors], __m512i qh) {
+    __m512i q[4];
+    transpose16x4(b + kQhOffset + 4, stride, q);
+    split_nibbles(q, z);
+    add_high_bits(qh, z);
   }
 };
 template <>
-struct Legacy<DType::Q5_1> {
-  static constexpr int kBytes = sizeof(BlockQ5_1);
-  static constexpr bool kStoredMin = true;
-  static constexpr float kOffset = 0.0f;
-  static constexpr bool kHighTimes16 = false;
-  static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
-    return add_high_bits(nibble_pair(b0 + 8, b1 + 8), b0 + 4, b1 + 4);
-  }
-};
+struct Legacy<DType::Q5_0> : Legacy5<DType::Q5_0> {};
+template <>
+struct Legacy<DType::Q5_1> : Legacy5<DType::Q5_1> {};
+
 template <>
 struct Legacy<DType::Q8_0> {
   static constexpr int kBytes = sizeof(BlockQ8_0);
   static constexpr bool kStoredMin = false;
   static constexpr float kOffset = -128.0f;
-  static constexpr bool kHighTimes16 = false;
-  static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2));
-    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
-    return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));  // q + 128
+  static void codes(const uint8_t* b, size_t stride, __m512i (&z)[kCodeVectors]) {
+    __m512i q[4];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      transpose16x4(b + 2 + 16 * h, stride, q);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) z[4 * h + j] = _mm512_xor_si512(q[j], _mm512_set1_epi8(static_cast<char>(0x80)));
+    }
   }
 };
 
-constexpr int kGroupBlocks = 8;  // blocks per scale gather: 8 {d, m} fp16 pairs = 16 float lanes
+// One block of a panel, ready for block_step: codes plus per-lane d and m.
+struct PanelBlock {
+  __m512i z[kCodeVectors];
+  __m512 d, m;
+};
 
+// 16 weight rows, `stride` bytes apart, and the gather offsets of their rows in lane order.
+struct PanelRows {
+  const uint8_t* base;
+  size_t stride;
+  __m512i lane_offsets;  // lane L: lane_row(L) * stride
+};
+
+inline PanelRows panel_rows(const uint8_t* base, size_t stride) {
+  return {base, stride, _mm512_mullo_epi32(lane_rows(), _mm512_set1_epi32(static_cast<int>(stride)))};
+}
+
+// Decodes block b of a panel.
 template <DType T>
-struct LegacyKernel {
+inline void load_panel_block(const PanelRows& rows, int64_t b, PanelBlock& out) {
   using L = Legacy<T>;
-  const WeightRows& w;
-  const Activations& x;
-  float* y;
-  int64_t ldy;
-
-  // One pair of blocks (kFull) or a lone last block: codes meet activations, scaled into acc.
-  // scale: {d * d_a, m * s} per block; scale16: the same / 16 (kHighTimes16 only).
-  template <int NA, int NW, bool kFull>
-  [[gnu::always_inline]] static inline void pair_step(const uint8_t* const (&b0)[NW], const int8_t* const (&q)[NA],
-                                                      __m512i lanes, const __m512 (&scale)[NA][NW],
-                                                      const __m512 (&scale16)[NA][NW], __m512 (&acc)[NA][NW]) {
-    __m512i codes[NW];
-#pragma GCC unroll 8
-    for (int c = 0; c < NW; ++c) codes[c] = L::codes(b0[c], kFull ? b0[c] + L::kBytes : b0[c]);
-#pragma GCC unroll 8
-    for (int a = 0; a < NA; ++a) {
-      const __m512i av = kFull ? _mm512_loadu_si512(q[a])
-                               : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[a])));
-#pragma GCC unroll 8
-      for (int c = 0; c < NW; ++c) {
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[c], av);
-        const __m512 lane_scale = L::kHighTimes16 ? _mm512_permutex2var_ps(scale[a][c], lanes, scale16[a][c])
-                                                  : _mm512_permutexvar_ps(lanes, scale[a][c]);
-        acc[a][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), lane_scale, acc[a][c]);
-      }
-    }
+  const uint8_t* first = rows.base + b * L::kBytes;
+  // The first dword of each block: d (low half) and m or the start of qh / qs (high half).
+  const __m512i head = _mm512_i32gather_epi32(rows.lane_offsets, first, 1);
+  out.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+  if constexpr (L::kStoredMin) {
+    out.m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
+  } else {
+    out.m = _mm512_mul_ps(out.d, _mm512_set1_ps(L::kOffset));  // exact: a power of two
   }
+  if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
+    const __m512i qh = _mm512_i32gather_epi32(rows.lane_offsets, first + L::kQhOffset, 1);
+    L::codes(first, rows.stride, out.z, qh);
+  } else {
+    L::codes(first, rows.stride, out.z);
+  }
+}
 
-  template <int NA, int NW>
-  void tile(int64_t r0, int64_t i0) const {
-    const int64_t n_blocks = x.cols / kQK;
-    const uint8_t* wr[NW];
+// The per-output sequence for one block and one activation row (see the file comment).
+[[gnu::always_inline]] inline __m512 block_step(const PanelBlock& pb, const int8_t* q, float da, float sa, __m512 acc) {
+  __m512i isum = _mm512_setzero_si512();
 #pragma GCC unroll 8
-    for (int c = 0; c < NW; ++c) wr[c] = w.data + static_cast<size_t>(r0 + c) * w.row_stride;
-    const int8_t* qa[NA];
-    const float* ds[NA];
-#pragma GCC unroll 8
-    for (int a = 0; a < NA; ++a) {
-      qa[a] = x.q8x32.qs + (i0 + a) * x.cols;
-      ds[a] = x.q8x32.ds + (i0 + a) * n_blocks * 2;
+  for (int k = 0; k < kCodeVectors; ++k) {
+    int32_t word;
+    std::memcpy(&word, q + 4 * k, 4);
+    isum = _mm512_dpbusd_epi32(isum, pb.z[k], _mm512_set1_epi32(word));
+  }
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(pb.d, _mm512_set1_ps(da)), acc);
+  return _mm512_fmadd_ps(pb.m, _mm512_set1_ps(sa), acc);
+}
+
+// Writes the 16 lanes of acc to out[0 .. n_valid) in row order.
+inline void store_panel(__m512 acc, float* out, int n_valid) {
+  _mm512_mask_storeu_ps(out, mask16(n_valid), _mm512_permutexvar_ps(lane_rows(), acc));
+}
+
+// Grow-only, 64-byte-aligned per-thread scratch.
+template <typename T>
+struct Scratch {
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> mem;
+  size_t capacity = 0;
+  T* reserve(size_t n) {
+    if (n > capacity) {
+      const size_t bytes = (sizeof(T) * n + 63) / 64 * 64;
+      mem.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+      TERN_CHECK(mem != nullptr);
+      capacity = n;
     }
-    const __m256i block_offsets =
-        _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(L::kBytes));
-    // Lanes of the {d * d_a, m * s} vector that hold blocks 2p and 2p + 1 (p = 0; +4 per pair);
-    // 16 + lane selects the / 16 copy (for the 16 * u code lanes).
-    const __m512i first_pair_lanes = L::kHighTimes16
-                                         ? _mm512_setr_epi32(0, 0, 0, 0, 16, 16, 16, 16, 2, 2, 2, 2, 18, 18, 18, 18)
-                                         : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-    constexpr __mmask16 kOddLanes = 0xaaaa;
-
-    __m512 acc[NA][NW];
-#pragma GCC unroll 8
-    for (int a = 0; a < NA; ++a)
-#pragma GCC unroll 8
-      for (int c = 0; c < NW; ++c) acc[a][c] = _mm512_setzero_ps();
-
-    for (int64_t g = 0; g < n_blocks; g += kGroupBlocks) {
-      const int nb = static_cast<int>(n_blocks - g < kGroupBlocks ? n_blocks - g : kGroupBlocks);
-      const __mmask8 block_mask = static_cast<__mmask8>((1u << nb) - 1u);
-      const __mmask16 lane_mask = static_cast<__mmask16>((1u << (2 * nb)) - 1u);
-      // Per weight row: {d, m} per block as floats.
-      __m512 dm[NW];
-#pragma GCC unroll 8
-      for (int c = 0; c < NW; ++c) {
-        const __m256i h = _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), block_mask, block_offsets,
-                                                       wr[c] + g * L::kBytes, 1);
-        dm[c] = _mm512_cvtph_ps(h);
-        if constexpr (!L::kStoredMin) {  // odd lanes hold code bytes: replace them by kOffset * d
-          dm[c] = _mm512_moveldup_ps(dm[c]);
-          dm[c] = _mm512_mask_mul_ps(dm[c], kOddLanes, dm[c], _mm512_set1_ps(L::kOffset));  // exact
-        }
-      }
-      __m512 scale[NA][NW], scale16[NA][NW];  // {d * d_a, m * s} per block, and / 16
-#pragma GCC unroll 8
-      for (int a = 0; a < NA; ++a) {
-        const __m512 act = _mm512_maskz_loadu_ps(lane_mask, ds[a] + 2 * g);
-#pragma GCC unroll 8
-        for (int c = 0; c < NW; ++c) {
-          scale[a][c] = _mm512_mul_ps(dm[c], act);
-          acc[a][c] = _mm512_mask_add_ps(acc[a][c], kOddLanes, acc[a][c], scale[a][c]);
-          if constexpr (L::kHighTimes16) scale16[a][c] = _mm512_mul_ps(scale[a][c], _mm512_set1_ps(1.0f / 16));
-        }
-      }
-      __m512i lanes = first_pair_lanes;
-      const uint8_t* b0[NW];
-      const int8_t* q[NA];
-      for (int p = 0; 2 * p < nb; ++p) {
-#pragma GCC unroll 8
-        for (int c = 0; c < NW; ++c) b0[c] = wr[c] + (g + 2 * p) * L::kBytes;
-#pragma GCC unroll 8
-        for (int a = 0; a < NA; ++a) q[a] = qa[a] + (g + 2 * p) * kQK;
-        if (2 * p + 1 < nb) {
-          pair_step<NA, NW, true>(b0, q, lanes, scale, scale16, acc);
-        } else {
-          pair_step<NA, NW, false>(b0, q, lanes, scale, scale16, acc);
-        }
-        lanes = _mm512_add_epi32(lanes, _mm512_set1_epi32(4));
-      }
-    }
-#pragma GCC unroll 8
-    for (int a = 0; a < NA; ++a)
-#pragma GCC unroll 8
-      for (int c = 0; c < NW; ++c) y[(i0 + a) * ldy + r0 + c] = hsum(acc[a][c]);
+    return mem.get();
   }
 };
+
+// Decode: NA (<= kFusedMaxRows) activation rows, each block transposed in registers and used once.
+template <DType T, int NA>
+void panel_fused(const PanelRows& rows, const Activations& x, int64_t i0, float* y, int64_t ldy, int n_valid) {
+  const int64_t n_blocks = x.cols / kQK;
+  __m512 acc[NA];
+#pragma GCC unroll 4
+  for (int a = 0; a < NA; ++a) acc[a] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    PanelBlock pb;
+    load_panel_block<T>(rows, b, pb);
+#pragma GCC unroll 4
+    for (int a = 0; a < NA; ++a) {
+      const int64_t i = i0 + a;
+      const float* ds = x.q8x32.ds + (i * n_blocks + b) * 2;
+      acc[a] = block_step(pb, x.q8x32.qs + i * x.cols + b * kQK, ds[0], ds[1], acc[a]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int a = 0; a < NA; ++a) store_panel(acc[a], y + (i0 + a) * ldy, n_valid);
+}
+
+// Prefill: the panel is transposed once into scratch, then activation rows pass over it NA at a
+// time (a last pass may have fewer).
+template <int NA>
+void panel_rows_pass(const PanelBlock* panel, const Activations& x, int64_t i0, int rows, float* y, int64_t ldy,
+                     int n_valid) {
+  const int64_t n_blocks = x.cols / kQK;
+  __m512 acc[NA];
+#pragma GCC unroll 8
+  for (int a = 0; a < NA; ++a) acc[a] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const PanelBlock& pb = panel[b];
+#pragma GCC unroll 8
+    for (int a = 0; a < NA; ++a) {
+      const int64_t i = i0 + a;
+      const float* ds = x.q8x32.ds + (i * n_blocks + b) * 2;
+      acc[a] = block_step(pb, x.q8x32.qs + i * x.cols + b * kQK, ds[0], ds[1], acc[a]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int a = 0; a < NA; ++a)
+    if (a < rows) store_panel(acc[a], y + (i0 + a) * ldy, n_valid);
+}
 
 template <DType T>
 void gemm_legacy(const WeightRows& w, const Activations& x, float* y, int64_t ldy) {
-  run_tiles<4, 2, 4>(LegacyKernel<T>{w, x, y, ldy}, w.n_rows, x.n);
+  const int64_t n_blocks = x.cols / kQK;
+  const int64_t n = x.n;
+  const size_t row_bytes = static_cast<size_t>(n_blocks) * Legacy<T>::kBytes;
+  TERN_CHECK(w.row_stride * kPanel < (size_t{1} << 31));  // gather offsets are int32
+  thread_local Scratch<uint8_t> tail_rows;
+  thread_local Scratch<PanelBlock> panel;
+  for (int64_t r0 = 0; r0 < w.n_rows; r0 += kPanel) {
+    const int n_valid = static_cast<int>(w.n_rows - r0 < kPanel ? w.n_rows - r0 : kPanel);
+    PanelRows rows = panel_rows(w.data + static_cast<size_t>(r0) * w.row_stride, w.row_stride);
+    if (n_valid < kPanel) {
+      // A short last panel: copy its rows and repeat the last one, so every load stays in bounds.
+      uint8_t* copy = tail_rows.reserve(row_bytes * kPanel);
+      for (int i = 0; i < kPanel; ++i)
+        std::memcpy(copy + i * row_bytes, rows.base + static_cast<size_t>(i < n_valid ? i : n_valid - 1) * w.row_stride,
+                    row_bytes);
+      rows = panel_rows(copy, row_bytes);
+    }
+    float* y_panel = y + r0;
+    switch (n) {
+      case 1: panel_fused<T, 1>(rows, x, 0, y_panel, ldy, n_valid); continue;
+      case 2: panel_fused<T, 2>(rows, x, 0, y_panel, ldy, n_valid); continue;
+      case 3: panel_fused<T, 3>(rows, x, 0, y_panel, ldy, n_valid); continue;
+      default: break;
+    }
+    PanelBlock* blocks = panel.reserve(static_cast<size_t>(n_blocks));
+    for (int64_t b = 0; b < n_blocks; ++b) load_panel_block<T>(rows, b, blocks[b]);
+    constexpr int kRows = 4;  // activation rows per pass over the panel
+    for (int64_t i0 = 0; i0 < n; i0 += kRows) {
+      const int rows_left = static_cast<int>(n - i0 < kRows ? n - i0 : kRows);
+      switch (rows_left) {
+        case 1: panel_rows_pass<1>(blocks, x, i0, 1, y_panel, ldy, n_valid); break;
+        case 2: panel_rows_pass<2>(blocks, x, i0, 2, y_panel, ldy, n_valid); break;
+        case 3: panel_rows_pass<3>(blocks, x, i0, 3, y_panel, ldy, n_valid); break;
+        default: panel_rows_pass<kRows>(blocks, x, i0, kRows, y_panel, ldy, n_valid); break;
+      }
+    }
+  }
 }
 
 }  // namespace
