@@ -46,6 +46,9 @@ inline void transpose16x4(const uint8_t* src, size_t stride, __m512i (&q)[4]) {
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
     const uint8_t* p = src + 4 * g * stride;
+    // note: hides p's derivation so the compiler addresses the four rows as p + {0,1,2,3} *
+    // stride instead of keeping 16 strength-reduced row pointers, which spill.
+    __asm__("" : "+r"(p));
     __m512i v = _mm512_broadcast_i32x4(load16(p));
     v = _mm512_mask_broadcast_i32x4(v, 0x00f0, load16(p + stride));
     v = _mm512_mask_broadcast_i32x4(v, 0x0f00, load16(p + 2 * stride));
@@ -72,6 +75,16 @@ inline void split_nibbles(const __m512i (&q)[4], __m512i (&z)[kCodeVectors]) {
   }
 }
 
+// q4: the same with the high nibbles left in place (16 * code): block_step shifts the sum
+// instead, one shift per block rather than four.
+inline void split_nibbles_x16(const __m512i (&q)[4], __m512i (&z)[kCodeVectors]) {
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    z[j] = _mm512_and_si512(q[j], _mm512_set1_epi8(0x0f));
+    z[j + 4] = _mm512_and_si512(q[j], _mm512_set1_epi8(static_cast<char>(0xf0)));
+  }
+}
+
 // q5: bit 4 of element e is bit e of the row's 32-bit qh (qh: lane L = row lane_row(L)'s qh).
 inline void add_high_bits(__m512i qh, __m512i (&z)[kCodeVectors]) {
 #pragma GCC unroll 8
@@ -95,10 +108,11 @@ struct Legacy<DType::Q4_0> {
   static constexpr int kBytes = sizeof(BlockQ4_0);
   static constexpr bool kStoredMin = false;
   static constexpr float kOffset = -8.0f;  // m = kOffset * d
+  static constexpr bool kHighTimes16 = true;  // z[4..7] hold 16 * code
   static void codes(const uint8_t* b, size_t stride, __m512i (&z)[kCodeVectors]) {
     __m512i q[4];
     transpose16x4(b + 2, stride, q);
-    split_nibbles(q, z);
+    split_nibbles_x16(q, z);
   }
 };
 template <>
@@ -106,10 +120,11 @@ struct Legacy<DType::Q4_1> {
   static constexpr int kBytes = sizeof(BlockQ4_1);
   static constexpr bool kStoredMin = true;
   static constexpr float kOffset = 0.0f;
+  static constexpr bool kHighTimes16 = true;
   static void codes(const uint8_t* b, size_t stride, __m512i (&z)[kCodeVectors]) {
     __m512i q[4];
     transpose16x4(b + 4, stride, q);
-    split_nibbles(q, z);
+    split_nibbles_x16(q, z);
   }
 };
 
@@ -122,6 +137,7 @@ struct Legacy5 {
   static constexpr bool kStoredMin = !kQ50;
   static constexpr float kOffset = kQ50 ? -16.0f : 0.0f;
   static constexpr int kQhOffset = kQ50 ? 2 : 4;
+  static constexpr bool kHighTimes16 = false;
   static void codes(const uint8_t* b, size_t stride, __m512i (&z)[kCodeVectors], __m512i qh) {
     __m512i q[4];
     transpose16x4(b + kQhOffset + 4, stride, q);
@@ -139,6 +155,7 @@ struct Legacy<DType::Q8_0> {
   static constexpr int kBytes = sizeof(BlockQ8_0);
   static constexpr bool kStoredMin = false;
   static constexpr float kOffset = -128.0f;
+  static constexpr bool kHighTimes16 = false;
   static void codes(const uint8_t* b, size_t stride, __m512i (&z)[kCodeVectors]) {
     __m512i q[4];
 #pragma GCC unroll 2
@@ -174,10 +191,15 @@ inline void load_panel_block(const PanelRows& rows, int64_t b, PanelBlock& out) 
   const uint8_t* first = rows.base + b * L::kBytes;
   // The first dword of each block: d (low half) and m or the start of qh / qs (high half).
   const __m512i head = _mm512_i32gather_epi32(rows.lane_offsets, first, 1);
-  out.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
   if constexpr (L::kStoredMin) {
-    out.m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
+    // head as 32 halves {d, m} per lane: convert both halves, then deinterleave.
+    const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(head));
+    const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(head, 1));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    out.d = _mm512_permutex2var_ps(lo, even, hi);
+    out.m = _mm512_permutex2var_ps(lo, _mm512_add_epi32(even, _mm512_set1_epi32(1)), hi);
   } else {
+    out.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
     out.m = _mm512_mul_ps(out.d, _mm512_set1_ps(L::kOffset));  // exact: a power of two
   }
   if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
@@ -189,15 +211,20 @@ inline void load_panel_block(const PanelRows& rows, int64_t b, PanelBlock& out) 
 }
 
 // The per-output sequence for one block and one activation row (see the file comment).
+// kHighTimes16: z[4..7] hold 16 * code, so their partial sum is divided back (exactly).
+template <bool kHighTimes16>
 [[gnu::always_inline]] inline __m512 block_step(const PanelBlock& pb, const int8_t* q, float da, float sa, __m512 acc) {
-  __m512i isum = _mm512_setzero_si512();
+  // Two dependency chains (codes 0-15 and 16-31): one chain of eight would be latency-bound.
+  __m512i isum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
 #pragma GCC unroll 8
   for (int k = 0; k < kCodeVectors; ++k) {
     int32_t word;
     std::memcpy(&word, q + 4 * k, 4);
-    isum = _mm512_dpbusd_epi32(isum, pb.z[k], _mm512_set1_epi32(word));
+    isum[k / 4] = _mm512_dpbusd_epi32(isum[k / 4], pb.z[k], _mm512_set1_epi32(word));
   }
-  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(pb.d, _mm512_set1_ps(da)), acc);
+  const __m512i high = kHighTimes16 ? _mm512_srai_epi32(isum[1], 4) : isum[1];
+  const __m512i total = _mm512_add_epi32(isum[0], high);  // exact
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(pb.d, _mm512_set1_ps(da)), acc);
   return _mm512_fmadd_ps(pb.m, _mm512_set1_ps(sa), acc);
 }
 
@@ -239,7 +266,7 @@ void panel_fused(const PanelRows& rows, const Activations& x, int64_t i0, float*
     for (int a = 0; a < NA; ++a) {
       const int64_t i = i0 + a;
       const float* ds = x.q8x32.ds + (i * n_blocks + b) * 2;
-      acc[a] = block_step(pb, x.q8x32.qs + i * x.cols + b * kQK, ds[0], ds[1], acc[a]);
+      acc[a] = block_step<Legacy<T>::kHighTimes16>(pb, x.q8x32.qs + i * x.cols + b * kQK, ds[0], ds[1], acc[a]);
     }
   }
 #pragma GCC unroll 4
@@ -248,7 +275,7 @@ void panel_fused(const PanelRows& rows, const Activations& x, int64_t i0, float*
 
 // Prefill: the panel is transposed once into scratch, then activation rows pass over it NA at a
 // time (a last pass may have fewer).
-template <int NA>
+template <DType T, int NA>
 void panel_rows_pass(const PanelBlock* panel, const Activations& x, int64_t i0, int rows, float* y, int64_t ldy,
                      int n_valid) {
   const int64_t n_blocks = x.cols / kQK;
@@ -261,7 +288,7 @@ void panel_rows_pass(const PanelBlock* panel, const Activations& x, int64_t i0, 
     for (int a = 0; a < NA; ++a) {
       const int64_t i = i0 + a;
       const float* ds = x.q8x32.ds + (i * n_blocks + b) * 2;
-      acc[a] = block_step(pb, x.q8x32.qs + i * x.cols + b * kQK, ds[0], ds[1], acc[a]);
+      acc[a] = block_step<Legacy<T>::kHighTimes16>(pb, x.q8x32.qs + i * x.cols + b * kQK, ds[0], ds[1], acc[a]);
     }
   }
 #pragma GCC unroll 8
@@ -301,10 +328,10 @@ void gemm_legacy(const WeightRows& w, const Activations& x, float* y, int64_t ld
     for (int64_t i0 = 0; i0 < n; i0 += kRows) {
       const int rows_left = static_cast<int>(n - i0 < kRows ? n - i0 : kRows);
       switch (rows_left) {
-        case 1: panel_rows_pass<1>(blocks, x, i0, 1, y_panel, ldy, n_valid); break;
-        case 2: panel_rows_pass<2>(blocks, x, i0, 2, y_panel, ldy, n_valid); break;
-        case 3: panel_rows_pass<3>(blocks, x, i0, 3, y_panel, ldy, n_valid); break;
-        default: panel_rows_pass<kRows>(blocks, x, i0, kRows, y_panel, ldy, n_valid); break;
+        case 1: panel_rows_pass<T, 1>(blocks, x, i0, 1, y_panel, ldy, n_valid); break;
+        case 2: panel_rows_pass<T, 2>(blocks, x, i0, 2, y_panel, ldy, n_valid); break;
+        case 3: panel_rows_pass<T, 3>(blocks, x, i0, 3, y_panel, ldy, n_valid); break;
+        default: panel_rows_pass<T, kRows>(blocks, x, i0, kRows, y_panel, ldy, n_valid); break;
       }
     }
   }
