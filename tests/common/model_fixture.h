@@ -27,6 +27,7 @@ inline std::string default_model_path() {
 }
 
 // Loads `path`; on failure records a test failure and returns an empty model (model == nullptr).
+// n_ctx = 0 uses the model's native context (no YaRN extension).
 inline LoadedTestModel load_test_model(const std::string& path, int n_threads = 2, bool reference = false,
                                        int n_ctx = 2048, DType kv_dtype = DType::F16) {
   LoadedTestModel m;
@@ -55,7 +56,7 @@ inline LoadedTestModel load_test_model(const std::string& path, int n_threads = 
   kc.n_kv_heads = c.n_kv_heads;
   kc.head_dim = c.head_dim;
   kc.dtype = kv_dtype;
-  kc.n_blocks = (n_ctx + kc.block_tokens - 1) / kc.block_tokens;
+  kc.n_blocks = (m.model->n_ctx() + kc.block_tokens - 1) / kc.block_tokens;
   auto kv = KvPool::create(*m.backend, kc);
   if (!kv.is_ok()) {
     ADD_FAILURE() << kv.status().message();
