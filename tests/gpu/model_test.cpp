@@ -1,10 +1,13 @@
 // Whole models on the CUDA backend.
 //
 // Against the CPU reference backend (logits of every row of a prefill and of decode steps):
-//   f32 tiny fixtures (tests/data/models): ||gpu - ref|| / ||ref|| <= 1e-4 per row;
-//   synthesized f16 / bf16 tiny models: 1e-4; quantized mixes: 5e-2 (activations are rounded to
-//   int8 in every projection), and the GPU's greedy token must be within 0.25 of the reference's
-//   best logit (random models have logits of std ~2, so this fails on any real divergence).
+//   f32 tiny fixtures (tests/data/models) and synthesized f16 / bf16 tiny models, with an f32 KV
+//   cache: ||gpu - ref|| / ||ref|| <= 2e-4 per row, same greedy token. (With an f16 cache the
+//   two sides' last-bit differences in K and V occasionally round to neighbouring halves, a
+//   2^-11 step; the same fixtures then differ by up to ~7e-4, so that case gets 2e-3.)
+//   quantized mixes (f16 cache): 5e-2 (activations are rounded to int8 in every projection), and
+//   the GPU's greedy token must be within 0.25 of the reference's best logit (random models have
+//   logits of std ~2, so this fails on any real divergence).
 // On the GPU alone, bit for bit: one-step prefill vs chunked vs token-by-token; CUDA graphs vs
 // eager launches; a Session with chunked prefill, prefix reuse and n-gram speculation vs plain.
 #include <gtest/gtest.h>
@@ -39,7 +42,8 @@ struct Loaded {
   std::unique_ptr<KvSequence> seq;
 };
 
-Loaded load_on(std::shared_ptr<const gguf::File> file, std::unique_ptr<Backend> backend, int n_ctx = 1024) {
+Loaded load_on(std::shared_ptr<const gguf::File> file, std::unique_ptr<Backend> backend, int n_ctx = 1024,
+               DType kv_dtype = DType::F16) {
   Loaded l;
   l.backend = std::move(backend);
   ModelOptions mo;
@@ -54,6 +58,7 @@ Loaded load_on(std::shared_ptr<const gguf::File> file, std::unique_ptr<Backend> 
   kc.n_kv_heads = c.n_kv_heads;
   kc.head_dim = c.head_dim;
   kc.n_blocks = (n_ctx + kc.block_tokens - 1) / kc.block_tokens;
+  kc.dtype = kv_dtype;
   auto kv = KvPool::create(*l.backend, kc);
   EXPECT_TRUE(kv.is_ok());
   l.kv = std::move(kv).value();
@@ -96,9 +101,9 @@ int argmax(const float* v, int n) { return static_cast<int>(std::max_element(v, 
 
 // Compares GPU and reference logits row by row over a prefill and greedy decode steps (the
 // reference picks the tokens, so both see the same inputs).
-void compare_with_reference(std::shared_ptr<const gguf::File> file, double tol, bool quantized) {
-  Loaded ref = load_on(file, cpu_reference());
-  Loaded gpu = load_on(file, gputest::make_cuda());
+void compare_with_reference(std::shared_ptr<const gguf::File> file, double tol, bool quantized, DType kv_dtype) {
+  Loaded ref = load_on(file, cpu_reference(), 1024, kv_dtype);
+  Loaded gpu = load_on(file, gputest::make_cuda(), 1024, kv_dtype);
   ASSERT_TRUE(ref.model && gpu.model);
   const int V = ref.model->config().n_vocab;
   std::vector<int32_t> ids = prompt_ids(21, V, 5);
@@ -162,7 +167,8 @@ TEST_F(GpuModel, F32FixturesMatchCpuReference) {
     SCOPED_TRACE(name);
     auto file = open_file(test_data_dir() + "/models/" + name);
     ASSERT_NE(file, nullptr);
-    compare_with_reference(file, 1e-4, false);
+    compare_with_reference(file, 2e-4, false, DType::F32);
+    compare_with_reference(file, 2e-3, false, DType::F16);
   }
 }
 
@@ -173,7 +179,7 @@ TEST_F(GpuModel, SynthesizedMixesMatchCpuReference) {
     double tol;
     bool quantized;
   };
-  for (const MixCase& c : {MixCase{"tiny-llama", "f16", 1e-4, false}, MixCase{"tiny-llama", "bf16", 1e-4, false},
+  for (const MixCase& c : {MixCase{"tiny-llama", "f16", 2e-4, false}, MixCase{"tiny-llama", "bf16", 2e-4, false},
                            MixCase{"tiny-llama", "q8_0", 5e-2, true}, MixCase{"tiny-llama", "q4_0", 5e-2, true},
                            MixCase{"tiny-llama", "q4_1", 5e-2, true}, MixCase{"tiny-llama", "q4_k_m", 5e-2, true},
                            MixCase{"tiny-qwen2", "q5_k_m", 5e-2, true}, MixCase{"tiny-qwen3", "q6_k", 5e-2, true},
@@ -181,7 +187,7 @@ TEST_F(GpuModel, SynthesizedMixesMatchCpuReference) {
     SCOPED_TRACE(std::string(c.preset) + " " + c.mix);
     auto file = synthesized(c.preset, c.mix);
     ASSERT_NE(file, nullptr);
-    compare_with_reference(file, c.tol, c.quantized);
+    compare_with_reference(file, c.tol, c.quantized, c.quantized ? DType::F16 : DType::F32);
   }
 }
 
@@ -266,7 +272,9 @@ TEST_F(GpuModel, SessionInvariants) {
     auto g_spec = speculative.generate(prompt, spec);
     ASSERT_TRUE(g_spec.is_ok()) << g_spec.status().message();
     EXPECT_EQ(g_spec.value().tokens, g_plain.value().tokens);
-    if (run == 1) EXPECT_GT(g_spec.value().stats.cached_tokens, 0);
+    if (run == 1) {
+      EXPECT_GT(g_spec.value().stats.cached_tokens, 0);
+    }
   }
 }
 

@@ -71,6 +71,34 @@ TEST_F(GpuOps, RmsNormMatchesReference) {
   }
 }
 
+// add followed by rms_norm of its result is one fused launch; it must equal the two ops.
+TEST_F(GpuOps, FusedAddRmsNormEqualsSeparateOps) {
+  Backend& b = *backend_;
+  const int64_t rows = 6, cols = 576;
+  const auto xv = gputest::random_floats(rows * cols, 30, 2.0f), dv = gputest::random_floats(rows * cols, 31);
+  const auto wv = gputest::random_floats(cols, 32);
+  HostTensor hx = gputest::host_f32(xv, rows, cols), hd = gputest::host_f32(dv, rows, cols),
+             hw = gputest::host_f32(wv, 1, cols);
+  std::vector<float> sum_ref(xv.size()), norm_ref(xv.size());
+  Tensor sum_t = Tensor::view(sum_ref.data(), DType::F32, rows, cols), norm_t = Tensor::view(norm_ref.data(), DType::F32, rows, cols);
+  cpu::ref::add(hx.t, hd.t, sum_t);
+  cpu::ref::rms_norm(sum_t, hw.t, 1e-5f, norm_t);
+
+  DeviceTensor x = gputest::device_copy(b, hx.t), d = gputest::device_copy(b, hd.t), w = gputest::device_copy(b, hw.t);
+  DeviceTensor out = gputest::device_empty(b, DType::F32, rows, cols);
+  b.add(x.t, d.t, x.t);  // in place, as the models do
+  b.rms_norm(x.t, w.t, 1e-5f, out.t);
+  EXPECT_TRUE(gputest::bitwise_equal(gputest::download(b, x.t), sum_ref));
+  const std::vector<float> fused = gputest::download(b, out.t);
+  EXPECT_LE(gputest::rel_l2(fused, norm_ref), 1e-6);
+  // The same ops with a sync point in between run as two launches: same bits.
+  DeviceTensor x2 = gputest::device_copy(b, hx.t);
+  b.add(x2.t, d.t, x2.t);
+  (void)gputest::download(b, x2.t);
+  b.rms_norm(x2.t, w.t, 1e-5f, out.t);
+  EXPECT_TRUE(gputest::bitwise_equal(gputest::download(b, out.t), fused));
+}
+
 TEST_F(GpuOps, ElementwiseOpsMatchReference) {
   Backend& b = *backend_;
   const int64_t rows = 5, cols = 1000;

@@ -101,17 +101,40 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionArgs
   const int32_t* blocks = P.block_ids + P.block_offsets[seq];
   const bool f16 = a.kv_dtype == DType::F16;
   const int64_t kv_col = int64_t{g} * hd;
+  const bool vec_f16 = f16 && hd % 8 == 0 && a.k_cache_stride % 8 == 0 && a.v_cache_stride % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
 
   for (int c = c_begin; c < c_end; ++c) {
     const int j0 = c * C;
     const int n_load = min(C, max_pos + 1 - j0);
     __syncthreads();  // the previous chunk's readers are done with k_s, v_s, p_s
-    for (int i = tid; i < n_load * hd; i += kThreads) {
-      const int jj = i / hd, d = i % hd;
-      const int j = j0 + jj;
-      const int64_t slot = int64_t{blocks[j / a.block_tokens]} * a.block_tokens + j % a.block_tokens;
-      k_s[jj * (hd + 1) + d] = load_kv(a.k_cache, f16, slot * a.k_cache_stride + kv_col + d);
-      v_s[jj * hd + d] = load_kv(a.v_cache, f16, slot * a.v_cache_stride + kv_col + d);
+    if (vec_f16) {  // 16-byte loads: 8 halves of a row per thread step
+      const int per_row = hd / 8;
+      for (int i = tid; i < n_load * per_row; i += kThreads) {
+        const int jj = i / per_row, d0 = (i % per_row) * 8;
+        const int j = j0 + jj;
+        const int64_t slot = int64_t{blocks[j / a.block_tokens]} * a.block_tokens + j % a.block_tokens;
+        const uint4 kw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(a.k_cache) +
+                                                         slot * a.k_cache_stride + kv_col + d0);
+        const uint4 vw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(a.v_cache) +
+                                                         slot * a.v_cache_stride + kv_col + d0);
+        const uint32_t kk[4] = {kw.x, kw.y, kw.z, kw.w}, vv[4] = {vw.x, vw.y, vw.z, vw.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          k_s[jj * (hd + 1) + d0 + 2 * e] = half_bits_to_float(static_cast<uint16_t>(kk[e] & 0xffffu));
+          k_s[jj * (hd + 1) + d0 + 2 * e + 1] = half_bits_to_float(static_cast<uint16_t>(kk[e] >> 16));
+          v_s[jj * hd + d0 + 2 * e] = half_bits_to_float(static_cast<uint16_t>(vv[e] & 0xffffu));
+          v_s[jj * hd + d0 + 2 * e + 1] = half_bits_to_float(static_cast<uint16_t>(vv[e] >> 16));
+        }
+      }
+    } else {
+      for (int i = tid; i < n_load * hd; i += kThreads) {
+        const int jj = i / hd, d = i % hd;
+        const int j = j0 + jj;
+        const int64_t slot = int64_t{blocks[j / a.block_tokens]} * a.block_tokens + j % a.block_tokens;
+        k_s[jj * (hd + 1) + d] = load_kv(a.k_cache, f16, slot * a.k_cache_stride + kv_col + d);
+        v_s[jj * hd + d] = load_kv(a.v_cache, f16, slot * a.v_cache_stride + kv_col + d);
+      }
     }
     __syncthreads();
     // Scores, one (query, position) pair per thread step.

@@ -20,13 +20,16 @@ namespace {
 // point into this allocation.
 class DeviceBuffer final : public Buffer {
  public:
-  DeviceBuffer(size_t bytes, std::weak_ptr<StepQueue> queue) : bytes_(bytes), queue_(std::move(queue)) {
+  // Zero-filled like the CPU backend's buffers. The fill is ordered on the backend's stream,
+  // which does not synchronize with the legacy default stream.
+  DeviceBuffer(size_t bytes, cudaStream_t stream, std::weak_ptr<StepQueue> queue)
+      : bytes_(bytes), queue_(std::move(queue)) {
     // A little slack past the end: kernels may over-read up to one 16-byte word of a weight row.
     if (cudaMalloc(&data_, bytes + 64) != cudaSuccess) {
       (void)cudaGetLastError();
       throw std::bad_alloc();
     }
-    TERN_CUDA_CHECK(cudaMemset(data_, 0, bytes + 64));
+    TERN_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes + 64, stream));
   }
   ~DeviceBuffer() override {
     if (auto q = queue_.lock()) q->flush();
@@ -90,12 +93,15 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::kCuda; }
   const CudaBackendStats& stats() const { return queue_->stats(); }
 
-  std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes, queue_); }
+  std::unique_ptr<Buffer> alloc(size_t bytes) override {
+    return std::make_unique<DeviceBuffer>(bytes, stream_, queue_);
+  }
 
   Tensor upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) override {
     TERN_CHECK_MSG(host.device == Device::kCpu, "upload_weight: the source must be host memory");
     owner = alloc(host.bytes());
-    TERN_CUDA_CHECK(cudaMemcpy(owner->data(), host.data, host.bytes(), cudaMemcpyHostToDevice));
+    TERN_CUDA_CHECK(cudaMemcpyAsync(owner->data(), host.data, host.bytes(), cudaMemcpyHostToDevice, stream_));
+    TERN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     Tensor t = host;
     t.data = owner->data();
     t.device = Device::kCuda;
@@ -179,7 +185,24 @@ class CudaBackend final : public Backend {
 
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override {
     TERN_CHECK_MSG(is_device(x) && is_device(w) && is_device(out), "rms_norm: tensors must be on the CUDA device");
+    // Fuse `x = a + b; rms_norm(x)` (the residual add before a pre-norm) into one launch.
+    const float* add_a = nullptr;
+    const float* add_b = nullptr;
+    int64_t add_a_stride = 0, add_b_stride = 0;
+    if (const ElementwiseArgs* prev = queue_->last_if<ElementwiseArgs>(OpKind::kElementwise);
+        prev != nullptr && prev->op == ElementwiseOp::kAdd && prev->out == x.f32() && prev->out_stride == f32_stride(x) &&
+        prev->rows == x.rows && prev->cols == x.cols) {
+      add_a = prev->a;
+      add_b = prev->b;
+      add_a_stride = prev->a_stride;
+      add_b_stride = prev->b_stride;
+      queue_->pop();
+    }
     RmsNormArgs& a = queue_->push<RmsNormArgs>(OpKind::kRmsNorm);
+    a.add_a = add_a;
+    a.add_b = add_b;
+    a.add_a_stride = add_a_stride;
+    a.add_b_stride = add_b_stride;
     a.x = x.f32();
     a.x_stride = f32_stride(x);
     a.w = w.f32();
@@ -193,16 +216,27 @@ class CudaBackend final : public Backend {
   void matmul(const Tensor& w, const Tensor& x, Tensor& out) override {
     TERN_CHECK_MSG(is_device(w) && is_device(x) && is_device(out), "matmul: tensors must be on the CUDA device");
     TERN_CHECK_MSG(matmul_supports(w.dtype), "matmul: unsupported weight dtype");
+    // Consecutive products of the same activations by weights of one type and width (q/k/v,
+    // gate/up) share one launch. Each row's arithmetic is unchanged (gemv.h), so fused and
+    // separate launches give the same bits.
+    if (MatmulArgs* prev = queue_->last_if<MatmulArgs>(OpKind::kMatmul); prev != nullptr &&
+        prev->n_mats < kMaxFusedMatmuls && prev->dtype == w.dtype && prev->cols == w.cols && prev->x == x.f32() &&
+        prev->n == x.rows && aligned16(prev->w[0], prev->w_stride_bytes[0]) == aligned16(w.data, w.row_stride)) {
+      bool distinct = true;
+      for (int m = 0; m < prev->n_mats; ++m) distinct = distinct && prev->y[m] != out.f32();
+      if (distinct) {
+        add_matrix(*prev, w, out);
+        return;
+      }
+    }
     MatmulArgs& a = queue_->push<MatmulArgs>(OpKind::kMatmul);
-    a.w = w.data;
     a.dtype = w.dtype;
-    a.rows = w.rows;
     a.cols = w.cols;
-    a.w_stride_bytes = w.row_stride;
     a.x = x.f32();
-    a.y = out.f32();
     a.n = x.rows;
     a.max_smem_bytes = max_smem_bytes_;
+    a.n_sm = n_sm_;
+    add_matrix(a, w, out);
   }
 
   void add_bias(Tensor& x, const Tensor& bias) override { elementwise(ElementwiseOp::kAddBias, x, bias, x); }
@@ -297,6 +331,17 @@ class CudaBackend final : public Backend {
 
  private:
   void require_plan(const char* op) const { TERN_CHECK_MSG(have_plan_, op); }
+
+  static bool aligned16(const void* p, size_t stride) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
+  }
+  static void add_matrix(MatmulArgs& a, const Tensor& w, const Tensor& out) {
+    const int m = a.n_mats++;
+    a.w[m] = w.data;
+    a.w_stride_bytes[m] = w.row_stride;
+    a.rows[m] = w.rows;
+    a.y[m] = out.f32();
+  }
 
   void elementwise(ElementwiseOp op, const Tensor& x, const Tensor& y, const Tensor& out) {
     TERN_CHECK_MSG(is_device(x) && is_device(y) && is_device(out), "elementwise op: tensors must be on the CUDA device");

@@ -31,11 +31,16 @@ __global__ void rms_norm_kernel(RmsNormArgs a) {
   __shared__ double warp_sums[kThreads / 32];
   __shared__ float inv_shared;
   const int64_t r = blockIdx.x;
-  const float* x = a.x + r * a.x_stride;
+  float* x = a.x + r * a.x_stride;
+  if (a.add_a != nullptr) {  // fused residual add; each thread rereads only what it wrote
+    const float* xa = a.add_a + r * a.add_a_stride;
+    const float* xb = a.add_b + r * a.add_b_stride;
+    for (int64_t c = threadIdx.x; c < a.cols; c += kThreads) x[c] = __fadd_rn(xa[c], xb[c]);
+  }
   double sum = 0.0;
   for (int64_t c = threadIdx.x; c < a.cols; c += kThreads) {
     const double v = x[c];
-    sum = __fma_rn(v, v, sum);
+    sum = __dadd_rn(sum, __dmul_rn(v, v));  // product then sum, as the reference
   }
   sum = warp_sum_tree(sum);
   if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;

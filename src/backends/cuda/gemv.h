@@ -32,6 +32,37 @@ namespace tern::cuda {
 constexpr int kGemvWarps = 8;      // warps (= weight rows) per block
 constexpr int kGemvMaxXRows = 4;   // activation rows per block
 
+// Row gr of a (possibly fused) matmul's joint row index: its weight row and output column.
+struct MatRow {
+  const uint8_t* w;
+  float* y;       // y_m: element (i, r) at y[i * rows + r]
+  int64_t rows;   // rows of matrix m
+  int64_t r;      // row within matrix m
+};
+#if defined(__CUDACC__)
+// Selects with conditionals rather than indexing the parameter arrays, which would copy them to
+// local memory.
+__device__ __forceinline__ MatRow mat_row(const MatmulArgs& a, int64_t gr) {
+  int m = 0;
+  if (a.n_mats > 1 && gr >= a.rows[0]) {
+    gr -= a.rows[0];
+    m = 1;
+    if (a.n_mats > 2 && gr >= a.rows[1]) {
+      gr -= a.rows[1];
+      m = 2;
+    }
+  }
+  const void* w = m == 0 ? a.w[0] : (m == 1 ? a.w[1] : a.w[2]);
+  const size_t stride = m == 0 ? a.w_stride_bytes[0] : (m == 1 ? a.w_stride_bytes[1] : a.w_stride_bytes[2]);
+  MatRow row;
+  row.w = static_cast<const uint8_t*>(w) + gr * stride;
+  row.y = m == 0 ? a.y[0] : (m == 1 ? a.y[1] : a.y[2]);
+  row.rows = m == 0 ? a.rows[0] : (m == 1 ? a.rows[1] : a.rows[2]);
+  row.r = gr;
+  return row;
+}
+#endif
+
 // Launches the quantized kernel for a.dtype if it has one and the shape fits (decided for the
 // largest activation tile, so the answer never depends on n); false otherwise.
 bool launch_gemv_quant(const MatmulArgs& a, cudaStream_t stream);

@@ -8,6 +8,8 @@
 //   stage  [warps][2][stage_pitch]: each warp's double-buffered copy of its weight row's step
 // A staged step starts at byte (src & 15) of its buffer, so the 16-byte cp.async copies stay
 // aligned whatever the row's alignment; the ragged head and tail go through 2-byte copies.
+#include <algorithm>
+
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gemv.h"
@@ -20,6 +22,7 @@ constexpr int kStepUnits = kStepElems / 32;
 constexpr int kGroupPitch = 80;
 constexpr int kLevels = 6;  // binary counter depth: up to 2^6 - 1 steps (cols < 129024)
 constexpr int kMaxSteps = (1 << kLevels) - 1;
+constexpr int kStages = 3;  // weight steps in flight per warp: two loading while one computes
 
 template <DType T>
 struct QType;
@@ -54,7 +57,7 @@ __host__ __device__ SmemLayout smem_layout(int cols, int nt_alloc) {
   l.stage_off = l.s_off + round16(nt_alloc * n_units * 4);
   // + 32: the up-to-14-byte alignment shift plus the one-word overread of load_words_2aligned.
   l.stage_pitch = round16(step_bytes<T>() + 32);
-  l.total = l.stage_off + kGemvWarps * 2 * l.stage_pitch;
+  l.total = l.stage_off + kGemvWarps * kStages * l.stage_pitch;
   return l;
 }
 
@@ -356,10 +359,64 @@ __device__ void item_dot<DType::Q6_K>(const uint8_t* wstep, int lane, bool, cons
 
 // --- the kernel ---------------------------------------------------------------------------------
 
+// Quantizes the block's activation tile into shared memory: one thread per 32-element unit, so
+// the loads of a unit are independent and in flight together. amax and the int sum do not
+// depend on the order they are formed in.
+__device__ __forceinline__ void quantize_tile(const MatmulArgs& a, int64_t x0, int nt, const SmemLayout& l,
+                                              uint8_t* xq, float* xd, int* xs) {
+  const int cols = static_cast<int>(a.cols), n_units = cols / 32;
+  const bool aligned = (reinterpret_cast<uintptr_t>(a.x) & 15) == 0;
+  for (int i = threadIdx.x; i < nt * n_units; i += blockDim.x) {
+    const int j = i / n_units, u = i % n_units;
+    const float* src = a.x + (x0 + j) * cols + u * 32;
+    float v[32];
+    if (aligned) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float4 f = reinterpret_cast<const float4*>(src)[k];
+        v[4 * k] = f.x;
+        v[4 * k + 1] = f.y;
+        v[4 * k + 2] = f.z;
+        v[4 * k + 3] = f.w;
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < 32; ++k) v[k] = src[k];
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) amax = fmaxf(amax, fabsf(v[k]));
+    const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    uint32_t packed[8];
+    int qsum = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      uint32_t w = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int q = __float2int_rn(__fmul_rn(v[4 * k + b], inv));
+        qsum += q;
+        w |= (static_cast<uint32_t>(q) & 0xffu) << (8 * b);
+      }
+      packed[k] = w;
+    }
+    uint4* dst = reinterpret_cast<uint4*>(xq + j * l.row_pitch + (u / 2) * kGroupPitch + (u % 2) * 32);
+    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+    xd[j * n_units + u] = __fdiv_rn(amax, 127.0f);
+    xs[j * n_units + u] = qsum;
+  }
+}
+
+// Grid: (activation tiles, row groups). Warp w of row group b owns weight rows
+// b * kGemvWarps + w + k * (gridDim.y * kGemvWarps), k = 0, 1, ...; it streams them step by step
+// through a kStages-deep cp.async pipeline that runs on across row boundaries, so the latency of
+// the first load is paid once per warp, not once per row.
 template <DType T>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int kBlockElems = QType<T>::kBlockElems, kBlockBytes = QType<T>::kBlockBytes;
+  constexpr int kFullStepBytes = step_bytes<T>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cols = static_cast<int>(a.cols);
   const int n_units = cols / 32;
@@ -370,53 +427,45 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs 
   uint8_t* xq = smem;
   float* xd = reinterpret_cast<float*>(smem + l.d_off);
   int* xs = reinterpret_cast<int*>(smem + l.s_off);
-
-  // Quantize the activation tile: one warp per (row, unit), one lane per element.
-  for (int i = warp; i < nt * n_units; i += kGemvWarps) {
-    const int j = i / n_units, u = i % n_units;
-    const float val = a.x[(x0 + j) * cols + u * 32 + lane];
-    const float amax = warp_max(fabsf(val));
-    const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    const int q = __float2int_rn(__fmul_rn(val, inv));
-    xq[j * l.row_pitch + (u / 2) * kGroupPitch + (u % 2) * 32 + lane] = static_cast<uint8_t>(static_cast<int8_t>(q));
-    const int qsum = __reduce_add_sync(kFullMask, q);
-    if (lane == 0) {
-      xd[j * n_units + u] = __fdiv_rn(amax, 127.0f);
-      xs[j * n_units + u] = qsum;
-    }
-  }
+  quantize_tile(a, x0, nt, l, xq, xd, xs);
   __syncthreads();
 
-  const int64_t r = int64_t{blockIdx.y} * kGemvWarps + warp;
-  if (r >= a.rows) return;
-  const XTile x{xq, xd, xs, l.row_pitch, n_units};
-  const uint8_t* wrow = static_cast<const uint8_t*>(a.w) + r * a.w_stride_bytes;
-  uint8_t* stage = smem + l.stage_off + warp * 2 * l.stage_pitch;
+  const int64_t row_stride = int64_t{gridDim.y} * kGemvWarps;
+  const int64_t first_row = int64_t{blockIdx.y} * kGemvWarps + warp;
+  const int64_t total_rows = a.total_rows();
+  if (first_row >= total_rows) return;
+  const int64_t n_rows = (total_rows - first_row + row_stride - 1) / row_stride;
   const int n_steps = (cols + kStepElems - 1) / kStepElems;
-  constexpr int kFullStepBytes = step_bytes<T>();
-  auto step_len = [&](int s) {
-    const int elems = min(kStepElems, cols - s * kStepElems);
-    return elems / kBlockElems * kBlockBytes;
+  const int64_t total = n_rows * n_steps;
+  const XTile x{xq, xd, xs, l.row_pitch, n_units};
+  uint8_t* stage = smem + l.stage_off + warp * kStages * l.stage_pitch;
+  auto src_of = [&](int64_t it) {
+    return mat_row(a, first_row + (it / n_steps) * row_stride).w + static_cast<size_t>(it % n_steps) * kFullStepBytes;
   };
-
-  stage_copy(stage, wrow, step_len(0), lane);
-  cp_async_commit();
+  auto issue = [&](int64_t it) {
+    const int s = static_cast<int>(it % n_steps);
+    const int elems = min(kStepElems, cols - s * kStepElems);
+    stage_copy(stage + (it % kStages) * l.stage_pitch, src_of(it), elems / kBlockElems * kBlockBytes, lane);
+  };
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) {
+    if (k < total) issue(k);
+    cp_async_commit();
+  }
   float stack[kGemvMaxXRows][kLevels];
 #pragma unroll
   for (int j = 0; j < kGemvMaxXRows; ++j) {
 #pragma unroll
     for (int k = 0; k < kLevels; ++k) stack[j][k] = 0.0f;
   }
-  for (int s = 0; s < n_steps; ++s) {
-    if (s + 1 < n_steps) {
-      stage_copy(stage + ((s + 1) & 1) * l.stage_pitch, wrow + static_cast<size_t>(s + 1) * kFullStepBytes,
-                 step_len(s + 1), lane);
-    }
+  for (int64_t it = 0; it < total; ++it) {
+    if (it + kStages - 1 < total) issue(it + kStages - 1);
     cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<kStages - 1>();
     __syncwarp();
-    const uint8_t* src = wrow + static_cast<size_t>(s) * kFullStepBytes;
-    const uint8_t* wstep = stage + (s & 1) * l.stage_pitch + (reinterpret_cast<uintptr_t>(src) & 15);
+    const int s = static_cast<int>(it % n_steps);
+    const uint8_t* wstep =
+        stage + (it % kStages) * l.stage_pitch + (reinterpret_cast<uintptr_t>(src_of(it)) & 15);
     const int u0 = s * kStepUnits + 2 * lane;
     float v[kGemvMaxXRows];
 #pragma unroll
@@ -439,21 +488,24 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs 
         }
       }
     }
-    __syncwarp();
-  }
-  // Close the zero-padded tree: merge the stored subtrees, smallest first.
+    if (s == n_steps - 1) {
+      // Close the zero-padded tree: merge the stored subtrees, smallest first.
+      const MatRow row = mat_row(a, first_row + (it / n_steps) * row_stride);
 #pragma unroll
-  for (int j = 0; j < kGemvMaxXRows; ++j) {
-    float acc = 0.0f;
-    bool have = false;
+      for (int j = 0; j < kGemvMaxXRows; ++j) {
+        float acc = 0.0f;
+        bool have = false;
 #pragma unroll
-    for (int k = 0; k < kLevels; ++k) {
-      if ((n_steps >> k) & 1) {
-        acc = have ? __fadd_rn(stack[j][k], acc) : stack[j][k];
-        have = true;
+        for (int k = 0; k < kLevels; ++k) {
+          if ((n_steps >> k) & 1) {
+            acc = have ? __fadd_rn(stack[j][k], acc) : stack[j][k];
+            have = true;
+          }
+        }
+        if (lane == 0 && j < nt) row.y[(x0 + j) * row.rows + row.r] = acc;
       }
     }
-    if (lane == 0 && j < nt) a.y[(x0 + j) * a.rows + r] = acc;
+    __syncwarp();
   }
 }
 
@@ -465,9 +517,12 @@ bool launch_typed(const MatmulArgs& a, cudaStream_t stream) {
   if (smem_layout<T>(static_cast<int>(a.cols), kGemvMaxXRows).total > a.max_smem_bytes) return false;
   const int nt_alloc = a.n < kGemvMaxXRows ? static_cast<int>(a.n) : kGemvMaxXRows;
   const SmemLayout l = smem_layout<T>(static_cast<int>(a.cols), nt_alloc);
-  const int64_t row_blocks = (a.rows + kGemvWarps - 1) / kGemvWarps;
   const int64_t x_tiles = (a.n + kGemvMaxXRows - 1) / kGemvMaxXRows;
-  if (row_blocks > 65535 || x_tiles > (int64_t{1} << 31) - 1) return false;
+  // About two blocks per SM in all; each warp then streams several rows.
+  const int64_t target = std::max<int64_t>(1, 2 * int64_t{a.n_sm} / x_tiles);
+  const int64_t row_blocks =
+      std::min<int64_t>((a.total_rows() + kGemvWarps - 1) / kGemvWarps, std::min<int64_t>(target, 65535));
+  if (x_tiles > (int64_t{1} << 31) - 1) return false;
   // x tiles vary fastest, so blocks sharing weight rows run together and re-read them from L2.
   const dim3 grid(static_cast<unsigned>(x_tiles), static_cast<unsigned>(row_blocks));
   gemv_quant_kernel<T><<<grid, kGemvWarps * 32, l.total, stream>>>(a);

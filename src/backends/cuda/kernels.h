@@ -12,6 +12,13 @@
 
 #include "core/dtype.h"
 
+// Helpers on the argument structs that kernels also call.
+#if defined(__CUDACC__)
+#define TERN_HOST_DEVICE __host__ __device__
+#else
+#define TERN_HOST_DEVICE
+#endif
+
 namespace tern::cuda {
 
 // The device copy of a BatchPlan plus the attention work lists derived from it (device_plan.h).
@@ -50,14 +57,19 @@ struct EmbedArgs {
   const int32_t* token_ids;
 };
 
+// out = x / rms(x) * w. With add_a set, x is first formed as add_a + add_b and stored (the
+// residual add that precedes a pre-norm, fused: bit-identical to the two ops in sequence).
 struct RmsNormArgs {
-  const float* x;
+  float* x;
   int64_t x_stride;
   const float* w;  // [cols]
   float* out;
   int64_t out_stride;
   int64_t rows, cols;
   float eps;
+  const float* add_a;  // nullptr: plain rms_norm
+  const float* add_b;
+  int64_t add_a_stride, add_b_stride;
 };
 
 enum class ElementwiseOp : int32_t { kAdd, kAddBias, kSwiglu };
@@ -107,16 +119,25 @@ struct GatherRowsArgs {
   const int32_t* rows;  // [n_rows] source rows
 };
 
-// y[n, rows] = x[n, cols] @ w^T with w in GGUF layout (rows of w_stride_bytes).
+constexpr int kMaxFusedMatmuls = 3;
+
+// y_m[n, rows_m] = x[n, cols] @ w_m^T for m < n_mats: up to three weights of one dtype and
+// width applied to the same activations (q/k/v, gate/up) in one launch. Weights in GGUF layout
+// (rows of w_stride_bytes); x, y contiguous. The rows of all matrices form one index space.
 struct MatmulArgs {
-  const void* w;
   DType dtype;
-  int64_t rows, cols;
-  size_t w_stride_bytes;
-  const float* x;  // [n, cols] contiguous
-  float* y;        // [n, rows] contiguous
+  int n_mats;
+  int64_t cols;
+  const float* x;  // [n, cols]
   int64_t n;
   int max_smem_bytes;  // the device's opt-in shared memory per block (kernel eligibility)
+  int n_sm;            // multiprocessors (grid sizing)
+  const void* w[kMaxFusedMatmuls];
+  size_t w_stride_bytes[kMaxFusedMatmuls];
+  int64_t rows[kMaxFusedMatmuls];
+  float* y[kMaxFusedMatmuls];  // [n, rows_m]
+
+  TERN_HOST_DEVICE int64_t total_rows() const { return rows[0] + (n_mats > 1 ? rows[1] : 0) + (n_mats > 2 ? rows[2] : 0); }
 };
 
 // Attention of q over the paged KV of each token's sequence (attention.h).

@@ -34,13 +34,17 @@ __device__ __forceinline__ void load8(DType t, const uint8_t* p, float (&w)[8]) 
 // F32 / F16 / BF16 rows, 16-byte aligned, cols % 8 == 0. Warp per weight row.
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_float_kernel(MatmulArgs a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t r = int64_t{blockIdx.y} * kGemvWarps + warp;
-  if (r >= a.rows) return;
+  const int64_t gr = int64_t{blockIdx.y} * kGemvWarps + warp;
+  if (gr >= a.total_rows()) return;
+  const MatRow row = mat_row(a, gr);
   const int64_t x0 = int64_t{blockIdx.x} * kGemvMaxXRows;
   const int nt = static_cast<int>(a.n - x0 < kGemvMaxXRows ? a.n - x0 : kGemvMaxXRows);
   const int elem_bytes = a.dtype == DType::F32 ? 4 : 2;
-  const uint8_t* wrow = static_cast<const uint8_t*>(a.w) + r * a.w_stride_bytes;
+  const uint8_t* wrow = row.w;
+  // x is read as two float4 when aligned, else element by element: the same values either way.
+  const bool x_vec = (reinterpret_cast<uintptr_t>(a.x) & 15) == 0;
   float acc[kGemvMaxXRows] = {};
+#pragma unroll 4
   for (int64_t e = 8 * lane; e < a.cols; e += 256) {
     float w[8];
     load8(a.dtype, wrow + e * elem_bytes, w);
@@ -48,25 +52,35 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_float_kernel(MatmulArgs 
     for (int j = 0; j < kGemvMaxXRows; ++j) {
       if (j >= nt) break;
       const float* xr = a.x + (x0 + j) * a.cols + e;
+      float xv[8];
+      if (x_vec) {
+        const float4 p = reinterpret_cast<const float4*>(xr)[0], q = reinterpret_cast<const float4*>(xr)[1];
+        xv[0] = p.x; xv[1] = p.y; xv[2] = p.z; xv[3] = p.w;
+        xv[4] = q.x; xv[5] = q.y; xv[6] = q.z; xv[7] = q.w;
+      } else {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[j] = __fmaf_rn(w[i], xr[i], acc[j]);
+        for (int i = 0; i < 8; ++i) xv[i] = xr[i];
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[j] = __fmaf_rn(w[i], xv[i], acc[j]);
     }
   }
 #pragma unroll
   for (int j = 0; j < kGemvMaxXRows; ++j) {
     const float sum = warp_sum_tree(acc[j]);
-    if (lane == 0 && j < nt) a.y[(x0 + j) * a.rows + r] = sum;
+    if (lane == 0 && j < nt) row.y[(x0 + j) * row.rows + row.r] = sum;
   }
 }
 
 // Any type dequant_element knows; warp per weight row, lane l owns elements l, l + 32, ...
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_generic_kernel(MatmulArgs a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t r = int64_t{blockIdx.y} * kGemvWarps + warp;
-  if (r >= a.rows) return;
+  const int64_t gr = int64_t{blockIdx.y} * kGemvWarps + warp;
+  if (gr >= a.total_rows()) return;
+  const MatRow row = mat_row(a, gr);
   const int64_t x0 = int64_t{blockIdx.x} * kGemvMaxXRows;
   const int nt = static_cast<int>(a.n - x0 < kGemvMaxXRows ? a.n - x0 : kGemvMaxXRows);
-  const uint8_t* wrow = static_cast<const uint8_t*>(a.w) + r * a.w_stride_bytes;
+  const uint8_t* wrow = row.w;
   float acc[kGemvMaxXRows] = {};
   for (int64_t e = lane; e < a.cols; e += 32) {
     const float w = dequant_element(a.dtype, wrow, e);
@@ -79,13 +93,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_generic_kernel(MatmulArg
 #pragma unroll
   for (int j = 0; j < kGemvMaxXRows; ++j) {
     const float sum = warp_sum_tree(acc[j]);
-    if (lane == 0 && j < nt) a.y[(x0 + j) * a.rows + r] = sum;
+    if (lane == 0 && j < nt) row.y[(x0 + j) * row.rows + row.r] = sum;
   }
 }
 
 bool float_rows_aligned(const MatmulArgs& a) {
   const bool is_float = a.dtype == DType::F32 || a.dtype == DType::F16 || a.dtype == DType::BF16;
-  return is_float && a.cols % 8 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.w_stride_bytes % 16 == 0;
+  bool aligned = is_float && a.cols % 8 == 0;
+  for (int m = 0; m < a.n_mats; ++m) {
+    aligned = aligned && reinterpret_cast<uintptr_t>(a.w[m]) % 16 == 0 && a.w_stride_bytes[m] % 16 == 0;
+  }
+  return aligned;
 }
 
 }  // namespace
@@ -93,11 +111,11 @@ bool float_rows_aligned(const MatmulArgs& a) {
 bool matmul_supports(DType t) { return dequant_element_supports(t); }
 
 void launch_matmul(const MatmulArgs& a, cudaStream_t stream) {
-  if (a.n == 0 || a.rows == 0) return;
+  if (a.n == 0 || a.total_rows() == 0) return;
   // The kernel choice depends on the weight alone (dtype, shape, alignment), never on n: every
   // n takes the same arithmetic for a given row (batch invariance).
   if (launch_gemv_quant(a, stream)) return;
-  const int64_t row_blocks = (a.rows + kGemvWarps - 1) / kGemvWarps;
+  const int64_t row_blocks = (a.total_rows() + kGemvWarps - 1) / kGemvWarps;
   const int64_t x_tiles = (a.n + kGemvMaxXRows - 1) / kGemvMaxXRows;
   TERN_CHECK_MSG(row_blocks <= 65535, "matmul: too many weight rows for one launch");
   const dim3 grid(static_cast<unsigned>(x_tiles), static_cast<unsigned>(row_blocks));

@@ -51,6 +51,17 @@ class StepQueue {
     return *reinterpret_cast<Args*>(r.args);
   }
 
+  // The last pending record if it is of `kind` (for fusing an op into its predecessor), else
+  // nullptr.
+  template <typename Args>
+  Args* last_if(OpKind kind) {
+    if (pending_.empty() || pending_.back().kind != kind) return nullptr;
+    return reinterpret_cast<Args*>(pending_.back().args);
+  }
+
+  // Drops the last pending record (it was fused into the one about to be pushed).
+  void pop() { pending_.pop_back(); }
+
   // Runs every pending record on the stream (asynchronously). Never syncs the host.
   void flush();
   bool empty() const { return pending_.empty(); }

@@ -1,0 +1,271 @@
+// gpu_bench: end-to-end speed of the CUDA backend against the device's measured limits.
+//
+//   gpu_bench [--model FILE | --preset NAME --mix MIX] [--ctx 1024,32768] [--decode-steps 64]
+//             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
+//
+// --preset synthesizes the model (formats/synth.h) into $TMPDIR once; random weights decode at
+// the same speed as real ones. Sections, each one line per measurement:
+//   device   name, SMs, memory; HBM copy bandwidth (device-to-device, bytes read + written): the
+//            ceiling for decode
+//   decode   batch-1 tok/s at each context; bytes read per token = weights + the KV of the
+//            context; % of copy bandwidth
+//   prefill  tok/s of a P-token prompt fed in --chunk-token forwards from an empty cache
+//   batch    tok/s of B sequences decoding together (each at --batch-ctx tokens of context)
+// A forward's time includes its logits copy to the host (the sync point), as the engine's does.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "formats/gguf.h"
+#include "formats/synth.h"
+#include "kv/kv_pool.h"
+#include "models/model.h"
+
+namespace tern::bench {
+namespace {
+
+struct Options {
+  std::string model, preset = "smollm2-135m", mix = "q4_1";
+  std::vector<int> ctx = {1024};
+  std::vector<int> prefill = {512};
+  std::vector<int> batch = {};
+  int batch_ctx = 1024;
+  int decode_steps = 64;
+  int chunk = 512;
+  bool graphs = true;
+};
+
+std::vector<int> parse_list(const char* s) {
+  std::vector<int> v;
+  for (const char* p = s; *p;) {
+    v.push_back(std::atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return v;
+}
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--model") o.model = next();
+    else if (a == "--preset") o.preset = next();
+    else if (a == "--mix") o.mix = next();
+    else if (a == "--ctx") o.ctx = parse_list(next());
+    else if (a == "--prefill") o.prefill = parse_list(next());
+    else if (a == "--batch") o.batch = parse_list(next());
+    else if (a == "--batch-ctx") o.batch_ctx = std::atoi(next());
+    else if (a == "--decode-steps") o.decode_steps = std::atoi(next());
+    else if (a == "--chunk") o.chunk = std::atoi(next());
+    else if (a == "--no-graphs") o.graphs = false;
+    else {
+      std::fprintf(stderr, "gpu_bench: unknown argument '%s'\n", a.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A model on the GPU with a KV pool big enough for every measurement.
+struct Engine {
+  std::shared_ptr<const gguf::File> file;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<KvPool> kv;
+};
+
+// Runs one forward of `ids` for each sequence (tokens of sequence s at its next positions);
+// logits of the last token of each sequence.
+void forward(Engine& e, const std::vector<KvSequence*>& seqs, const std::vector<std::vector<int32_t>>& ids,
+             std::vector<float>& logits) {
+  BatchPlan p;
+  p.block_offsets.push_back(0);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    KvSequence& q = *seqs[s];
+    const int n0 = q.n_tokens(), n = static_cast<int>(ids[s].size());
+    if (!q.reserve(n0 + n).is_ok()) {
+      std::fprintf(stderr, "gpu_bench: KV pool too small\n");
+      std::exit(1);
+    }
+    for (int i = 0; i < n; ++i) {
+      p.token_ids.push_back(ids[s][i]);
+      p.seq_index.push_back(static_cast<int32_t>(s));
+      p.positions.push_back(n0 + i);
+      p.kv_slots.push_back(static_cast<int32_t>(q.slot(n0 + i)));
+    }
+    p.logit_rows.push_back(static_cast<int32_t>(p.token_ids.size()) - 1);
+    p.block_ids.insert(p.block_ids.end(), q.blocks().begin(), q.blocks().end());
+    p.block_offsets.push_back(static_cast<int32_t>(p.block_ids.size()));
+  }
+  logits.resize(p.logit_rows.size() * static_cast<size_t>(e.model->config().n_vocab));
+  e.model->forward(p, *e.kv, logits.data());
+  for (size_t s = 0; s < seqs.size(); ++s) seqs[s]->set_n_tokens(seqs[s]->n_tokens() + static_cast<int>(ids[s].size()));
+}
+
+std::vector<int32_t> random_ids(int n, int vocab, std::mt19937& rng) {
+  std::vector<int32_t> v(n);
+  for (int32_t& id : v) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return v;
+}
+
+// Fills a sequence to n tokens in chunk-sized forwards; returns seconds.
+double fill(Engine& e, KvSequence& seq, int n, int chunk, std::mt19937& rng) {
+  std::vector<float> logits;
+  const double t0 = now_s();
+  for (int done = 0; done < n;) {
+    const int step = std::min(chunk, n - done);
+    forward(e, {&seq}, {random_ids(step, e.model->config().n_vocab, rng)}, logits);
+    done += step;
+  }
+  return now_s() - t0;
+}
+
+int run(const Options& o) {
+  auto info = cuda::device_info(0);
+  if (!info.is_ok()) {
+    std::fprintf(stderr, "gpu_bench: %s\n", info.status().message().c_str());
+    return 1;
+  }
+  auto bw = cuda::copy_bandwidth_gbs(0, size_t{2} << 30);
+  const double copy_gbs = bw.is_ok() ? bw.value() : 0.0;
+  std::printf("device   %s, %d SMs, %.1f GiB; copy bandwidth %.0f GB/s (2 GiB device-to-device, read+write)\n",
+              info->name.c_str(), info->sm_count, info->memory_bytes / double(1 << 30), copy_gbs);
+
+  Engine e;
+  std::string path = o.model;
+  if (path.empty()) {
+    path = (std::filesystem::temp_directory_path() / ("tern_bench_" + o.preset + "_" + o.mix + ".gguf")).string();
+    if (!std::filesystem::exists(path)) {
+      const synth::ModelShape* shape = synth::find_preset(o.preset);
+      auto mix = synth::parse_quant_mix(o.mix);
+      if (shape == nullptr || !mix.is_ok()) {
+        std::fprintf(stderr, "gpu_bench: unknown preset '%s' or mix '%s'\n", o.preset.c_str(), o.mix.c_str());
+        return 1;
+      }
+      const double t0 = now_s();
+      const Status st = synth::write_model(*shape, mix.value(), synth::SynthOptions{}, path);
+      if (!st.is_ok()) {
+        std::fprintf(stderr, "gpu_bench: %s\n", st.message().c_str());
+        return 1;
+      }
+      std::printf("synth    %s %s -> %s in %.1f s\n", o.preset.c_str(), o.mix.c_str(), path.c_str(), now_s() - t0);
+    }
+  }
+  auto file = gguf::File::open(path);
+  if (!file.is_ok()) {
+    std::fprintf(stderr, "gpu_bench: %s\n", file.status().message().c_str());
+    return 1;
+  }
+  e.file = std::make_shared<const gguf::File>(std::move(file).value());
+  cuda::CudaBackendOptions bo;
+  bo.use_graphs = o.graphs;
+  auto backend = cuda::create_backend(bo);
+  if (!backend.is_ok()) {
+    std::fprintf(stderr, "gpu_bench: %s\n", backend.status().message().c_str());
+    return 1;
+  }
+  e.backend = std::move(backend).value();
+  int max_ctx = o.batch_ctx + o.decode_steps + 8;
+  for (int c : o.ctx) max_ctx = std::max(max_ctx, c + o.decode_steps + 8);
+  for (int p : o.prefill) max_ctx = std::max(max_ctx, p);
+  const int max_batch = o.batch.empty() ? 1 : *std::max_element(o.batch.begin(), o.batch.end());
+  const double t_load = now_s();
+  ModelOptions mo;
+  mo.n_ctx = max_ctx;
+  auto model = load_model(e.file, *e.backend, mo);
+  if (!model.is_ok()) {
+    std::fprintf(stderr, "gpu_bench: %s\n", model.status().message().c_str());
+    return 1;
+  }
+  e.model = std::move(model).value();
+  const ModelConfig& c = e.model->config();
+  KvPoolConfig kc;
+  kc.n_layers = c.n_layers;
+  kc.n_kv_heads = c.n_kv_heads;
+  kc.head_dim = c.head_dim;
+  const int per_seq_blocks = (max_ctx + kc.block_tokens - 1) / kc.block_tokens + 1;
+  kc.n_blocks = per_seq_blocks * std::max(max_batch, 1) +
+                ((o.batch_ctx + o.decode_steps) / kc.block_tokens + 2) * std::max(max_batch, 1);
+  auto kv = KvPool::create(*e.backend, kc);
+  if (!kv.is_ok()) {
+    std::fprintf(stderr, "gpu_bench: %s\n", kv.status().message().c_str());
+    return 1;
+  }
+  e.kv = std::move(kv).value();
+  const double weight_gb = e.model->weight_bytes() * 1e-9;
+  std::printf("model    %s (%s): %d layers, d=%d, vocab %d; weights %.3f GB; load %.1f s; KV f16 %.1f KiB/token\n",
+              c.name.c_str(), c.arch.c_str(), c.n_layers, c.n_embd, c.n_vocab, weight_gb, now_s() - t_load,
+              e.kv->bytes_per_token() / 1024.0);
+
+  std::mt19937 rng(1);
+  std::vector<float> logits;
+  for (int p : o.prefill) {
+    KvSequence seq(*e.kv);
+    fill(e, seq, std::min(p, o.chunk), o.chunk, rng);  // warm-up (kernels, graphs, allocations)
+    seq.truncate(0);
+    const double t = fill(e, seq, p, o.chunk, rng);
+    std::printf("prefill  %6d tokens in %d-token chunks: %8.1f ms, %8.0f tok/s\n", p, o.chunk, t * 1e3, p / t);
+  }
+  for (int ctx : o.ctx) {
+    KvSequence seq(*e.kv);
+    fill(e, seq, ctx, o.chunk, rng);
+    const std::vector<KvSequence*> seqs = {&seq};
+    int32_t next = 1;
+    for (int w = 0; w < 4; ++w) forward(e, seqs, {{next}}, logits);  // graph capture happens here
+    std::vector<double> times;
+    for (int s = 0; s < o.decode_steps; ++s) {
+      const double t0 = now_s();
+      forward(e, seqs, {{next}}, logits);
+      times.push_back(now_s() - t0);
+      next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    std::sort(times.begin(), times.end());
+    const double median = times[times.size() / 2];
+    const double kv_gb = static_cast<double>(e.kv->bytes_per_token()) * (ctx + o.decode_steps / 2) * 1e-9;
+    const double gbs = (weight_gb + kv_gb) / median;
+    std::printf("decode   ctx %6d: %7.3f ms/token, %8.1f tok/s; %.3f GB read/token -> %6.0f GB/s = %4.1f%% of copy bw\n",
+                ctx, median * 1e3, 1.0 / median, weight_gb + kv_gb, gbs, copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
+  }
+  for (int b : o.batch) {
+    std::vector<std::unique_ptr<KvSequence>> owned;
+    std::vector<KvSequence*> seqs;
+    for (int s = 0; s < b; ++s) {
+      owned.push_back(std::make_unique<KvSequence>(*e.kv));
+      seqs.push_back(owned.back().get());
+      fill(e, *seqs.back(), o.batch_ctx, o.chunk, rng);
+    }
+    std::vector<std::vector<int32_t>> ids(b, std::vector<int32_t>{1});
+    for (int w = 0; w < 4; ++w) forward(e, seqs, ids, logits);
+    const int steps = std::max(8, o.decode_steps / 2);
+    const double t0 = now_s();
+    for (int s = 0; s < steps; ++s) forward(e, seqs, ids, logits);
+    const double t = (now_s() - t0) / steps;
+    std::printf("batch    %3d sequences at ctx %d: %7.3f ms/step, %8.1f tok/s total\n", b, o.batch_ctx, t * 1e3, b / t);
+  }
+  const cuda::CudaBackendStats st = cuda::backend_stats(*e.backend);
+  std::printf("graphs   %lld steps replayed, %lld eager, %lld graphs built\n", static_cast<long long>(st.steps_graph),
+              static_cast<long long>(st.steps_eager), static_cast<long long>(st.graphs_built));
+  return 0;
+}
+
+}  // namespace
+}  // namespace tern::bench
+
+int main(int argc, char** argv) {
+  tern::bench::Options o;
+  if (!tern::bench::parse(argc, argv, o)) return 2;
+  return tern::bench::run(o);
+}

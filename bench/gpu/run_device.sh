@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# GPU tests and benchmarks in one go, for a machine with an NVIDIA GPU (run from the repository
+# root). Uses the prebuilt test_gpu and gpu_bench in $BIN when they start there; otherwise builds
+# them with that machine's nvcc (GTest from $BIN/googletest). Full logs go to $OUT; the console
+# gets a short summary.
+#
+#   OUT=/tmp/out BIN=.device/gpu bench/gpu/run_device.sh [tests] [sanitize] [bench-small]
+#       [bench-8b-q4k] [bench-8b-q8] [bench-8b-f16] [bench-long] [gemm]
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+BIN=${BIN:-.device/gpu}
+mkdir -p "$OUT"
+export TERN_TEST_DATA="$PWD/tests/data"
+steps=("$@")
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests bench-small bench-8b-q4k)
+
+echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1)"
+
+if ! "$BIN/test_gpu" --gtest_list_tests >/dev/null 2>&1; then
+  echo "== prebuilt binaries do not start here; building with $(nvcc --version | tail -1)"
+  gt=/tmp/gtest-install
+  cmake -S "$BIN/googletest" -B /tmp/gtest-build -G Ninja -DCMAKE_INSTALL_PREFIX=$gt -DBUILD_GMOCK=OFF >/dev/null &&
+    ninja -C /tmp/gtest-build install >/dev/null
+  cmake -B /tmp/build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+    -DCMAKE_PREFIX_PATH=$gt >"$OUT/build.txt" 2>&1 &&
+    ninja -C /tmp/build-dev test_gpu gpu_bench >>"$OUT/build.txt" 2>&1 || { tail -30 "$OUT/build.txt"; exit 1; }
+  cp /tmp/build-dev/tests/test_gpu /tmp/build-dev/test_gpu
+  BIN=/tmp/build-dev
+fi
+
+bench() {  # name, timeout, args...
+  local name=$1 limit=$2
+  shift 2
+  echo "== gpu_bench $*"
+  timeout "$limit" "$BIN/gpu_bench" "$@" 2>&1 | tee "$OUT/bench-$name.txt" | grep -v "^synth"
+  echo "   (exit ${PIPESTATUS[0]})"
+}
+
+for step in "${steps[@]}"; do
+  case "$step" in
+    tests)
+      echo "== test_gpu"
+      timeout 200 "$BIN/test_gpu" --gtest_color=no >"$OUT/test_gpu.txt" 2>&1
+      echo "   (exit $?)"
+      grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$OUT/test_gpu.txt" | head -40
+      # The first failures in full (trace lines name the case).
+      grep -B1 -A10 "Failure$" "$OUT/test_gpu.txt" | head -120
+      tail -3 "$OUT/test_gpu.txt"
+      ;;
+    sanitize)
+      echo "== compute-sanitizer memcheck (subset)"
+      timeout 150 compute-sanitizer --tool memcheck --print-limit 10 "$BIN/test_gpu" --gtest_color=no \
+        --gtest_filter='GpuOps.*:GpuMatmul.KQuants:GpuMatmul.LegacyQuants:GpuAttention.PrefillAndMixedBatches:GpuAttention.SplitAndFusedModesAreBitIdentical:GpuModel.GraphReplayEqualsEagerLaunches' \
+        >"$OUT/sanitize.txt" 2>&1
+      echo "   (exit $?)"
+      grep -E "ERROR SUMMARY|Invalid|out of bounds|^\[  (PASSED|FAILED)" "$OUT/sanitize.txt" | head -30
+      ;;
+    gemm)
+      echo "== torch bf16 GEMM 8192^3 (ceiling)"
+      timeout 90 python3 - <<'PY' 2>&1 | tail -3
+import torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+for _ in range(3): a @ b
+torch.cuda.synchronize()
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+ts = []
+for _ in range(10):
+    s.record(); a @ b; e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
+ts.sort()
+print(f"bf16 gemm 8192^3: {2 * 8192**3 / (ts[5] * 1e-3) / 1e12:.0f} TFLOP/s (median of 10, random data)")
+PY
+      ;;
+    bench-small) bench small 60 --preset smollm2-135m --mix q4_1 --ctx 128,1024 --prefill 512 --batch 8,32 ;;
+    bench-8b-q4k) bench 8b-q4k 150 --preset llama3-8b --mix q4_k_m --ctx 1024 --prefill 512 --batch 8 ;;
+    bench-8b-q8) bench 8b-q8 150 --preset llama3-8b --mix q8_0 --ctx 1024 --prefill 512 ;;
+    bench-8b-f16) bench 8b-f16 200 --preset llama3-8b --mix f16 --ctx 1024 --prefill 512 ;;
+    bench-long) bench long 200 --preset llama3-8b --mix q4_k_m --ctx 32768 --prefill 4096 --decode-steps 32 ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
