@@ -74,8 +74,14 @@ Result<Value> from_openai_messages(const Value& messages) {
   if (!messages.is_array()) return error("messages: expected a list, got " + type_name(messages));
   std::vector<Value> out;
   for (size_t i = 0; i < messages.as_array().size(); ++i) {
-    const Value& m = messages.as_array()[i];
+    Value m = messages.as_array()[i];
     if (!m.is_object()) return error("messages[" + std::to_string(i) + "]: expected an object, got " + type_name(m));
+    const Value* content = m.get("content");
+    if (content != nullptr && content->is_none()) {
+      Object with_text = m.as_object();
+      with_text.set("content", Value(std::string()));
+      m = Value::object(std::move(with_text));
+    }
     const Value* calls = m.get("tool_calls");
     if (calls == nullptr || !calls->is_array()) {
       out.push_back(m);

@@ -57,9 +57,12 @@ Result<std::string> apply_chat_template(const ChatTemplate& tmpl, const ChatRequ
 // `thinking` (first key) and `reasoning_content`.
 Result<Value> normalize_messages(const Value& messages);
 
-// OpenAI chat format -> the form chat templates expect: a tool call's `function.arguments` JSON
-// string becomes an object (templates apply `tojson` to it). Arguments that are not valid JSON
-// stay strings. Fails when `messages` is not a list of objects.
+// OpenAI chat format -> the form chat templates expect (what vLLM and llama.cpp's server do too):
+// - a tool call's `function.arguments` JSON string becomes an object (templates apply `tojson`
+//   to it); arguments that are not valid JSON stay strings;
+// - `content: null` (an assistant turn that only calls tools) becomes "": templates concatenate
+//   content, and HF would drop the null key and fail on the missing attribute.
+// Fails when `messages` is not a list of objects.
 Result<Value> from_openai_messages(const Value& messages);
 
 }  // namespace tern::chat

@@ -98,16 +98,20 @@ Result<std::string> Interpreter::render(const jinja::Body& body, const Value& co
   out_ = &out;
   steps_ = 0;
   call_depth_ = 0;
+  Status status;
   try {
     exec_body(body, root);
   } catch (const jinja::RenderError& e) {
-    out_ = nullptr;
-    return error(e.message);
+    status = error(e.message);
   } catch (const std::bad_alloc&) {
-    out_ = nullptr;
-    return error("template render ran out of memory");
+    status = error("template render ran out of memory");
   }
   out_ = nullptr;
+  for (const auto& weak : macro_frames_) {
+    if (auto frame = weak.lock()) frame->vars.clear();
+  }
+  macro_frames_.clear();
+  if (!status.is_ok()) return status;
   return out;
 }
 
@@ -246,12 +250,17 @@ void Interpreter::exec_set(const Stmt& s, const FramePtr& frame) {
   if (!s.text.empty() && s.text[0] == '_') {
     fail("SecurityError: chat templates cannot store underscore-prefixed attributes on a namespace");
   }
+  // A namespace is the only mutable value: refusing namespaces inside namespaces rules out
+  // reference cycles, and the depth bound keeps every recursion over values shallow.
+  if (v.holds_namespace()) fail("unsupported construct: storing a namespace inside a namespace");
+  if (v.depth() >= kMaxNesting) fail("value nesting deeper than " + std::to_string(kMaxNesting) + " levels");
   target.mutable_object().set(s.text, std::move(v));
 }
 
 Value Interpreter::make_macro(const Stmt& s, const FramePtr& frame) {
   const Stmt* macro = &s;
   FramePtr defining = frame;
+  macro_frames_.push_back(frame);
   return Value::function(s.name, [macro, defining](Interpreter& in, CallArgs& args) -> Value {
     if (args.positional.size() > macro->params.size()) {
       in.fail("TypeError: macro '" + macro->name + "' takes not more than " + std::to_string(macro->params.size()) +

@@ -97,6 +97,9 @@ class Interpreter {
 
   RenderLimits limits_;
   std::tm now_;
+  // Frames that define a macro: the macro holds its frame and the frame holds the macro, so
+  // render() clears these frames when it ends to break the reference cycles.
+  std::vector<std::weak_ptr<jinja::Frame>> macro_frames_;
   std::string* out_ = nullptr;
   uint64_t steps_ = 0;
   int call_depth_ = 0;

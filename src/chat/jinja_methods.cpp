@@ -425,6 +425,8 @@ void add_globals(Object* globals) {
     }
     for (const auto& [k, v] : args.named) o.set(k, v);
     if (is_namespace) {
+      if (o.holds_namespace) in.fail("unsupported construct: storing a namespace inside a namespace");
+      if (o.depth > kMaxNesting) in.fail("value nesting deeper than " + std::to_string(kMaxNesting) + " levels");
       for (const auto& kv : o.items()) {
         if (!kv.first.empty() && kv.first[0] == '_') {
           in.fail("SecurityError: chat templates cannot store underscore-prefixed attributes on a namespace");

@@ -27,6 +27,7 @@ int three_way(double a, double b) { return a < b ? -1 : (a > b ? 1 : 0); }
 }  // namespace
 
 int compare_values(Interpreter& in, const Value& a, const Value& b, const char* op) {
+  if (a.depth() > kMaxNesting || b.depth() > kMaxNesting) in.fail("comparison of values nested too deeply");
   if (a.is_undefined()) in.fail_undefined(a);
   if (b.is_undefined()) in.fail_undefined(b);
   if (a.is_number() && b.is_number()) {

@@ -53,6 +53,7 @@ struct Dumper {
   std::string indent_unit;
   bool indented;
   std::string out;
+  size_t max_bytes = size_t{64} << 20;
 
   void newline(int depth) {
     out.push_back('\n');
@@ -60,6 +61,8 @@ struct Dumper {
   }
 
   Status dump(const Value& v, int depth) {
+    if (depth > kMaxNesting) return error("ValueError: nesting deeper than " + std::to_string(kMaxNesting) + " levels");
+    if (out.size() > max_bytes) return error("json output larger than " + std::to_string(max_bytes) + " bytes");
     switch (v.kind()) {
       case Kind::None: out += "null"; return Status::ok();
       case Kind::Bool: out += v.as_bool() ? "true" : "false"; return Status::ok();

@@ -1,5 +1,6 @@
 #include "chat/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +24,8 @@ Value* Object::find(std::string_view key) {
 }
 
 void Object::set(std::string key, Value value) {
+  depth = std::max(depth, value.depth() + 1);
+  holds_namespace = holds_namespace || value.holds_namespace();
   if (Value* existing = find(key)) {
     *existing = std::move(value);
     return;
@@ -40,22 +43,40 @@ bool Object::erase(std::string_view key) {
   return false;
 }
 
-Value Value::array(std::vector<Value> items) {
+namespace {
+std::shared_ptr<ArrayData> make_array(std::vector<Value> items) {
   auto a = std::make_shared<ArrayData>();
+  for (const Value& item : items) {
+    a->depth = std::max(a->depth, item.depth() + 1);
+    a->holds_namespace = a->holds_namespace || item.holds_namespace();
+  }
   a->items = std::move(items);
-  return Value(std::move(a));
+  return a;
 }
+}  // namespace
+
+Value Value::array(std::vector<Value> items) { return Value(make_array(std::move(items))); }
 
 Value Value::tuple(std::vector<Value> items) {
-  auto a = std::make_shared<ArrayData>();
-  a->items = std::move(items);
+  auto a = make_array(std::move(items));
   a->is_tuple = true;
   return Value(std::move(a));
 }
 
+int Value::depth() const {
+  if (is_array()) return as_array_data().depth;
+  if (is_object()) return as_object().depth;
+  return 0;
+}
+
+bool Value::holds_namespace() const {
+  if (is_array()) return as_array_data().holds_namespace;
+  if (is_object()) return as_object().is_namespace || as_object().holds_namespace;
+  return false;
+}
+
 Value Value::generator(std::vector<Value> items) {
-  auto a = std::make_shared<ArrayData>();
-  a->items = std::move(items);
+  auto a = make_array(std::move(items));
   a->is_generator = true;
   return Value(std::move(a));
 }
@@ -80,6 +101,8 @@ Value Object::decode_key(const std::string& key) {
   if (key[1] == 'f') return Value(std::stod(key.substr(2)));
   return Value();
 }
+
+Value Value::object() { return object(Object()); }
 
 Value Value::object(Object o) { return Value(std::make_shared<Object>(std::move(o))); }
 
@@ -125,7 +148,16 @@ bool truthy(const Value& v) {
   return false;
 }
 
-bool equals(const Value& a, const Value& b) {
+namespace {
+bool equals_at(const Value& a, const Value& b, int depth);
+}  // namespace
+
+bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
+
+namespace {
+bool equals_at(const Value& a, const Value& b, int depth) {
+  if (depth > kMaxNesting) return false;
+  if (a.identity() != nullptr && a.identity() == b.identity()) return true;
   if (a.is_number() && b.is_number()) {
     if (!a.is_float() && !b.is_float()) {
       const int64_t x = a.is_int() ? a.as_int() : int64_t{a.as_bool()};
@@ -146,7 +178,7 @@ bool equals(const Value& a, const Value& b) {
       if (x.is_generator || y.is_generator) return &x == &y;
       if (x.is_tuple != y.is_tuple || x.items.size() != y.items.size()) return false;
       for (size_t i = 0; i < x.items.size(); ++i) {
-        if (!equals(x.items[i], y.items[i])) return false;
+        if (!equals_at(x.items[i], y.items[i], depth + 1)) return false;
       }
       return true;
     }
@@ -157,7 +189,7 @@ bool equals(const Value& a, const Value& b) {
       if (x.size() != y.size()) return false;
       for (const auto& [k, v] : x.items()) {
         const Value* other = y.find(k);
-        if (other == nullptr || !equals(v, *other)) return false;
+        if (other == nullptr || !equals_at(v, *other, depth + 1)) return false;
       }
       return true;
     }
@@ -165,6 +197,8 @@ bool equals(const Value& a, const Value& b) {
     default: return false;
   }
 }
+
+}  // namespace
 
 std::string type_name(const Value& v) {
   switch (v.kind()) {
@@ -259,42 +293,59 @@ std::string repr_string(const std::string& s) {
 
 }  // namespace
 
-std::string repr(const Value& v) {
+namespace {
+
+// Appends repr(v) to *out, stopping (with "...") past kMaxNesting levels or once *out holds
+// `budget` bytes: a template can build a value whose repr is exponentially large ({% set x = [x, x] %}
+// in a loop) or, through a namespace, cyclic.
+void repr_into(const Value& v, int depth, size_t budget, std::string* out) {
+  if (depth > kMaxNesting || out->size() > budget) {
+    *out += "...";
+    return;
+  }
   switch (v.kind()) {
-    case Kind::String: return repr_string(v.as_string());
+    case Kind::String: *out += repr_string(v.as_string()); return;
     case Kind::Array: {
       const ArrayData& a = v.as_array_data();
-      if (a.is_generator) return "<generator object>";  // Python adds an address; no render can match it
-      std::string out = a.is_tuple ? "(" : "[";
-      for (size_t i = 0; i < a.items.size(); ++i) {
-        if (i > 0) out += ", ";
-        out += repr(a.items[i]);
+      if (a.is_generator) {
+        *out += "<generator object>";  // Python adds an address; no render can match it
+        return;
       }
-      if (a.is_tuple && a.items.size() == 1) out += ",";
-      return out + (a.is_tuple ? ")" : "]");
+      *out += a.is_tuple ? "(" : "[";
+      for (size_t i = 0; i < a.items.size() && out->size() <= budget; ++i) {
+        if (i > 0) *out += ", ";
+        repr_into(a.items[i], depth + 1, budget, out);
+      }
+      if (a.is_tuple && a.items.size() == 1) *out += ",";
+      *out += a.is_tuple ? ")" : "]";
+      return;
     }
     case Kind::Object: {
       const Object& o = v.as_object();
-      if (o.is_namespace) {
-        std::string out = "<Namespace {";
-        bool first = true;
-        for (const auto& [k, item] : o.items()) {
-          out += (first ? "" : ", ") + repr_string(k) + ": " + repr(item);
-          first = false;
-        }
-        return out + "}>";
-      }
-      std::string out = "{";
+      *out += o.is_namespace ? "<Namespace {" : "{";
       bool first = true;
       for (const auto& [k, item] : o.items()) {
-        out += (first ? "" : ", ") + repr(Object::decode_key(k)) + ": " + repr(item);
+        if (out->size() > budget) break;
+        if (!first) *out += ", ";
         first = false;
+        repr_into(Object::decode_key(k), depth + 1, budget, out);
+        *out += ": ";
+        repr_into(item, depth + 1, budget, out);
       }
-      return out + "}";
+      *out += o.is_namespace ? "}>" : "}";
+      return;
     }
-    case Kind::Undefined: return "Undefined";
-    default: return to_display(v);
+    case Kind::Undefined: *out += "Undefined"; return;
+    default: *out += to_display(v); return;
   }
+}
+
+}  // namespace
+
+std::string repr(const Value& v, size_t max_bytes) {
+  std::string out;
+  repr_into(v, 0, max_bytes, &out);
+  return out;
 }
 
 std::string to_display(const Value& v) {

@@ -24,38 +24,8 @@ namespace tern::chat {
 
 class Value;
 
-// An insertion-ordered map. Keys are strings; the rare non-string key of a template dict literal
-// ({0: 'a'}) is stored encoded (see encode_key) so that lookups by the same value find it. Lookups are linear: chat objects are small (a message has
-// a handful of keys), and order matters more than asymptotics here.
-class Object {
- public:
-  const Value* find(std::string_view key) const;
-  Value* find(std::string_view key);
-  // Inserts or replaces; a replaced key keeps its position (as a Python dict does).
-  void set(std::string key, Value value);
-  bool erase(std::string_view key);
-  size_t size() const { return items_.size(); }
-  bool empty() const { return items_.empty(); }
-  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-
-  bool is_namespace = false;  // a jinja2 namespace(): attribute-assignable, prints as <Namespace>
-
-  // A dict key as stored: strings as themselves, ints/floats/bools/None as "\0" + a tag + text.
-  static std::string encode_key(const Value& key);
-  // The Value a stored key stands for (the inverse of encode_key).
-  static Value decode_key(const std::string& key);
-
- private:
-  std::vector<std::pair<std::string, Value>> items_;
-};
-
-struct ArrayData {
-  std::vector<Value> items;
-  bool is_tuple = false;  // Python tuple: prints as (a, b); otherwise behaves like a list
-  // A Python generator (what jinja2's map/select/selectattr/unique/items filters return): it
-  // iterates like a list but is always truthy, has no len(), and json.dumps rejects it.
-  bool is_generator = false;
-};
+class Object;
+struct ArrayData;
 
 struct CallArgs;
 class Interpreter;
@@ -106,7 +76,8 @@ class Value {
   static Value array(std::vector<Value> items = {});
   static Value tuple(std::vector<Value> items);
   static Value generator(std::vector<Value> items);
-  static Value object(Object o = {});
+  static Value object();  // an empty dict
+  static Value object(Object o);
   static Value function(std::string name, std::function<Value(Interpreter&, CallArgs&)> fn);
 
   Kind kind() const { return v_.index() == kMarkupIndex ? Kind::String : static_cast<Kind>(v_.index()); }
@@ -130,13 +101,18 @@ class Value {
     return is_markup() ? std::get<Markup>(v_).text : std::get<std::string>(v_);
   }
   const ArrayData& as_array_data() const { return *std::get<std::shared_ptr<ArrayData>>(v_); }
-  const std::vector<Value>& as_array() const { return as_array_data().items; }
+  const std::vector<Value>& as_array() const;
   const Object& as_object() const { return *std::get<std::shared_ptr<Object>>(v_); }
   Object& mutable_object() const { return *std::get<std::shared_ptr<Object>>(v_); }  // namespaces only
   const Callable& as_callable() const { return *std::get<std::shared_ptr<Callable>>(v_); }
   const std::string& undefined_hint() const { return std::get<Undefined>(v_).hint; }
   // Identity of a shared array/object (Python `is`); null for scalars.
   const void* identity() const;
+
+  // Nesting depth: 0 for scalars, 1 for a flat list or dict, ...
+  int depth() const;
+  // True for a namespace or a container holding one (at any depth).
+  bool holds_namespace() const;
 
   // Object member or nullptr (also nullptr when this is not an object).
   const Value* get(std::string_view key) const;
@@ -149,6 +125,47 @@ class Value {
       v_;
 };
 
+// An insertion-ordered map. Keys are strings; the rare non-string key of a template dict literal
+// ({0: 'a'}) is stored encoded (see encode_key) so that lookups by the same value find it. Lookups are linear: chat objects are small (a message has
+// a handful of keys), and order matters more than asymptotics here.
+class Object {
+ public:
+  const Value* find(std::string_view key) const;
+  Value* find(std::string_view key);
+  // Inserts or replaces; a replaced key keeps its position (as a Python dict does).
+  void set(std::string key, Value value);
+  bool erase(std::string_view key);
+  size_t size() const { return items_.size(); }
+  bool empty() const { return items_.empty(); }
+  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
+
+  bool is_namespace = false;  // a jinja2 namespace(): attribute-assignable, prints as <Namespace>
+  // Nesting depth (1 + the deepest member) and whether a namespace is inside, kept up to date by
+  // set(): the interpreter bounds nesting and refuses namespace cycles with them.
+  int depth = 1;
+  bool holds_namespace = false;
+
+  // A dict key as stored: strings as themselves, ints/floats/bools/None as "\0" + a tag + text.
+  static std::string encode_key(const Value& key);
+  // The Value a stored key stands for (the inverse of encode_key).
+  static Value decode_key(const std::string& key);
+
+ private:
+  std::vector<std::pair<std::string, Value>> items_;
+};
+
+struct ArrayData {
+  std::vector<Value> items;
+  bool is_tuple = false;  // Python tuple: prints as (a, b); otherwise behaves like a list
+  // A Python generator (what jinja2's map/select/selectattr/unique/items filters return): it
+  // iterates like a list but is always truthy, has no len(), and json.dumps rejects it.
+  bool is_generator = false;
+  int depth = 1;                 // 1 + the deepest item's depth (set by the Value factories)
+  bool holds_namespace = false;  // some item is or holds a namespace
+};
+
+inline const std::vector<Value>& Value::as_array() const { return as_array_data().items; }
+
 // Python truthiness (Undefined is falsy, an empty string/list/dict is falsy, callables are truthy).
 bool truthy(const Value& v);
 // Python `==`: numbers compare by value across int/float/bool, containers element-wise.
@@ -157,8 +174,13 @@ bool equals(const Value& a, const Value& b);
 std::string type_name(const Value& v);
 // Python's repr(float): the shortest round-trip digits, exponent form outside [1e-4, 1e16).
 std::string float_repr(double v);
-// Python repr(): strings quoted and escaped, containers recursively ("{'a': [1, None]}").
-std::string repr(const Value& v);
+// Containers nested deeper than this are not compared, printed or serialized (Python would raise
+// RecursionError near here); it also bounds every recursion over a Value.
+inline constexpr int kMaxNesting = 512;
+
+// Python repr(): strings quoted and escaped, containers recursively ("{'a': [1, None]}"). Output
+// past `max_bytes` (or nesting past kMaxNesting) is cut with "...".
+std::string repr(const Value& v, size_t max_bytes = size_t{64} << 20);
 // Python str(): what `{{ v }}` prints. Undefined prints as "".
 std::string to_display(const Value& v);
 
