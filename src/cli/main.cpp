@@ -24,11 +24,14 @@ int main(int argc, char** argv) {
   tern::cli::register_tokenize(app, &run);
   tern::cli::register_run(app, &run);
   tern::cli::register_bench(app, &run);
+  tern::cli::CommandRunner replay_run;
+  tern::cli::register_bench_replay(*app.get_subcommand("bench"), &replay_run);
   tern::cli::register_render(app, &run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (replay_run) run = replay_run;  // CLI11 runs the parent's callback after the nested one's
   return run ? run() : 2;
 }

@@ -1,0 +1,294 @@
+// tern bench replay: replays recorded agent sessions (shared/data/agentic/swe-sessions.jsonl)
+// the way an agent drives an engine. For turn k of a session the prompt is the chat-templated
+// messages[0..k] (ending with a user message); tern generates up to --max-tokens, then the
+// recorded assistant message is appended (teacher forcing), so every prompt extends the last.
+// Each session is cut off where its prompt no longer fits the context.
+//
+// Per turn: prompt_tokens, cached_tokens, reusable_tokens (the longest prefix of this prompt that
+// anything computed earlier in the replay could have served: the ideal cache), TTFT, decode tok/s
+// and draft acceptance. The same sessions run twice in one process: tern as configured, then a
+// baseline with prefix reuse and speculation off; the ratios are reported.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "chat/json.h"
+#include "cli/commands.h"
+#include "cli/model_setup.h"
+#include "engine/session.h"
+#include "spec/ngram_drafter.h"
+
+namespace tern::cli {
+namespace {
+
+struct ReplayArgs {
+  std::string model;
+  std::string sessions_path;
+  std::string drafter = "ngram";
+  int max_tokens = 16;
+  int n_sessions = 6;
+  int threads = 0;
+  int ctx = 8192;
+  bool json = false;
+  bool baseline = true;
+};
+
+struct TurnRecord {
+  std::string session_id;
+  int turn = 0;
+  int prompt_tokens = 0;
+  int cached_tokens = 0;
+  int reusable_tokens = 0;
+  double ttft_seconds = 0;
+  double decode_tokens_per_second = 0;
+  int drafts_proposed = 0;
+  int drafts_accepted = 0;
+  int generated_tokens = 0;
+  std::string text;
+};
+
+struct Conversation {
+  std::string id;
+  chat::Value messages;  // all recorded messages
+};
+
+Result<std::vector<Conversation>> read_sessions(const std::string& path, int limit) {
+  std::ifstream in(path);
+  if (!in) return error("cannot open sessions file '" + path + "'");
+  std::vector<Conversation> out;
+  std::string line;
+  int line_no = 0;
+  while (static_cast<int>(out.size()) < limit && std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    auto v = chat::parse_json(line);
+    if (!v.is_ok()) return error(path + ":" + std::to_string(line_no) + ": " + v.status().message());
+    const chat::Value* id = v.value().get("id");
+    const chat::Value* messages = v.value().get("messages");
+    if (id == nullptr || !id->is_string() || messages == nullptr || !messages->is_array())
+      return error(path + ":" + std::to_string(line_no) + ": expected {\"id\": string, \"messages\": [...]}");
+    out.push_back({id->as_string(), *messages});
+  }
+  return out;
+}
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  const size_t m = std::min(a.size(), b.size());
+  while (n < m && a[n] == b[n]) ++n;
+  return n;
+}
+
+struct PassResult {
+  std::vector<TurnRecord> turns;
+};
+
+// One pass over every conversation. reuse=false, drafter=none gives the baseline.
+Result<PassResult> run_pass(LoadedModel& lm, const chat::ChatTemplate& tmpl, const std::vector<Conversation>& convs,
+                            const ReplayArgs& a, bool baseline) {
+  PassResult result;
+  const tok::Tokenizer& tok = *lm.tokenizer;
+  std::vector<std::vector<int32_t>> computed;  // every token sequence resident in KV so far
+  for (const Conversation& conv : convs) {
+    Session session(*lm.model, *lm.kv, &tok);
+    const auto& msgs = conv.messages.as_array();
+    int turn = 0;
+    for (size_t k = 1; k < msgs.size(); ++k) {
+      const chat::Value* role = msgs[k].get("role");
+      if (role == nullptr || !role->is_string() || role->as_string() != "user") continue;
+      chat::ChatRequest req;
+      req.messages = chat::Value::array(std::vector<chat::Value>(msgs.begin(), msgs.begin() + static_cast<std::ptrdiff_t>(k + 1)));
+      req.add_generation_prompt = true;
+      req.bos_token = std::string(tok.piece(tok.bos_id()));
+      req.eos_token = std::string(tok.piece(tok.eos_id()));
+      TERN_ASSIGN_OR_RETURN(std::string text, chat::apply_chat_template(tmpl, req));
+      const std::vector<int32_t> prompt = tok.encode(text, true, true);
+      if (static_cast<int>(prompt.size()) + a.max_tokens > lm.model->n_ctx()) break;  // cut off at the context
+
+      TurnRecord r;
+      r.session_id = conv.id;
+      r.turn = turn++;
+      r.prompt_tokens = static_cast<int>(prompt.size());
+      size_t reusable = 0;
+      for (const auto& seq : computed) reusable = std::max(reusable, common_prefix(seq, prompt));
+      r.reusable_tokens = static_cast<int>(std::min(reusable, prompt.size() - 1));
+
+      NgramDrafter ngram;
+      GenerateOptions o;
+      o.max_tokens = a.max_tokens;
+      o.reuse_prefix = !baseline;
+      o.drafter = (!baseline && a.drafter == "ngram") ? &ngram : nullptr;
+      TERN_ASSIGN_OR_RETURN(GenResult gen, session.generate(prompt, o));
+      r.cached_tokens = gen.stats.cached_tokens;
+      r.ttft_seconds = gen.stats.time_to_first_token_seconds;
+      const int decoded = std::max(0, gen.stats.generated_tokens - 1);
+      const double decode_s = gen.stats.decode_seconds - (gen.stats.time_to_first_token_seconds - gen.stats.prefill_seconds);
+      r.decode_tokens_per_second = decoded > 0 && decode_s > 0 ? decoded / decode_s : 0.0;
+      r.drafts_proposed = gen.stats.drafts_proposed;
+      r.drafts_accepted = gen.stats.drafts_accepted;
+      r.generated_tokens = gen.stats.generated_tokens;
+      r.text = gen.text;
+      computed.push_back(session.tokens());
+      result.turns.push_back(std::move(r));
+      std::fprintf(stderr, "\r%s %s turn %d: %d prompt tokens", baseline ? "baseline" : "tern", conv.id.c_str(), turn,
+                   static_cast<int>(prompt.size()));
+    }
+  }
+  std::fprintf(stderr, "\r\033[K");
+  return result;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+struct Totals {
+  long prompt = 0, cached = 0, reusable = 0, generated = 0, proposed = 0, accepted = 0;
+  double ttft = 0, decode_tps_sum = 0;
+  int turns = 0;
+};
+
+Totals total(const std::vector<TurnRecord>& turns) {
+  Totals t;
+  for (const auto& r : turns) {
+    t.prompt += r.prompt_tokens;
+    t.cached += r.cached_tokens;
+    t.reusable += r.reusable_tokens;
+    t.generated += r.generated_tokens;
+    t.proposed += r.drafts_proposed;
+    t.accepted += r.drafts_accepted;
+    t.ttft += r.ttft_seconds;
+    t.decode_tps_sum += r.decode_tokens_per_second;
+    ++t.turns;
+  }
+  return t;
+}
+
+int run_replay(const ReplayArgs& a) {
+  ModelSetupOptions so;
+  so.path = a.model.empty() ? default_model_path() : a.model;
+  so.n_threads = a.threads;
+  so.n_ctx = a.ctx;
+  auto loaded = load_for_inference(so);
+  if (!loaded.is_ok()) {
+    std::fprintf(stderr, "tern bench replay: %s\n", loaded.status().message().c_str());
+    return 1;
+  }
+  LoadedModel& lm = loaded.value();
+  auto source = lm.file->get_string("tokenizer.chat_template");
+  if (!source.is_ok()) {
+    std::fprintf(stderr, "tern bench replay: the model has no chat template: %s\n", source.status().message().c_str());
+    return 1;
+  }
+  auto tmpl = chat::ChatTemplate::parse(source.value());
+  if (!tmpl.is_ok()) {
+    std::fprintf(stderr, "tern bench replay: chat template: %s\n", tmpl.status().message().c_str());
+    return 1;
+  }
+  std::string path = a.sessions_path;
+  if (path.empty()) path = std::string(TERN_SOURCE_DIR) + "/../shared/data/agentic/swe-sessions.jsonl";
+  auto convs = read_sessions(path, a.n_sessions);
+  if (!convs.is_ok()) {
+    std::fprintf(stderr, "tern bench replay: %s\n", convs.status().message().c_str());
+    return 1;
+  }
+  auto tern_pass = run_pass(lm, tmpl.value(), convs.value(), a, false);
+  if (!tern_pass.is_ok()) {
+    std::fprintf(stderr, "tern bench replay: %s\n", tern_pass.status().message().c_str());
+    return 1;
+  }
+  // The baseline must not find tern's blocks: a fresh pool.
+  std::vector<TurnRecord> base_turns;
+  if (a.baseline) {
+    KvPoolConfig kc = lm.kv->config();
+    lm.kv.reset();
+    lm.kv = std::move(KvPool::create(*lm.backend, kc)).value();
+    auto base = run_pass(lm, tmpl.value(), convs.value(), a, true);
+    if (!base.is_ok()) {
+      std::fprintf(stderr, "tern bench replay: %s\n", base.status().message().c_str());
+      return 1;
+    }
+    base_turns = std::move(base.value().turns);
+  }
+  const auto& turns = tern_pass.value().turns;
+  const Totals t = total(turns), b = total(base_turns);
+  if (a.json) {
+    std::printf("{\"model\": \"%s\", \"drafter\": \"%s\", \"max_tokens\": %d, \"turns\": [\n",
+                json_escape(so.path).c_str(), a.drafter.c_str(), a.max_tokens);
+    for (size_t i = 0; i < turns.size(); ++i) {
+      const auto& r = turns[i];
+      const double base_ttft = i < base_turns.size() ? base_turns[i].ttft_seconds : 0.0;
+      std::printf(
+          "  {\"session\": \"%s\", \"turn\": %d, \"prompt_tokens\": %d, \"cached_tokens\": %d, \"reusable_tokens\": %d, "
+          "\"ttft_s\": %.4f, \"baseline_ttft_s\": %.4f, \"decode_tok_s\": %.2f, \"drafts_proposed\": %d, "
+          "\"drafts_accepted\": %d, \"generated_tokens\": %d, \"text\": \"%s\"}%s\n",
+          json_escape(r.session_id).c_str(), r.turn, r.prompt_tokens, r.cached_tokens, r.reusable_tokens,
+          r.ttft_seconds, base_ttft, r.decode_tokens_per_second, r.drafts_proposed, r.drafts_accepted,
+          r.generated_tokens, json_escape(r.text).c_str(), i + 1 < turns.size() ? "," : "");
+    }
+    std::printf("],\n \"total\": {\"turns\": %d, \"prompt_tokens\": %ld, \"cached_tokens\": %ld, \"reusable_tokens\": %ld, "
+                "\"ttft_s\": %.3f, \"baseline_ttft_s\": %.3f, \"mean_decode_tok_s\": %.2f, "
+                "\"baseline_mean_decode_tok_s\": %.2f, \"drafts_proposed\": %ld, \"drafts_accepted\": %ld}}\n",
+                t.turns, t.prompt, t.cached, t.reusable, t.ttft, b.ttft, t.turns ? t.decode_tps_sum / t.turns : 0.0,
+                b.turns ? b.decode_tps_sum / b.turns : 0.0, t.proposed, t.accepted);
+    return 0;
+  }
+  std::printf("| session | turn | prompt | cached | reusable | TTFT s | base TTFT s | decode tok/s | base decode | accepted/proposed |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const auto& r = turns[i];
+    const TurnRecord* br = i < base_turns.size() ? &base_turns[i] : nullptr;
+    std::printf("| %s | %d | %d | %d | %d | %.3f | %.3f | %.1f | %.1f | %d/%d |\n", r.session_id.c_str(), r.turn,
+                r.prompt_tokens, r.cached_tokens, r.reusable_tokens, r.ttft_seconds, br ? br->ttft_seconds : 0.0,
+                r.decode_tokens_per_second, br ? br->decode_tokens_per_second : 0.0, r.drafts_accepted,
+                r.drafts_proposed);
+  }
+  std::printf("\n%d turns, %ld prompt tokens: cached %ld (%.1f%%), reusable %ld (%.1f%%), cached/reusable %.1f%%\n",
+              t.turns, t.prompt, t.cached, 100.0 * t.cached / std::max(1L, t.prompt), t.reusable,
+              100.0 * t.reusable / std::max(1L, t.prompt), 100.0 * t.cached / std::max(1L, t.reusable));
+  std::printf("total TTFT %.2f s (baseline %.2f s, %.2fx faster); mean decode %.1f tok/s (baseline %.1f); drafts %ld/%ld accepted\n",
+              t.ttft, b.ttft, t.ttft > 0 ? b.ttft / t.ttft : 0.0, t.turns ? t.decode_tps_sum / t.turns : 0.0,
+              b.turns ? b.decode_tps_sum / b.turns : 0.0, t.accepted, t.proposed);
+  return 0;
+}
+
+}  // namespace
+
+void register_bench_replay(CLI::App& bench, CommandRunner* runner) {
+  auto args = std::make_shared<ReplayArgs>();
+  auto* cmd = bench.add_subcommand("replay", "replay recorded agent sessions: prefix reuse, TTFT, decode, speculation");
+  cmd->add_option("-m,--model", args->model, "GGUF model with a chat template (default: the default model)");
+  cmd->add_option("--sessions", args->sessions_path, "sessions JSONL (default: ../shared/data/agentic/swe-sessions.jsonl)");
+  cmd->add_option("--drafter", args->drafter, "speculation: none or ngram")->check(CLI::IsMember({"none", "ngram"}));
+  cmd->add_option("--max-tokens", args->max_tokens, "tokens generated per turn")->check(CLI::Range(1, 4096));
+  cmd->add_option("--n-sessions", args->n_sessions, "sessions to replay, from the first")->check(CLI::PositiveNumber);
+  cmd->add_option("-t,--threads", args->threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-c,--ctx", args->ctx, "context in tokens; sessions are cut off there")->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", args->json, "print JSON (per-turn records with generated text, totals)");
+  cmd->add_flag("!--no-baseline", args->baseline, "skip the no-reuse, no-speculation baseline pass");
+  cmd->callback([runner, args] { *runner = [args] { return run_replay(*args); }; });
+}
+
+}  // namespace tern::cli
