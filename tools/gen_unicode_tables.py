@@ -154,6 +154,11 @@ def main():
         out.write(line.rstrip() + "\n")
     out.write("};\n")
     out.write(f"const int kNumCpRanges = {len(ranges)};\n\n")
+    out.write("// The same classes for U+0000..U+007F, for the one-load ASCII path of cp_flags().\n")
+    out.write("const uint16_t kAsciiFlags[128] = {\n")
+    for i in range(0, 128, 16):
+        out.write(",".join(f"0x{flags[c]:X}" for c in range(i, i + 16)) + ",\n")
+    out.write("};\n\n")
     out.write("}  // namespace tern::tok\n")
 
 

@@ -1,8 +1,8 @@
 #include "tokenizer/bpe.h"
 
 #include <atomic>
+#include <cstring>
 #include <queue>
-#include <unordered_map>
 
 #include "tokenizer/unicode.h"
 
@@ -32,13 +32,78 @@ uint64_t mix(uint64_t key) {
 
 // Words longer than this merge with a heap; shorter ones rescan, which is faster for them.
 constexpr size_t kHeapThreshold = 48;
-// Only words up to this many bytes are cached; the cache is dropped when it holds too many words.
+// Only words up to this many bytes are cached.
 constexpr size_t kMaxCachedWordBytes = 64;
-constexpr size_t kMaxCachedWords = 1 << 16;
 
-struct WordCache {
+// Finished words, per thread: an open-addressing table of (hash, bytes) -> ids whose keys and ids
+// live in two flat arenas, so a hit costs one hash, one probe and one memcmp. Cleared whole when
+// half full (cheap, and the working set of a text refills it at once).
+class WordCache {
+ public:
   uint64_t owner = 0;
-  std::unordered_map<std::string, std::vector<int32_t>> words;
+
+  static uint64_t hash(std::string_view bytes) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ bytes.size();
+    size_t i = 0;
+    for (; i + 8 <= bytes.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, bytes.data() + i, 8);
+      h = (h ^ w) * 0xff51afd7ed558ccdULL;
+      h ^= h >> 32;
+    }
+    uint64_t tail = 0;
+    std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
+    h = (h ^ tail) * 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 29);
+  }
+
+  // ids of the word, or nullptr; *n_ids is set on a hit.
+  const int32_t* find(std::string_view bytes, uint64_t h, uint32_t* n_ids) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t slot = h & mask_;; slot = (slot + 1) & mask_) {
+      const Slot& s = slots_[slot];
+      if (s.n_key_bytes == 0) return nullptr;
+      if (s.hash == h && s.n_key_bytes == bytes.size() &&
+          std::memcmp(keys_.data() + s.key_offset, bytes.data(), bytes.size()) == 0) {
+        *n_ids = s.n_ids;
+        return ids_.data() + s.ids_offset;
+      }
+    }
+  }
+
+  void insert(std::string_view bytes, uint64_t h, const int32_t* ids, size_t n_ids) {
+    if (slots_.empty() || n_used_ * 2 >= slots_.size()) clear();
+    size_t slot = h & mask_;
+    while (slots_[slot].n_key_bytes != 0) slot = (slot + 1) & mask_;
+    slots_[slot] = {h, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(ids_.size()),
+                    static_cast<uint16_t>(bytes.size()), static_cast<uint16_t>(n_ids)};
+    keys_.append(bytes);
+    ids_.insert(ids_.end(), ids, ids + n_ids);
+    ++n_used_;
+  }
+
+  void clear() {
+    slots_.assign(kSlots, Slot{});
+    mask_ = kSlots - 1;
+    keys_.clear();
+    ids_.clear();
+    n_used_ = 0;
+  }
+
+ private:
+  static constexpr size_t kSlots = size_t{1} << 16;
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t key_offset = 0;
+    uint32_t ids_offset = 0;
+    uint16_t n_key_bytes = 0;  // 0 = empty (empty words are never cached)
+    uint16_t n_ids = 0;
+  };
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  std::string keys_;
+  std::vector<int32_t> ids_;
+  size_t n_used_ = 0;
 };
 // note: per thread, so encode() stays lock-free and const; a thread that alternates between two
 // tokenizers just refills it.
@@ -163,14 +228,16 @@ void BpeEncoder::encode_piece(std::string_view bytes, std::vector<int32_t>* out)
   if (bytes.empty()) return;
   const bool cacheable = bytes.size() <= kMaxCachedWordBytes;
   WordCache& cache = t_word_cache;
+  uint64_t h = 0;
   if (cacheable) {
-    if (cache.owner != instance_id_ || cache.words.size() >= kMaxCachedWords) {
-      cache.words.clear();
+    if (cache.owner != instance_id_) {
+      cache.clear();
       cache.owner = instance_id_;
     }
-    auto it = cache.words.find(std::string(bytes));
-    if (it != cache.words.end()) {
-      out->insert(out->end(), it->second.begin(), it->second.end());
+    h = WordCache::hash(bytes);
+    uint32_t n_ids = 0;
+    if (const int32_t* ids = cache.find(bytes, h, &n_ids)) {
+      out->insert(out->end(), ids, ids + n_ids);
       return;
     }
   }
@@ -201,7 +268,7 @@ void BpeEncoder::encode_piece(std::string_view bytes, std::vector<int32_t>* out)
     }
   }
   out->insert(out->end(), symbols.begin(), symbols.end());
-  if (cacheable) cache.words.emplace(std::string(bytes), std::move(symbols));
+  if (cacheable) cache.insert(bytes, h, symbols.data(), symbols.size());
 }
 
 }  // namespace tern::tok

@@ -47,7 +47,7 @@ const ClassTable& class_table() {
 
 }  // namespace
 
-uint16_t cp_flags(uint32_t cp) {
+uint16_t cp_flags_slow(uint32_t cp) {
   if (cp > kMaxCodePoint) return 0;
   const ClassTable& t = class_table();
   return t.stage2[static_cast<size_t>(t.stage1[cp >> 8]) * 256 + (cp & 0xFF)];

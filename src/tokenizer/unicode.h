@@ -41,8 +41,11 @@ extern const int kNumCpRanges;
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr uint32_t kRawByteBase = 0x110000;  // raw byte b (from invalid UTF-8) is kRawByteBase + b
 
+extern const uint16_t kAsciiFlags[128];  // cp_flags() of U+0000..U+007F, filled from kCpRanges
+uint16_t cp_flags_slow(uint32_t cp);
+
 // Class bits of a code point (0 for raw bytes and unassigned code points).
-uint16_t cp_flags(uint32_t cp);
+inline uint16_t cp_flags(uint32_t cp) { return cp < 0x80 ? kAsciiFlags[cp] : cp_flags_slow(cp); }
 
 inline bool is_raw_byte(uint32_t cp) { return cp >= kRawByteBase; }
 
