@@ -65,11 +65,12 @@ const char* stop_reason_name(StopReason r) {
   return "unknown";
 }
 
-Session::Session(Model& model, KvPool& pool, const tok::Tokenizer* tokenizer, uint64_t salt)
+Session::Session(Model& model, KvPool& pool, const tok::Tokenizer* tokenizer, SessionOptions options)
     : model_(&model),
       kv_(pool),
       tokenizer_(tokenizer),
-      root_hash_(root_block_hash(model.config().fingerprint ^ (salt * 0x9e3779b97f4a7c15ull))) {}
+      options_(options),
+      root_hash_(root_block_hash(model.config().fingerprint ^ (options.salt * 0x9e3779b97f4a7c15ull))) {}
 
 void Session::reset() { truncate(0); }
 
@@ -89,6 +90,7 @@ void Session::truncate(size_t n) {
 }
 
 void Session::register_full_blocks() {
+  if (!options_.share_blocks) return;
   const int bt = kv_.pool().config().block_tokens;
   const size_t n_full = tokens_.size() / bt;
   while (hashes_.size() < n_full) {
@@ -153,7 +155,7 @@ Status Session::sync_prefix(std::span<const int32_t> prompt, const GenerateOptio
   // Extend with blocks from the prefix index (other sessions' work on the same prefix).
   KvPool& pool = kv_.pool();
   const size_t bt = static_cast<size_t>(pool.config().block_tokens);
-  if (options.reuse_prefix && tokens_.size() % bt == 0) {
+  if (options.reuse_prefix && options_.share_blocks && tokens_.size() % bt == 0) {
     for (size_t i = tokens_.size() / bt; (i + 1) * bt < prompt.size(); ++i) {
       const BlockHash parent = i == 0 ? root_hash_ : hashes_[i - 1];
       const BlockHash h = hash_block(parent, prompt.subspan(i * bt, bt));

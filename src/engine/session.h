@@ -71,11 +71,15 @@ struct GenResult {
   GenStats stats;
 };
 
+struct SessionOptions {
+  uint64_t salt = 0;         // namespaces the prefix index (tenant); mixed with the model fingerprint
+  bool share_blocks = true;  // register full blocks in the prefix index and look prompts up there
+};
+
 class Session {
  public:
-  // tokenizer may be null (no text, stop strings or thinking budget); salt namespaces the prefix
-  // index (model fingerprint, tenant).
-  Session(Model& model, KvPool& pool, const tok::Tokenizer* tokenizer = nullptr, uint64_t salt = 0);
+  // tokenizer may be null (no text, stop strings or thinking budget).
+  Session(Model& model, KvPool& pool, const tok::Tokenizer* tokenizer = nullptr, SessionOptions options = {});
 
   Result<GenResult> generate(std::span<const int32_t> prompt, const GenerateOptions& options);
   // Prefills `prompt` (reusing what it can) and returns the logits of its last token.
@@ -98,6 +102,7 @@ class Session {
   Model* model_;
   KvSequence kv_;
   const tok::Tokenizer* tokenizer_;
+  SessionOptions options_;
   BlockHash root_hash_;
   std::vector<int32_t> tokens_;
   std::vector<BlockHash> hashes_;   // chain hash of each full block of tokens_
