@@ -49,15 +49,11 @@ __device__ __forceinline__ float load_kv(const void* base, bool f16, int64_t idx
   return f16 ? __half2float(static_cast<const __half*>(base)[idx]) : static_cast<const float*>(base)[idx];
 }
 
-__global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionArgs a) {
-  extern __shared__ __align__(16) float sm[];
+// Chunks [c_begin, c_end) of one tile for the head slice of blockIdx.y (attention.h).
+__device__ __forceinline__ void attend_tile(const AttentionArgs& a, const Shape& sh, int tile, int c_begin, int c_end,
+                                            float* sm) {
   const DevicePlan& P = a.plan;
-  const Shape sh = shape_of(a);
   const int hd = a.head_dim;
-  const int item = blockIdx.x;
-  const int tile = a.split ? P.split_tile[item] : item;
-  const int c_begin = a.split ? P.split_chunk[item] : 0;
-  const int c_end = a.split ? c_begin + 1 : P.tile_n_chunks[tile];
   const int g = blockIdx.y / sh.n_slices, slice = blockIdx.y % sh.n_slices;
   const int h0 = g * sh.group + slice * sh.hpb;
   const int nh = min(sh.hpb, sh.group - slice * sh.hpb);
@@ -79,6 +75,7 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionArgs
   int* tok_first = tok_pos + kAttnTileTokens;                  // first attended position
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  __syncthreads();  // a previous call's readers are done with this shared memory
   if (tid < nt) {
     const int pos = P.positions[t0 + tid];
     tok_pos[tid] = pos;
@@ -210,6 +207,24 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionArgs
   }
 }
 
+// Fused mode: block x = one tile, all its chunks. Split mode: block x = items
+// [x * items_per_block, ...) of the (tile, chunk) list, one partial each.
+__global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionArgs a) {
+  extern __shared__ __align__(16) float sm[];
+  const Shape sh = shape_of(a);
+  const DevicePlan& P = a.plan;
+  if (!a.split) {
+    attend_tile(a, sh, blockIdx.x, 0, P.tile_n_chunks[blockIdx.x], sm);
+    return;
+  }
+  const int first = blockIdx.x * a.items_per_block;
+  const int last = min(P.n_split_items, first + a.items_per_block);
+  for (int item = first; item < last; ++item) {
+    const int c = P.split_chunk[item];
+    attend_tile(a, sh, P.split_tile[item], c, c + 1, sm);
+  }
+}
+
 // Split mode: folds a (token, head)'s chunk partials in chunk order. One block per (token, head).
 __global__ void __launch_bounds__(kThreads) attention_merge_kernel(AttentionArgs a) {
   constexpr int kPerThread = kAttnMaxHeadDim / kThreads;
@@ -221,15 +236,30 @@ __global__ void __launch_bounds__(kThreads) attention_merge_kernel(AttentionArgs
   float A[kPerThread];
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) A[k] = 0.0f;
-  for (int c = 0; c < n_chunks; ++c) {
-    const float* rec = a.partials + ((first + c) * a.n_heads + h) * (hd + 2);
-    const float m = rec[0];
-    if (m == -INFINITY) continue;
-    const FoldScales f = fold_stats(M, L, m, rec[1]);
+  // Loads a batch of partials (independent, all in flight together), then folds them in order.
+  constexpr int kBatch = 16;
+  for (int c0 = 0; c0 < n_chunks; c0 += kBatch) {
+    float m[kBatch], l[kBatch], av[kBatch][kPerThread];
 #pragma unroll
-    for (int k = 0; k < kPerThread; ++k) {
-      const int d = threadIdx.x + k * kThreads;
-      if (d < hd) A[k] = fold_acc(A[k], rec[2 + d], f);
+    for (int b = 0; b < kBatch; ++b) {
+      m[b] = -INFINITY;
+      if (c0 + b < n_chunks) {
+        const float* rec = a.partials + ((first + c0 + b) * a.n_heads + h) * (hd + 2);
+        m[b] = rec[0];
+        l[b] = rec[1];
+#pragma unroll
+        for (int k = 0; k < kPerThread; ++k) {
+          const int d = threadIdx.x + k * kThreads;
+          av[b][k] = d < hd ? rec[2 + d] : 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (m[b] == -INFINITY) continue;
+      const FoldScales f = fold_stats(M, L, m[b], l[b]);
+#pragma unroll
+      for (int k = 0; k < kPerThread; ++k) A[k] = fold_acc(A[k], av[b][k], f);
     }
   }
 #pragma unroll
@@ -255,8 +285,8 @@ size_t attention_smem_bytes(const AttentionArgs& a) {
 void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.plan.n_tokens == 0) return;
   const Shape sh = shape_of(a);
-  const dim3 grid(static_cast<unsigned>(a.split ? a.plan.n_split_items : a.plan.n_tiles),
-                  static_cast<unsigned>(a.n_kv_heads * sh.n_slices));
+  const int64_t blocks_x = a.split ? (a.plan.n_split_items + a.items_per_block - 1) / a.items_per_block : a.plan.n_tiles;
+  const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(a.n_kv_heads * sh.n_slices));
   attention_chunk_kernel<<<grid, kThreads, attention_smem_bytes(a), stream>>>(a);
   TERN_CUDA_CHECK_LAUNCH();
   if (a.split) {

@@ -47,10 +47,23 @@ __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) { return *reinter
 
 // N 32-bit little-endian words starting at a 2-byte-aligned shared-memory address. Reads the
 // aligned words covering [p, p + 4N) plus one more, which must lie inside the buffer (the callers'
-// staging buffers keep 16 bytes of slack).
+// staging buffers keep 16 bytes of slack). 16-byte aligned addresses take 16-byte loads.
 template <int N>
 __device__ __forceinline__ void load_words_2aligned(const uint8_t* p, uint32_t (&out)[N]) {
   const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+  if constexpr (N % 4 == 0) {
+    if ((addr & 15) == 0) {  // 16-byte loads (q4_k / q5_k blocks of aligned rows)
+#pragma unroll
+      for (int k = 0; k < N / 4; ++k) {
+        const uint4 v = reinterpret_cast<const uint4*>(p)[k];
+        out[4 * k] = v.x;
+        out[4 * k + 1] = v.y;
+        out[4 * k + 2] = v.z;
+        out[4 * k + 3] = v.w;
+      }
+      return;
+    }
+  }
   const uint32_t* w = reinterpret_cast<const uint32_t*>(addr & ~uintptr_t{3});
   const uint32_t shift = static_cast<uint32_t>(addr & 2) * 8;  // 0 or 16 bits
   uint32_t prev = w[0];

@@ -304,6 +304,10 @@ class CudaBackend final : public Backend {
     if (options_.attention_split == AttentionSplit::kNever) split = false;
     if (split) {
       a.split = 1;
+      // Enough blocks for ~4 per SM, each taking a few consecutive chunks (long contexts);
+      // partials stay per chunk, so this grouping does not change any result.
+      const int64_t items = int64_t{plan_.n_split_items} * p.n_kv_heads;
+      a.items_per_block = static_cast<int>(std::max<int64_t>(1, items / (4 * int64_t{n_sm_})));
       const size_t need = attention_partials_bytes(a);
       // Growing frees the old buffer, which flushes the records that still use it.
       if (partials_ == nullptr || partials_->bytes() < need) {

@@ -22,7 +22,7 @@ constexpr int kStepUnits = kStepElems / 32;
 constexpr int kGroupPitch = 80;
 constexpr int kLevels = 6;  // binary counter depth: up to 2^6 - 1 steps (cols < 129024)
 constexpr int kMaxSteps = (1 << kLevels) - 1;
-constexpr int kStages = 3;  // weight steps in flight per warp: two loading while one computes
+constexpr int kStages = 4;  // weight steps in flight per warp: three loading while one computes
 
 template <DType T>
 struct QType;
@@ -427,45 +427,66 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs 
   uint8_t* xq = smem;
   float* xd = reinterpret_cast<float*>(smem + l.d_off);
   int* xs = reinterpret_cast<int*>(smem + l.s_off);
-  quantize_tile(a, x0, nt, l, xq, xd, xs);
-  __syncthreads();
 
   const int64_t row_stride = int64_t{gridDim.y} * kGemvWarps;
   const int64_t first_row = int64_t{blockIdx.y} * kGemvWarps + warp;
   const int64_t total_rows = a.total_rows();
-  if (first_row >= total_rows) return;
-  const int64_t n_rows = (total_rows - first_row + row_stride - 1) / row_stride;
+  const int n_rows = first_row < total_rows ? static_cast<int>((total_rows - first_row + row_stride - 1) / row_stride) : 0;
   const int n_steps = (cols + kStepElems - 1) / kStepElems;
-  const int64_t total = n_rows * n_steps;
-  const XTile x{xq, xd, xs, l.row_pitch, n_units};
+  const int total = n_rows * n_steps;  // (row, step) items of this warp
   uint8_t* stage = smem + l.stage_off + warp * kStages * l.stage_pitch;
-  auto src_of = [&](int64_t it) {
-    return mat_row(a, first_row + (it / n_steps) * row_stride).w + static_cast<size_t>(it % n_steps) * kFullStepBytes;
+
+  // Item cursors advance without divisions (64-bit division is a long software routine).
+  struct Cursor {
+    int row_k, step, slot;
+    const uint8_t* row_w;
   };
-  auto issue = [&](int64_t it) {
-    const int s = static_cast<int>(it % n_steps);
-    const int elems = min(kStepElems, cols - s * kStepElems);
-    stage_copy(stage + (it % kStages) * l.stage_pitch, src_of(it), elems / kBlockElems * kBlockBytes, lane);
+  auto advance = [&](Cursor& c) {
+    if (++c.step == n_steps) {
+      c.step = 0;
+      ++c.row_k;
+      c.row_w = c.row_k < n_rows ? mat_row(a, first_row + int64_t{c.row_k} * row_stride).w : nullptr;
+    }
+    if (++c.slot == kStages) c.slot = 0;
   };
+  auto issue = [&](const Cursor& c) {
+    const int elems = min(kStepElems, cols - c.step * kStepElems);
+    stage_copy(stage + c.slot * l.stage_pitch, c.row_w + static_cast<size_t>(c.step) * kFullStepBytes,
+               elems / kBlockElems * kBlockBytes, lane);
+  };
+  const Cursor start{0, 0, 0, n_rows > 0 ? mat_row(a, first_row).w : nullptr};
+  Cursor in = start, out = start;
+  // The first weight steps do not depend on x: start them before quantizing it.
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
-    if (k < total) issue(k);
+    if (k < total) {
+      issue(in);
+      advance(in);
+    }
     cp_async_commit();
   }
+  quantize_tile(a, x0, nt, l, xq, xd, xs);
+  __syncthreads();
+  if (n_rows == 0) return;
+  const XTile x{xq, xd, xs, l.row_pitch, n_units};
+
   float stack[kGemvMaxXRows][kLevels];
 #pragma unroll
   for (int j = 0; j < kGemvMaxXRows; ++j) {
 #pragma unroll
     for (int k = 0; k < kLevels; ++k) stack[j][k] = 0.0f;
   }
-  for (int64_t it = 0; it < total; ++it) {
-    if (it + kStages - 1 < total) issue(it + kStages - 1);
+  for (int it = 0; it < total; ++it) {
+    if (it + kStages - 1 < total) {
+      issue(in);
+      advance(in);
+    }
     cp_async_commit();
     cp_async_wait<kStages - 1>();
     __syncwarp();
-    const int s = static_cast<int>(it % n_steps);
-    const uint8_t* wstep =
-        stage + (it % kStages) * l.stage_pitch + (reinterpret_cast<uintptr_t>(src_of(it)) & 15);
+    const int s = out.step;
+    const uint8_t* src = out.row_w + static_cast<size_t>(s) * kFullStepBytes;
+    const uint8_t* wstep = stage + out.slot * l.stage_pitch + (reinterpret_cast<uintptr_t>(src) & 15);
     const int u0 = s * kStepUnits + 2 * lane;
     float v[kGemvMaxXRows];
 #pragma unroll
@@ -473,24 +494,26 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs 
     if (u0 < n_units) item_dot<T>(wstep, lane, u0 + 1 < n_units, x, u0 / 2, nt, v);
 #pragma unroll
     for (int j = 0; j < kGemvMaxXRows; ++j) {
-      float sum = warp_sum_tree(v[j]);
-      // Binary counter: step s merges with the stored subtrees of its trailing one bits.
-      bool placed = false;
+      if (j < nt) {  // nt is uniform across the warp
+        float sum = warp_sum_tree(v[j]);
+        // Binary counter: step s merges with the stored subtrees of its trailing one bits.
+        bool placed = false;
 #pragma unroll
-      for (int k = 0; k < kLevels; ++k) {
-        if (!placed) {
-          if ((s >> k) & 1) {
-            sum = __fadd_rn(stack[j][k], sum);
-          } else {
-            stack[j][k] = sum;
-            placed = true;
+        for (int k = 0; k < kLevels; ++k) {
+          if (!placed) {
+            if ((s >> k) & 1) {
+              sum = __fadd_rn(stack[j][k], sum);
+            } else {
+              stack[j][k] = sum;
+              placed = true;
+            }
           }
         }
       }
     }
     if (s == n_steps - 1) {
       // Close the zero-padded tree: merge the stored subtrees, smallest first.
-      const MatRow row = mat_row(a, first_row + (it / n_steps) * row_stride);
+      const MatRow row = mat_row(a, first_row + int64_t{out.row_k} * row_stride);
 #pragma unroll
       for (int j = 0; j < kGemvMaxXRows; ++j) {
         float acc = 0.0f;
@@ -505,6 +528,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs 
         if (lane == 0 && j < nt) row.y[(x0 + j) * row.rows + row.r] = acc;
       }
     }
+    advance(out);
     __syncwarp();
   }
 }

@@ -155,7 +155,8 @@ struct AttentionArgs {
   float scale;
   int sliding_window;
   float softcap;
-  int split;        // 1: one block per (tile, chunk) + merge kernel; 0: one block per tile
+  int split;        // 1: blocks of (tile, chunk) items + merge kernel; 0: one block per tile
+  int items_per_block;  // split mode: consecutive (tile, chunk) items each block takes
   float* partials;  // split mode: [n_partials, n_heads, head_dim + 2]
   DevicePlan plan;
 };
