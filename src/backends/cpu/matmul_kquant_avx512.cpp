@@ -1,271 +1,447 @@
-// AVX-512 (VNNI) level: k-quant kernels (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) against q8x256 activations.
+// AVX-512 (VNNI) level: k-quant kernels (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) against q8x256
+// activations, on 16-row panels like the legacy kernels (matmul_legacy_avx512.cpp): lane L
+// computes panel row lane_row(L).
 //
 // Every k-quant super-block (256 elements) decodes as x = d * sc_g * u - dmin * mn_g, or as
 // x = d * sc_g * (u - K), with an unsigned code u (q2: 0..3, q3: 0..7, q4: 0..15, q5: 0..31,
-// q6: 0..63) and integer sub-block scales sc_g / mins mn_g per 16-element group g. Its dot with an
-// activation super-block (da, q, bsums) is therefore
-//   da * (d * isum - dmin * msum),  isum = sum_g sc_g * dot_g(u, q),  msum = sum_g mn_g * bsum_g
-// (offset types: msum = K * sum_g sc_g * bsum_g, subtracted from isum in integers).
-//
-// Weight side, once per super-block and weight row: decode() yields the codes of four 64-element
-// chunks, per chunk the scale words that pair with vpmaddubsw's int16 pair sums, and the 16
-// words that pair with bsums. Activation side, per row: vpmaddubsw (u8 x s8 -> int16 pairs; every
-// code is small enough not to saturate) then vpdpwssd with the scales accumulates exact int32
-// lanes. Per output, per super-block, in order: acc = fma(float(isum lanes), d * da, acc) and
-// for min types acc = fnmadd(float(msum lanes), dmin * da, acc); one hsum at the end.
+// q6: 0..63) and integer scales sc_g / mins mn_g per group g (32 elements for q4_k / q5_k, 16
+// otherwise). Against an activation super-block (da, q, bsums) that is, in exact integers,
+//   isum = sum_g sc_g * (sum_{k in g} dpbusd(z[k], q dword k)),  msum = sum_g mn_g * bsums_g
+// (offset types: mn_g = K * sc_g), where z[k] lane L holds the codes of elements 4k .. 4k+3 of the
+// lane's row, and msum pairs word pairs {mn_2p, mn_2p+1} with bsums dwords in vpdpwssd. Per
+// output, per super-block, in order:
+//   min types:    acc = fma(float(isum), d * da, acc); acc = fnmadd(float(msum), dmin * da, acc)
+//   offset types: acc = fma(float(isum - msum), d * da, acc)
+// Decode builds each group's codes in registers from 16x4 transposes and uses them at once;
+// prefill repacks a panel once into scratch and streams the activation rows past it. Both run
+// finish_super_block(), so an output's bits do not depend on n (batch invariance).
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "backends/cpu/matmul_kernels.h"
-#include "backends/cpu/matmul_kquant_scales_simd.h"
+#include "backends/cpu/matmul_panel_avx512.h"
 #include "backends/cpu/matmul_simd_avx512.h"
-#include "backends/cpu/matmul_tiling.h"
 #include "core/quant_blocks.h"
 
 namespace tern::cpu::detail {
 namespace {
 
-// One super-block of one weight row, ready for the integer dot products.
-struct SuperBlock {
-  __m512i codes[4];   // unsigned codes of elements 64c .. 64c + 63
-  __m512i scales[4];  // int16 words: both words of dword lane l scale maddubs pairs of lane l
-  __m256i corr;       // 16 int16 words, one per bsums entry (mins, or K * scale)
-  float d;
-  float dmin;         // min types only
+constexpr int kCodeVectors = kQK_K / 4;  // 64 vectors of 4 codes per lane per super-block
+
+struct PanelScales {
+  __m512i sc[16];  // per group: the scale of each lane's row (8 groups of 32 or 16 of 16)
+  __m512i mn[8];   // word pairs {mn_2p, mn_2p+1} per 16-element group pair
+  __m512 d, dmin;
 };
 
-// Scale words for each 64-element chunk from 16 int16 scales: every word of 128-bit lane l of
-// chunk c is the scale of 16-element group 4c + l (so both words of a maddubs pair sum agree).
-inline void scales_per_16(__m256i s16, __m512i* scales) {
-  const __m512i src = _mm512_castsi256_si512(s16);
-  #pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    const __m512i idx = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_setr_epi16(4 * c, 4 * c, 4 * c, 4 * c, 4 * c, 4 * c, 4 * c, 4 * c, 4 * c + 1,
-                                                 4 * c + 1, 4 * c + 1, 4 * c + 1, 4 * c + 1, 4 * c + 1, 4 * c + 1,
-                                                 4 * c + 1)),
-        _mm256_setr_epi16(4 * c + 2, 4 * c + 2, 4 * c + 2, 4 * c + 2, 4 * c + 2, 4 * c + 2, 4 * c + 2, 4 * c + 2,
-                          4 * c + 3, 4 * c + 3, 4 * c + 3, 4 * c + 3, 4 * c + 3, 4 * c + 3, 4 * c + 3, 4 * c + 3),
-        1);
-    scales[c] = _mm512_permutexvar_epi16(idx, src);
+struct PanelSuperBlock : PanelScales {
+  __m512i z[kCodeVectors];
+};
+
+inline __m512i byte_of(__m512i x, int i) { return _mm512_and_si512(_mm512_srli_epi32(x, 8 * i), _mm512_set1_epi32(0xff)); }
+inline __m512i sbyte_of(__m512i x, int i) { return _mm512_srai_epi32(_mm512_slli_epi32(x, 24 - 8 * i), 24); }
+inline __m512i word_pair(__m512i lo, __m512i hi) {  // lo, hi: int16-range int32 lanes
+  return _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(hi, 16));
+}
+inline __m512 halves_low(__m512i x) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x)); }
+inline __m512 halves_high(__m512i x) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16))); }
+
+// n16 consecutive 16-byte slices of each row -> q[4 * n16] dwords in lane order.
+template <int N16>
+inline void transpose_slices(const uint8_t* src, size_t stride, __m512i (&q)[4 * N16]) {
+#pragma GCC unroll 8
+  for (int t = 0; t < N16; ++t) {
+    __m512i part[4];
+    transpose16x4(src + 16 * t, stride, part);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) q[4 * t + j] = part[j];
   }
 }
 
-// The same for 32-element sub-blocks (scales in words 0-7): chunk c is sub-blocks 2c (lower 256
-// bits) and 2c + 1.
-inline void scales_per_32(__m256i s16, __m512i* scales) {
-  const __m512i src = _mm512_castsi256_si512(s16);
-  #pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * c)),
-                                           _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
-    scales[c] = _mm512_permutexvar_epi16(idx, src);
-  }
-}
-
-inline __m512i load_bytes_twice(const uint8_t* p) {  // 32 bytes into both 256-bit halves
-  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
-
 template <DType T>
-struct KQuant;
+struct KPanel;
 
-// q4_k: chunk c = 32 bytes qs[32c..]: low nibbles are sub-block 2c, high nibbles sub-block 2c+1.
-// q5_k adds bit 4 from qh: bit 2c (low half) / 2c+1 (high half) of qh[l].
+// Each KPanel<T> provides
+//   scales(sb, rows, out):       per-lane scales, min words, d and dmin of super-block sb;
+//   for_each_group(sb, rows, f): f(g, z) for every group g in order, z = its code vectors
+//                                (z[i] lane L: codes of elements 4 (g * kPerGroup + i) .. +3).
+// The codes are built in registers from a few 16x4 transposes at a time.
+
+// q4_k / q5_k: d, dmin, 12 packed scale bytes, [q5_k: qh], qs. Elements of code vector
+// k = 16c + r are the low (r < 8) or high nibbles of qs dword 8c + r % 8; q5_k's bit 4 is bit
+// 2c + (r >= 8) of each byte of qh dword r % 8.
 template <DType T>
-inline void decode_q45k(const uint8_t* src, SuperBlock& sb) {
-  using Block = std::conditional_t<T == DType::Q4_K, BlockQ4_K, BlockQ5_K>;
-  const auto& b = *reinterpret_cast<const Block*>(src);
-  const __m256i sm = _mm256_cvtepu8_epi16(unpack_q4k_scales_sse(b.scales));  // 8 scales, 8 mins
-  scales_per_32(sm, sb.scales);
-  // bsums are per 16 elements: min j pairs with bsums 2j and 2j + 1.
-  sb.corr = _mm256_permutexvar_epi16(_mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), sm);
-  [[maybe_unused]] __m512i qh;
-  if constexpr (T == DType::Q5_K) qh = load_bytes_twice(b.qh);
-  #pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    __m512i v = load_bytes_twice(b.qs + 32 * c);
-    v = _mm512_mask_srli_epi16(v, 0xffff0000u, v, 4);  // upper half: high nibbles
-    v = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-    if constexpr (T == DType::Q5_K) {
-      const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
-                                             _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1))), 1);
-      v = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(qh, bit), v, _mm512_set1_epi8(16));
+struct KPanel45 {
+  static constexpr bool kQ5 = T == DType::Q5_K;
+  static constexpr size_t kBytes = kQ5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+  static constexpr size_t kQs = kQ5 ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs);
+  static constexpr bool kMins = true;
+  static constexpr int kPerGroup = 8;  // 32-element sub-blocks
+
+  static void scales(const uint8_t* sb, const PanelRows& rows, PanelScales& out) {
+    __m512i h[4];  // d | dmin << 16, then the scale dwords u0, u1, u2
+    transpose16x4(sb, rows.stride, h);
+    out.d = halves_low(h[0]);
+    out.dmin = halves_high(h[0]);
+    const __m512i m3f = _mm512_set1_epi32(0x3f3f3f3f), m0f = _mm512_set1_epi32(0x0f0f0f0f),
+                  m30 = _mm512_set1_epi32(0x30303030);
+    const __m512i sc_lo = _mm512_and_si512(h[1], m3f);
+    const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(h[3], m0f), _mm512_and_si512(_mm512_srli_epi32(h[1], 2), m30));
+    const __m512i mn_lo = _mm512_and_si512(h[2], m3f);
+    const __m512i mn_hi =
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(h[3], 4), m0f), _mm512_and_si512(_mm512_srli_epi32(h[2], 2), m30));
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      out.sc[j] = byte_of(j < 4 ? sc_lo : sc_hi, j % 4);
+      const __m512i mn = byte_of(j < 4 ? mn_lo : mn_hi, j % 4);
+      out.mn[j] = word_pair(mn, mn);  // both 16-element halves of sub-block j
     }
-    sb.codes[c] = v;
   }
-  sb.d = half_to_float(b.d);
-  sb.dmin = half_to_float(b.dmin);
-}
 
-template <>
-struct KQuant<DType::Q4_K> {
-  static constexpr size_t kBytes = sizeof(BlockQ4_K);
-  static constexpr bool kMins = true;
-  static void decode(const uint8_t* src, SuperBlock& sb) { decode_q45k<DType::Q4_K>(src, sb); }
+  template <class F>
+  [[gnu::always_inline]] static void for_each_group(const uint8_t* sb, const PanelRows& rows, F&& f) {
+    [[maybe_unused]] __m512i qh[8];
+    if constexpr (kQ5) transpose_slices<2>(sb + offsetof(BlockQ5_K, qh), rows.stride, qh);
+    for (int c = 0; c < 4; ++c) {
+      __m512i q8[8];
+      transpose_slices<2>(sb + kQs + 32 * c, rows.stride, q8);
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        __m512i z[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+          z[j] = _mm512_and_si512(half == 0 ? q8[j] : _mm512_srli_epi16(q8[j], 4), _mm512_set1_epi8(0x0f));
+          if constexpr (kQ5) {
+            const int bit = 2 * c + half;
+            const __m512i hb = bit <= 4 ? _mm512_slli_epi16(qh[j], 4 - bit) : _mm512_srli_epi16(qh[j], bit - 4);
+            z[j] = _mm512_ternarylogic_epi32(z[j], hb, _mm512_set1_epi8(0x10), 0xf8);  // z | (hb & 0x10)
+          }
+        }
+        f(2 * c + half, z);
+      }
+    }
+  }
 };
 template <>
-struct KQuant<DType::Q5_K> {
-  static constexpr size_t kBytes = sizeof(BlockQ5_K);
-  static constexpr bool kMins = true;
-  static void decode(const uint8_t* src, SuperBlock& sb) { decode_q45k<DType::Q5_K>(src, sb); }
-};
-
-// q6_k: per 128-element half h, ql[64h..] holds elements 0-63 (low nibbles) and 64-127 (high
-// nibbles); qh[32h + l] holds the top two bits of elements l, l+32, l+64, l+96 in bit pairs 0-1,
-// 2-3, 4-5, 6-7. u = code, x = d * sc * (u - 32).
+struct KPanel<DType::Q4_K> : KPanel45<DType::Q4_K> {};
 template <>
-struct KQuant<DType::Q6_K> {
+struct KPanel<DType::Q5_K> : KPanel45<DType::Q5_K> {};
+
+// q6_k: code vector k = 32h + 8q + j (half h, quarter q) takes nibble q / 2 of ql dword
+// 16h + 8 (q % 2) + j and bit pair q of qh dword 8h + j; x = d * sc * (u - 32).
+template <>
+struct KPanel<DType::Q6_K> {
   static constexpr size_t kBytes = sizeof(BlockQ6_K);
   static constexpr bool kMins = false;
-  static void decode(const uint8_t* src, SuperBlock& sb) {
-    const auto& b = *reinterpret_cast<const BlockQ6_K*>(src);
-    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-    scales_per_16(sc, sb.scales);
-    sb.corr = _mm256_slli_epi16(sc, 5);  // 32 * sc
-    #pragma GCC unroll 2
+  static constexpr int kPerGroup = 4;  // 16-element groups
+
+  static void scales(const uint8_t* sb, const PanelRows& rows, PanelScales& out) {
+    __m512i s[4];
+    transpose16x4(sb + offsetof(BlockQ6_K, scales), rows.stride, s);
+#pragma GCC unroll 16
+    for (int g = 0; g < 16; ++g) out.sc[g] = sbyte_of(s[g / 4], g % 4);
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; ++p) out.mn[p] = word_pair(_mm512_slli_epi32(out.sc[2 * p], 5), _mm512_slli_epi32(out.sc[2 * p + 1], 5));
+    // d sits at the end of the block: gather it (2 bytes before it keep the gather in bounds).
+    out.d = halves_high(_mm512_i32gather_epi32(rows.lane_offsets, sb + offsetof(BlockQ6_K, d) - 2, 1));
+    out.dmin = _mm512_setzero_ps();
+  }
+
+  template <class F>
+  [[gnu::always_inline]] static void for_each_group(const uint8_t* sb, const PanelRows& rows, F&& f) {
     for (int h = 0; h < 2; ++h) {
-      const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
-      const __m512i qh = load_bytes_twice(b.qh + 32 * h);
-      const __m512i low_nibbles = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
-      // Elements 0-63: bit pairs 0-1 (lower half) and 2-3 (upper half) moved to bits 4-5.
-      const __m512i up_lo = _mm512_sllv_epi16(qh, _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1));
-      sb.codes[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, low_nibbles), up_lo, bits45, 0xf8);
-      // Elements 64-127: bit pairs 4-5 (already in place) and 6-7 (shift right by 2).
-      const __m512i up_hi = _mm512_srlv_epi16(qh, _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1));
-      sb.codes[2 * h + 1] =
-          _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low_nibbles), up_hi, bits45, 0xf8);
-    }
-    sb.d = half_to_float(b.d);
-    sb.dmin = 0.0f;
-  }
-};
-
-// q2_k / q3_k low bits: per half h, byte l of qs[32h..] holds elements 128h + 32j + l in bit pair j.
-// Chunk c (half c / 2) takes bit pairs 2(c % 2) (lower 256 bits) and 2(c % 2) + 1 (upper).
-inline __m512i crumbs(__m512i q, int c) {
-  const int s = 4 * (c % 2);
-  const __m512i counts = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(s)),
-                                            _mm256_set1_epi16(static_cast<int16_t>(s + 2)), 1);
-  return _mm512_and_si512(_mm512_srlv_epi16(q, counts), _mm512_set1_epi8(3));
-}
-
-// q3_k: u = low 2 bits + 4 * hmask bit (bit 4h + j of hmask[l]); x = d * sc * (u - 4).
-template <>
-struct KQuant<DType::Q3_K> {
-  static constexpr size_t kBytes = sizeof(BlockQ3_K);
-  static constexpr bool kMins = false;
-  static void decode(const uint8_t* src, SuperBlock& sb) {
-    const auto& b = *reinterpret_cast<const BlockQ3_K*>(src);
-    const __m256i sc = _mm256_cvtepi8_epi16(unpack_q3k_scales_sse(b.scales));
-    scales_per_16(sc, sb.scales);
-    sb.corr = _mm256_slli_epi16(sc, 2);  // 4 * sc
-    const __m512i hm = load_bytes_twice(b.hmask);
-    #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      const __m512i u = crumbs(load_bytes_twice(b.qs + 32 * (c / 2)), c);
-      const int j = 2 * (c % 2), h = c / 2;
-      const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (4 * h + j))),
-                                             _mm256_set1_epi8(static_cast<char>(1 << (4 * h + j + 1))), 1);
-      sb.codes[c] = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(hm, bit), u, _mm512_set1_epi8(4));
-    }
-    sb.d = half_to_float(b.d);
-    sb.dmin = 0.0f;
-  }
-};
-
-// q2_k: scales[g] = sc (low nibble) | mn (high nibble) per 16-element group.
-template <>
-struct KQuant<DType::Q2_K> {
-  static constexpr size_t kBytes = sizeof(BlockQ2_K);
-  static constexpr bool kMins = true;
-  static void decode(const uint8_t* src, SuperBlock& sb) {
-    const auto& b = *reinterpret_cast<const BlockQ2_K*>(src);
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
-    const __m128i sc8 = _mm_and_si128(packed, _mm_set1_epi8(0x0f));
-    const __m128i mn8 = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0f));
-    scales_per_16(_mm256_cvtepu8_epi16(sc8), sb.scales);
-    sb.corr = _mm256_cvtepu8_epi16(mn8);
-    #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) sb.codes[c] = crumbs(load_bytes_twice(b.qs + 32 * (c / 2)), c);
-    sb.d = half_to_float(b.d);
-    sb.dmin = half_to_float(b.dmin);
-  }
-};
-
-template <DType T>
-struct KQuantKernel {
-  using Q = KQuant<T>;
-  const WeightRows& w;
-  const Activations& x;
-  float* y;
-  int64_t ldy;
-
-  template <int NA, int NW>
-  void tile(int64_t r0, int64_t i0) const {
-    const int64_t n_super = x.cols / kQK_K;
-    const int64_t n_groups = x.cols / kQ8x256SumGroup;
-    __m512 acc[NA][NW];
-#pragma GCC unroll 8
-    for (int a = 0; a < NA; ++a)
-#pragma GCC unroll 8
-      for (int c = 0; c < NW; ++c) acc[a][c] = _mm512_setzero_ps();
-
-    for (int64_t s = 0; s < n_super; ++s) {
-      SuperBlock sb[NW];
-#pragma GCC unroll 8
-      for (int c = 0; c < NW; ++c)
-        Q::decode(w.data + static_cast<size_t>(r0 + c) * w.row_stride + s * Q::kBytes, sb[c]);
-#pragma GCC unroll 8
-      for (int a = 0; a < NA; ++a) {
-        const int64_t i = i0 + a;
-        const int8_t* q = x.q8x256.qs + i * x.cols + s * kQK_K;
-        const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8x256.bsums + i * n_groups + s * 16));
-        const float da = x.q8x256.d[i * n_super + s];
-        __m512i qv[4];
+      __m512i qh[8];
+      transpose_slices<2>(sb + offsetof(BlockQ6_K, qh) + 32 * h, rows.stride, qh);
+#pragma GCC unroll 2
+      for (int q_odd = 0; q_odd < 2; ++q_odd) {
+        __m512i ql[8];
+        transpose_slices<2>(sb + offsetof(BlockQ6_K, ql) + 64 * h + 32 * q_odd, rows.stride, ql);
+#pragma GCC unroll 2
+        for (int nibble = 0; nibble < 2; ++nibble) {
+          const int q = 2 * nibble + q_odd;
+#pragma GCC unroll 2
+          for (int gi = 0; gi < 2; ++gi) {
+            __m512i z[4];
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) qv[k] = _mm512_loadu_si512(q + 64 * k);
-#pragma GCC unroll 8
-        for (int c = 0; c < NW; ++c) {
-          __m512i isum = _mm512_setzero_si512();
-#pragma GCC unroll 4
-          for (int k = 0; k < 4; ++k)
-            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(sb[c].codes[k], qv[k]), sb[c].scales[k]);
-          const __m512i corr = _mm512_zextsi256_si512(_mm256_madd_epi16(sb[c].corr, bsums));
-          if constexpr (Q::kMins) {
-            acc[a][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(sb[c].d * da), acc[a][c]);
-            acc[a][c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(corr), _mm512_set1_ps(sb[c].dmin * da), acc[a][c]);
-          } else {
-            isum = _mm512_sub_epi32(isum, corr);
-            acc[a][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(sb[c].d * da), acc[a][c]);
+            for (int i = 0; i < 4; ++i) {
+              const int j = 4 * gi + i;
+              const __m512i lo = _mm512_and_si512(nibble == 0 ? ql[j] : _mm512_srli_epi16(ql[j], 4), _mm512_set1_epi8(0x0f));
+              const __m512i hb = q <= 2 ? _mm512_slli_epi16(qh[j], 4 - 2 * q) : _mm512_srli_epi16(qh[j], 2);
+              z[i] = _mm512_ternarylogic_epi32(lo, hb, _mm512_set1_epi8(0x30), 0xf8);  // lo | (hb & 0x30)
+            }
+            f(8 * h + 2 * q + gi, z);
           }
         }
       }
     }
-#pragma GCC unroll 8
-    for (int a = 0; a < NA; ++a)
-#pragma GCC unroll 8
-      for (int c = 0; c < NW; ++c) y[(i0 + a) * ldy + r0 + c] = hsum(acc[a][c]);
   }
 };
 
+// q3_k: code vector k = 32h + 8j + i takes bit pair j of qs dword 8h + i and, as bit 2, bit 4h + j
+// of hmask dword i; x = d * sc * (u - 4).
+template <>
+struct KPanel<DType::Q3_K> {
+  static constexpr size_t kBytes = sizeof(BlockQ3_K);
+  static constexpr bool kMins = false;
+  static constexpr int kPerGroup = 4;
+
+  static void scales(const uint8_t* sb, const PanelRows& rows, PanelScales& out) {
+    constexpr size_t kScales = offsetof(BlockQ3_K, scales);
+    const __m512i u0 = _mm512_i32gather_epi32(rows.lane_offsets, sb + kScales, 1);
+    const __m512i u1 = _mm512_i32gather_epi32(rows.lane_offsets, sb + kScales + 4, 1);
+    const __m512i u2 = _mm512_i32gather_epi32(rows.lane_offsets, sb + kScales + 8, 1);
+    // Scale g: low nibble = nibble g / 8 of byte g % 8 (u0, u1); top bits = pair g / 4 of byte
+    // 8 + g % 4 (u2); stored + 32.
+    const __m512i m0f = _mm512_set1_epi32(0x0f0f0f0f), m03 = _mm512_set1_epi32(0x03030303);
+    const __m512i low[4] = {_mm512_and_si512(u0, m0f), _mm512_and_si512(u1, m0f),
+                            _mm512_and_si512(_mm512_srli_epi32(u0, 4), m0f), _mm512_and_si512(_mm512_srli_epi32(u1, 4), m0f)};
+#pragma GCC unroll 4
+    for (int qd = 0; qd < 4; ++qd) {
+      const __m512i biased =
+          _mm512_or_si512(low[qd], _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u2, 2 * qd), m03), 4));
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) out.sc[4 * qd + i] = _mm512_sub_epi32(byte_of(biased, i), _mm512_set1_epi32(32));
+    }
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; ++p) out.mn[p] = word_pair(_mm512_slli_epi32(out.sc[2 * p], 2), _mm512_slli_epi32(out.sc[2 * p + 1], 2));
+    out.d = halves_high(_mm512_i32gather_epi32(rows.lane_offsets, sb + offsetof(BlockQ3_K, d) - 2, 1));
+    out.dmin = _mm512_setzero_ps();
+  }
+
+  template <class F>
+  [[gnu::always_inline]] static void for_each_group(const uint8_t* sb, const PanelRows& rows, F&& f) {
+    __m512i hm[8];
+    transpose_slices<2>(sb + offsetof(BlockQ3_K, hmask), rows.stride, hm);
+    for (int h = 0; h < 2; ++h) {
+      __m512i qs[8];
+      transpose_slices<2>(sb + offsetof(BlockQ3_K, qs) + 32 * h, rows.stride, qs);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const int bit = 4 * h + j;
+#pragma GCC unroll 2
+        for (int gi = 0; gi < 2; ++gi) {
+          __m512i z[4];
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) {
+            const int d = 4 * gi + i;
+            const __m512i low2 = _mm512_and_si512(_mm512_srli_epi16(qs[d], 2 * j), _mm512_set1_epi8(3));
+            const __m512i hb = bit <= 2 ? _mm512_slli_epi16(hm[d], 2 - bit) : _mm512_srli_epi16(hm[d], bit - 2);
+            z[i] = _mm512_ternarylogic_epi32(low2, hb, _mm512_set1_epi8(4), 0xf8);  // low2 | (hb & 4)
+          }
+          f(8 * h + 2 * j + gi, z);
+        }
+      }
+    }
+  }
+};
+
+// q2_k: scales[g] = sc | mn << 4 per 16-element group; codes as q3_k's low bits.
+template <>
+struct KPanel<DType::Q2_K> {
+  static constexpr size_t kBytes = sizeof(BlockQ2_K);
+  static constexpr bool kMins = true;
+  static constexpr int kPerGroup = 4;
+
+  static void scales(const uint8_t* sb, const PanelRows& rows, PanelScales& out) {
+    __m512i s[4];
+    transpose16x4(sb + offsetof(BlockQ2_K, scales), rows.stride, s);
+    __m512i mn[16];
+#pragma GCC unroll 16
+    for (int g = 0; g < 16; ++g) {
+      const __m512i v = byte_of(s[g / 4], g % 4);
+      out.sc[g] = _mm512_and_si512(v, _mm512_set1_epi32(0x0f));
+      mn[g] = _mm512_srli_epi32(v, 4);
+    }
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; ++p) out.mn[p] = word_pair(mn[2 * p], mn[2 * p + 1]);
+    const __m512i dd = _mm512_i32gather_epi32(rows.lane_offsets, sb + offsetof(BlockQ2_K, d), 1);
+    out.d = halves_low(dd);
+    out.dmin = halves_high(dd);
+  }
+
+  template <class F>
+  [[gnu::always_inline]] static void for_each_group(const uint8_t* sb, const PanelRows& rows, F&& f) {
+    for (int h = 0; h < 2; ++h) {
+      __m512i qs[8];
+      transpose_slices<2>(sb + offsetof(BlockQ2_K, qs) + 32 * h, rows.stride, qs);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+#pragma GCC unroll 2
+        for (int gi = 0; gi < 2; ++gi) {
+          __m512i z[4];
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) z[i] = _mm512_and_si512(_mm512_srli_epi16(qs[4 * gi + i], 2 * j), _mm512_set1_epi8(3));
+          f(8 * h + 2 * j + gi, z);
+        }
+      }
+    }
+  }
+};
+
+// Scratch form of one super-block of a panel (prefill): the codes of every group, in order.
 template <DType T>
-void gemm_kquant(const WeightRows& w, const Activations& x, float* y, int64_t ldy) {
-  run_tiles<4, 1, 2>(KQuantKernel<T>{w, x, y, ldy}, w.n_rows, x.n);
+inline void repack(const uint8_t* sb, const PanelRows& rows, PanelSuperBlock& out) {
+  using K = KPanel<T>;
+  K::scales(sb, rows, out);
+  K::for_each_group(sb, rows, [&](int g, const __m512i* z) {
+#pragma GCC unroll 8
+    for (int i = 0; i < K::kPerGroup; ++i) _mm512_store_si512(&out.z[g * K::kPerGroup + i], z[i]);
+  });
+}
+
+// The end of one super-block for one activation row: msum from the mins and bsums, then the float
+// sequence of the file comment.
+template <bool kMins>
+[[gnu::always_inline]] inline __m512 finish_super_block(const PanelScales& p, __m512i isum, const int16_t* bsums16,
+                                                        float da, __m512 acc) {
+  const int32_t* bsums = reinterpret_cast<const int32_t*>(bsums16);
+  __m512i msum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int pp = 0; pp < 8; ++pp) msum = _mm512_dpwssd_epi32(msum, p.mn[pp], _mm512_set1_epi32(bsums[pp]));
+  if constexpr (kMins) {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(p.d, _mm512_set1_ps(da)), acc);
+    return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(p.dmin, _mm512_set1_ps(da)), acc);
+  }
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum, msum)), _mm512_mul_ps(p.d, _mm512_set1_ps(da)), acc);
+}
+
+// Decode (NA <= 3 activation rows): each group's codes are built in registers and used at once,
+// no scratch; the next panel is prefetched meanwhile (see matmul_legacy_avx512.cpp).
+template <DType T, int NA>
+void panel_fused(const PanelRows& rows, const Activations& x, float* y, int64_t ldy, int n_valid, const uint8_t* next,
+                 size_t next_bytes) {
+  using K = KPanel<T>;
+  const int64_t n_super = x.cols / kQK_K;
+  const int64_t n_groups16 = x.cols / kQ8x256SumGroup;
+  const size_t slice = (next_bytes / static_cast<size_t>(n_super) + 63) / 64 * 64;
+  __m512 acc[NA];
+#pragma GCC unroll 4
+  for (int a = 0; a < NA; ++a) acc[a] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < n_super; ++s) {
+    for (size_t off = s * slice; off < (s + 1) * slice && off < next_bytes; off += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
+    const uint8_t* sb = rows.base + s * K::kBytes;
+    PanelScales ps;
+    K::scales(sb, rows, ps);
+    const int32_t* q[NA];
+    __m512i isum[NA];
+#pragma GCC unroll 4
+    for (int a = 0; a < NA; ++a) {
+      q[a] = reinterpret_cast<const int32_t*>(x.q8x256.qs + a * x.cols + s * kQK_K);
+      isum[a] = _mm512_setzero_si512();
+    }
+    K::for_each_group(sb, rows, [&](int g, const __m512i* z) {
+      __m512i part[NA][2];  // two dependency chains per row
+#pragma GCC unroll 4
+      for (int a = 0; a < NA; ++a) part[a][0] = part[a][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int i = 0; i < K::kPerGroup; ++i)
+#pragma GCC unroll 4
+        for (int a = 0; a < NA; ++a)
+          part[a][i % 2] = _mm512_dpbusd_epi32(part[a][i % 2], z[i], _mm512_set1_epi32(q[a][g * K::kPerGroup + i]));
+#pragma GCC unroll 4
+      for (int a = 0; a < NA; ++a)
+        isum[a] = _mm512_add_epi32(isum[a], _mm512_mullo_epi32(_mm512_add_epi32(part[a][0], part[a][1]), ps.sc[g]));
+    });
+#pragma GCC unroll 4
+    for (int a = 0; a < NA; ++a)
+      acc[a] = finish_super_block<K::kMins>(ps, isum[a], x.q8x256.bsums + a * n_groups16 + s * 16,
+                                            x.q8x256.d[a * n_super + s], acc[a]);
+  }
+#pragma GCC unroll 4
+  for (int a = 0; a < NA; ++a) store_panel(acc[a], y + a * ldy, n_valid);
+}
+
+// NA activation rows [i0, i0 + NA) against a repacked panel (n_super super-blocks).
+template <DType T, int NA>
+void panel_pass(const PanelSuperBlock* panel, const Activations& x, int64_t i0, float* y, int64_t ldy, int n_valid) {
+  using K = KPanel<T>;
+  constexpr int kPerGroup = K::kPerGroup;  // code vectors per group
+  constexpr int kGroups = kCodeVectors / kPerGroup;
+  const int64_t n_super = x.cols / kQK_K;
+  const int64_t n_groups16 = x.cols / kQ8x256SumGroup;
+  __m512 acc[NA];
+#pragma GCC unroll 8
+  for (int a = 0; a < NA; ++a) acc[a] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < n_super; ++s) {
+    const PanelSuperBlock& p = panel[s];
+    const int32_t* q[NA];
+#pragma GCC unroll 8
+    for (int a = 0; a < NA; ++a) q[a] = reinterpret_cast<const int32_t*>(x.q8x256.qs + (i0 + a) * x.cols + s * kQK_K);
+    __m512i isum[NA];
+#pragma GCC unroll 8
+    for (int a = 0; a < NA; ++a) isum[a] = _mm512_setzero_si512();
+    for (int g = 0; g < kGroups; ++g) {
+      __m512i part[NA][2];
+#pragma GCC unroll 8
+      for (int a = 0; a < NA; ++a) part[a][0] = part[a][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int kk = 0; kk < kPerGroup; ++kk) {  // two dependency chains per row (kk % 2)
+        const int k = g * kPerGroup + kk;
+        const __m512i z = _mm512_load_si512(&p.z[k]);
+#pragma GCC unroll 8
+        for (int a = 0; a < NA; ++a) part[a][kk % 2] = _mm512_dpbusd_epi32(part[a][kk % 2], z, _mm512_set1_epi32(q[a][k]));
+      }
+#pragma GCC unroll 8
+      for (int a = 0; a < NA; ++a)
+        isum[a] = _mm512_add_epi32(isum[a], _mm512_mullo_epi32(_mm512_add_epi32(part[a][0], part[a][1]), p.sc[g]));
+    }
+#pragma GCC unroll 8
+    for (int a = 0; a < NA; ++a) {
+      const int64_t i = i0 + a;
+      acc[a] = finish_super_block<K::kMins>(p, isum[a], x.q8x256.bsums + i * n_groups16 + s * 16,
+                                            x.q8x256.d[i * n_super + s], acc[a]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int a = 0; a < NA; ++a) store_panel(acc[a], y + (i0 + a) * ldy, n_valid);
+}
+
+template <DType T>
+void kquant_panels(const WeightRows& w, const Activations& x, float* y, int64_t ldy) {
+  using K = KPanel<T>;
+  const int64_t n_super = x.cols / kQK_K;
+  const size_t row_bytes = static_cast<size_t>(n_super) * K::kBytes;
+  TERN_CHECK(w.row_stride * kPanel < (size_t{1} << 31));  // gather offsets are int32
+  thread_local Scratch<uint8_t> tail_rows;
+  thread_local Scratch<PanelSuperBlock> scratch;
+  PanelSuperBlock* panel = scratch.reserve(static_cast<size_t>(n_super));
+  for (int64_t r0 = 0; r0 < w.n_rows; r0 += kPanel) {
+    const int n_valid = static_cast<int>(w.n_rows - r0 < kPanel ? w.n_rows - r0 : kPanel);
+    const PanelRows rows = panel_rows_clamped(w.data + static_cast<size_t>(r0) * w.row_stride, w.row_stride, n_valid,
+                                              row_bytes, tail_rows);
+    if (x.n <= 3) {
+      const int64_t next_rows = w.n_rows - (r0 + kPanel) < kPanel ? w.n_rows - (r0 + kPanel) : kPanel;
+      const uint8_t* next = w.data + static_cast<size_t>(r0 + kPanel) * w.row_stride;
+      const size_t next_bytes = next_rows > 0 ? static_cast<size_t>(next_rows) * w.row_stride : 0;
+      switch (x.n) {
+        case 1: panel_fused<T, 1>(rows, x, y + r0, ldy, n_valid, next, next_bytes); break;
+        case 2: panel_fused<T, 2>(rows, x, y + r0, ldy, n_valid, next, next_bytes); break;
+        default: panel_fused<T, 3>(rows, x, y + r0, ldy, n_valid, next, next_bytes); break;
+      }
+      continue;
+    }
+    for (int64_t s = 0; s < n_super; ++s) repack<T>(rows.base + s * K::kBytes, rows, panel[s]);
+    constexpr int kRows = 4;  // activation rows per pass over the panel
+    for (int64_t i0 = 0; i0 < x.n; i0 += kRows) {
+      switch (x.n - i0 < kRows ? x.n - i0 : kRows) {
+        case 1: panel_pass<T, 1>(panel, x, i0, y + r0, ldy, n_valid); break;
+        case 2: panel_pass<T, 2>(panel, x, i0, y + r0, ldy, n_valid); break;
+        case 3: panel_pass<T, 3>(panel, x, i0, y + r0, ldy, n_valid); break;
+        default: panel_pass<T, kRows>(panel, x, i0, y + r0, ldy, n_valid); break;
+      }
+    }
+  }
 }
 
 }  // namespace
 
 Kernel avx512_find_kquant_kernel(DType t) {
   switch (t) {
-    case DType::Q2_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q2_K>};
-    case DType::Q3_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q3_K>};
-    case DType::Q4_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q4_K>};
-    case DType::Q5_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q5_K>};
-    case DType::Q6_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q6_K>};
+    case DType::Q2_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q2_K>};
+    case DType::Q3_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q3_K>};
+    case DType::Q4_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q4_K>};
+    case DType::Q5_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q5_K>};
+    case DType::Q6_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q6_K>};
     default: return {};
   }
 }

@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "backends/cpu/matmul_kernels.h"
+#include "backends/cpu/matmul_panel_avx512.h"
 #include "backends/cpu/matmul_simd_avx512.h"
 #include "core/check.h"
 #include "core/quant_blocks.h"
@@ -28,41 +29,8 @@
 namespace tern::cpu::detail {
 namespace {
 
-constexpr int kPanel = 16;        // weight rows per panel (one per lane)
 constexpr int kCodeVectors = 8;   // vectors of 4 codes per lane per block
 constexpr int kFusedMaxRows = 3;  // up to this many activation rows: transpose on the fly
-
-// Lane L holds panel row 4 * (L % 4) + L / 4 (its own inverse).
-inline __m512i lane_rows() { return _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15); }
-constexpr int lane_row(int lane) { return 4 * (lane % 4) + lane / 4; }
-
-inline __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
-
-// 16 bytes of each of 16 rows (row i at src + i * stride) -> q[j], lane L = dword j of row
-// lane_row(L). note: addresses are formed inline from (src, stride); an array of 16 row pointers
-// gets vectorized by the compiler into pointer extracts that cost more than the transpose.
-inline void transpose16x4(const uint8_t* src, size_t stride, __m512i (&q)[4]) {
-  __m512i r[4];  // r[g], 128-bit lane l: row 4g + l
-#pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g) {
-    const uint8_t* p = src + 4 * g * stride;
-    // note: hides p's derivation so the compiler addresses the four rows as p + {0,1,2,3} *
-    // stride instead of keeping 16 strength-reduced row pointers, which spill.
-    __asm__("" : "+r"(p));
-    __m512i v = _mm512_broadcast_i32x4(load16(p));
-    v = _mm512_mask_broadcast_i32x4(v, 0x00f0, load16(p + stride));
-    v = _mm512_mask_broadcast_i32x4(v, 0x0f00, load16(p + 2 * stride));
-    r[g] = _mm512_mask_broadcast_i32x4(v, 0xf000, load16(p + 3 * stride));
-  }
-  const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]);  // per 128-bit lane: A0 B0 A1 B1
-  const __m512i t1 = _mm512_unpackhi_epi32(r[0], r[1]);  // A2 B2 A3 B3
-  const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]);  // C0 D0 C1 D1
-  const __m512i t3 = _mm512_unpackhi_epi32(r[2], r[3]);  // C2 D2 C3 D3
-  q[0] = _mm512_unpacklo_epi64(t0, t2);
-  q[1] = _mm512_unpackhi_epi64(t0, t2);
-  q[2] = _mm512_unpacklo_epi64(t1, t3);
-  q[3] = _mm512_unpackhi_epi64(t1, t3);
-}
 
 // Nibble codes: qs byte l holds element l (low nibble) and l + 16 (high nibble), so dword j's
 // low nibbles are elements 4j .. 4j+3 and its high nibbles elements 16 + 4j ...
@@ -173,17 +141,6 @@ struct PanelBlock {
   __m512 d, m;
 };
 
-// 16 weight rows, `stride` bytes apart, and the gather offsets of their rows in lane order.
-struct PanelRows {
-  const uint8_t* base;
-  size_t stride;
-  __m512i lane_offsets;  // lane L: lane_row(L) * stride
-};
-
-inline PanelRows panel_rows(const uint8_t* base, size_t stride) {
-  return {base, stride, _mm512_mullo_epi32(lane_rows(), _mm512_set1_epi32(static_cast<int>(stride)))};
-}
-
 // Decodes block b of a panel.
 template <DType T>
 inline void load_panel_block(const PanelRows& rows, int64_t b, PanelBlock& out) {
@@ -227,30 +184,6 @@ template <bool kHighTimes16>
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(pb.d, _mm512_set1_ps(da)), acc);
   return _mm512_fmadd_ps(pb.m, _mm512_set1_ps(sa), acc);
 }
-
-// Writes the 16 lanes of acc to out[0 .. n_valid) in row order.
-inline void store_panel(__m512 acc, float* out, int n_valid) {
-  _mm512_mask_storeu_ps(out, mask16(n_valid), _mm512_permutexvar_ps(lane_rows(), acc));
-}
-
-// Grow-only, 64-byte-aligned per-thread scratch.
-template <typename T>
-struct Scratch {
-  struct Free {
-    void operator()(T* p) const { std::free(p); }
-  };
-  std::unique_ptr<T, Free> mem;
-  size_t capacity = 0;
-  T* reserve(size_t n) {
-    if (n > capacity) {
-      const size_t bytes = (sizeof(T) * n + 63) / 64 * 64;
-      mem.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
-      TERN_CHECK(mem != nullptr);
-      capacity = n;
-    }
-    return mem.get();
-  }
-};
 
 // Decode: NA (<= kFusedMaxRows) activation rows, each block transposed in registers and used once.
 // Meanwhile the next panel's bytes [next, next + next_bytes) are prefetched, a slice per block:
@@ -312,15 +245,8 @@ void gemm_legacy(const WeightRows& w, const Activations& x, float* y, int64_t ld
   thread_local Scratch<PanelBlock> panel;
   for (int64_t r0 = 0; r0 < w.n_rows; r0 += kPanel) {
     const int n_valid = static_cast<int>(w.n_rows - r0 < kPanel ? w.n_rows - r0 : kPanel);
-    PanelRows rows = panel_rows(w.data + static_cast<size_t>(r0) * w.row_stride, w.row_stride);
-    if (n_valid < kPanel) {
-      // A short last panel: copy its rows and repeat the last one, so every load stays in bounds.
-      uint8_t* copy = tail_rows.reserve(row_bytes * kPanel);
-      for (int i = 0; i < kPanel; ++i)
-        std::memcpy(copy + i * row_bytes, rows.base + static_cast<size_t>(i < n_valid ? i : n_valid - 1) * w.row_stride,
-                    row_bytes);
-      rows = panel_rows(copy, row_bytes);
-    }
+    const PanelRows rows = panel_rows_clamped(w.data + static_cast<size_t>(r0) * w.row_stride, w.row_stride, n_valid,
+                                              row_bytes, tail_rows);
     float* y_panel = y + r0;
     const int64_t next_rows = w.n_rows - (r0 + kPanel) < kPanel ? w.n_rows - (r0 + kPanel) : kPanel;
     const uint8_t* next = w.data + static_cast<size_t>(r0 + kPanel) * w.row_stride;
