@@ -280,10 +280,16 @@ void bench_prefill(const Options& o, const ModelWeights& m) {
   std::printf("%-18s %-5s %13s %4s %3s %10s %8s\n", "case", "type", "rows x cols", "n", "thr", "median_ms", "GOP/s");
   const std::vector<int64_t> ns = o.quick ? std::vector<int64_t>{64, 256} : std::vector<int64_t>{64, 128, 256, 512};
   const int reps = std::max(3, o.reps / 3);
-  for (const Shape& s : kSmolShapes) {
-    if (s.dtype != DType::Q4_1) continue;  // the head runs for sampled rows only
+  std::vector<Shape> shapes;
+  for (const Shape& s : kSmolShapes)
+    if (s.dtype == DType::Q4_1) shapes.push_back(s);  // the head runs for sampled rows only
+  if (!o.quick)
+    for (const Shape& s : kLlamaShapes)
+      if (s.rows < 100000) shapes.push_back(s);
+  for (const Shape& s : shapes) {
     const WeightSet w = make_weights(s.dtype, s.rows, s.cols, 0);
     for (int64_t n : ns) {
+      if (s.rows * s.cols > 20'000'000 && n > 128) continue;  // keep the run short
       const std::vector<float> x = random_activations(n, s.cols);
       std::vector<float> y(static_cast<size_t>(n * s.rows));
       for (int threads : o.threads) {

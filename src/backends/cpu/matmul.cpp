@@ -2,7 +2,10 @@
 // runs one parallel region in which each thread takes a contiguous run of weight rows.
 #include "backends/cpu/matmul.h"
 
+#include <emmintrin.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <vector>
@@ -22,9 +25,11 @@ using detail::WeightRows;
 // Below this many multiply-adds a call runs on the calling thread: a fork-join (~1 us) would cost
 // more than it saves.
 constexpr int64_t kMinParallelMacs = 16 * 1024;
-// Thread shares are multiples of this many weight rows, so every share but the last fills the
-// kernels' weight-row tiles.
+// Thread shares are multiples of this many weight rows, so every share but the last is whole
+// 16-row panels (the AVX-512 kernels' unit).
 constexpr int64_t kRowGrain = 16;
+// From this many activation rows on, threads quantize their share of rows in parallel.
+constexpr int64_t kSplitQuantizationRows = 16;
 
 struct Level {
   detail::QuantizeQ8x32Fn quantize_q8x32;
@@ -85,7 +90,9 @@ class ActScratch {
   size_t capacity_ = 0;
 };
 
-Activations prepare_activations(const Level& lv, ActFormat format, const float* x, int64_t n, int64_t cols) {
+// Lays out the quantized activations of one call in the calling thread's scratch (contents not
+// yet written; see quantize_rows).
+Activations layout_activations(ActFormat format, const float* x, int64_t n, int64_t cols) {
   Activations a;
   a.n = n;
   a.cols = cols;
@@ -94,32 +101,58 @@ Activations prepare_activations(const Level& lv, ActFormat format, const float* 
     return a;
   }
   thread_local ActScratch scratch;
-  const size_t n_elems = static_cast<size_t>(n * cols);
+  const size_t qs_bytes = ActScratch::round_up(static_cast<size_t>(n * cols));
   if (format == ActFormat::kQ8x32) {
     const int64_t nb = cols / detail::kQ8x32Block;
-    const size_t qs_bytes = ActScratch::round_up(n_elems);
     const size_t ds_bytes = ActScratch::round_up(static_cast<size_t>(n * nb) * 2 * sizeof(float));
     uint8_t* base = scratch.reserve(qs_bytes + ds_bytes);
-    auto* qs = reinterpret_cast<int8_t*>(base);
-    auto* ds = reinterpret_cast<float*>(base + qs_bytes);
-    for (int64_t i = 0; i < n; ++i) lv.quantize_q8x32(x + i * cols, cols, qs + i * cols, ds + i * nb * 2);
-    a.q8x32 = {qs, ds};
+    a.q8x32 = {reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + qs_bytes)};
   } else {
     const int64_t nb = cols / detail::kQ8x256Block;
     const int64_t ng = cols / detail::kQ8x256SumGroup;
-    const size_t qs_bytes = ActScratch::round_up(n_elems);
     const size_t d_bytes = ActScratch::round_up(static_cast<size_t>(n * nb) * sizeof(float));
     const size_t sums_bytes = ActScratch::round_up(static_cast<size_t>(n * ng) * sizeof(int16_t));
     uint8_t* base = scratch.reserve(qs_bytes + d_bytes + sums_bytes);
-    auto* qs = reinterpret_cast<int8_t*>(base);
-    auto* d = reinterpret_cast<float*>(base + qs_bytes);
-    auto* bsums = reinterpret_cast<int16_t*>(base + qs_bytes + d_bytes);
-    for (int64_t i = 0; i < n; ++i)
-      lv.quantize_q8x256(x + i * cols, cols, qs + i * cols, d + i * nb, bsums + i * ng);
-    a.q8x256 = {qs, d, bsums};
+    a.q8x256 = {reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + qs_bytes),
+                reinterpret_cast<int16_t*>(base + qs_bytes + d_bytes)};
   }
   return a;
 }
+
+// Quantizes activation rows [i0, i1) into the layout `a` (no-op for float activations). Rows are
+// independent, so any split across threads writes the same bytes.
+void quantize_rows(const Level& lv, ActFormat format, const float* x, const Activations& a, int64_t i0, int64_t i1) {
+  const int64_t cols = a.cols;
+  if (format == ActFormat::kQ8x32) {
+    const int64_t nb = cols / detail::kQ8x32Block;
+    auto* qs = const_cast<int8_t*>(a.q8x32.qs);
+    auto* ds = const_cast<float*>(a.q8x32.ds);
+    for (int64_t i = i0; i < i1; ++i) lv.quantize_q8x32(x + i * cols, cols, qs + i * cols, ds + i * nb * 2);
+  } else if (format == ActFormat::kQ8x256) {
+    const int64_t nb = cols / detail::kQ8x256Block;
+    const int64_t ng = cols / detail::kQ8x256SumGroup;
+    auto* qs = const_cast<int8_t*>(a.q8x256.qs);
+    auto* d = const_cast<float*>(a.q8x256.d);
+    auto* bsums = const_cast<int16_t*>(a.q8x256.bsums);
+    for (int64_t i = i0; i < i1; ++i)
+      lv.quantize_q8x256(x + i * cols, cols, qs + i * cols, d + i * nb, bsums + i * ng);
+  }
+}
+
+// A one-shot spin barrier for the threads of one parallel region (all of them are running, so
+// spinning is short; the region is one pool.run).
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int n) : n_(n) {}
+  void arrive_and_wait() {
+    arrived_.fetch_add(1, std::memory_order_acq_rel);
+    while (arrived_.load(std::memory_order_acquire) < n_) _mm_pause();
+  }
+
+ private:
+  const int n_;
+  std::atomic<int> arrived_{0};
+};
 
 void check_args(const Tensor& w, const float* x, int64_t n, const float* y) {
   TERN_CHECK_MSG(matmul_supports(w.dtype), "matmul: unsupported weight dtype");
@@ -174,7 +207,7 @@ void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, T
   const Level& lv = level(isa);
   const Kernel kernel = find_kernel(isa, w.dtype);
   TERN_CHECK(kernel.gemm != nullptr);
-  const Activations act = prepare_activations(lv, kernel.act, x, n, w.cols);
+  const Activations act = layout_activations(kernel.act, x, n, w.cols);
 
   auto run_rows = [&](int64_t r0, int64_t r1) {
     if (r0 >= r1) return;
@@ -185,11 +218,21 @@ void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, T
   const int64_t n_grains = (w.rows + kRowGrain - 1) / kRowGrain;
   const int n_threads = static_cast<int>(std::min<int64_t>(pool.n_threads(), n_grains));
   if (n_threads <= 1 || macs < kMinParallelMacs) {
+    quantize_rows(lv, kernel.act, x, act, 0, n);
     run_rows(0, w.rows);
     return;
   }
+  // Prefill-sized calls also split the activation quantization (else a serial ~10% of the work)
+  // and meet at a barrier; decode quantizes its row on the calling thread first.
+  const bool split_quantization = kernel.act != ActFormat::kF32 && n >= kSplitQuantizationRows;
+  if (!split_quantization) quantize_rows(lv, kernel.act, x, act, 0, n);
+  SpinBarrier quantized(n_threads);
   pool.run([&](int t) {
     if (t >= n_threads) return;
+    if (split_quantization) {
+      quantize_rows(lv, kernel.act, x, act, n * t / n_threads, n * (t + 1) / n_threads);
+      quantized.arrive_and_wait();
+    }
     const int64_t g0 = n_grains * t / n_threads, g1 = n_grains * (t + 1) / n_threads;
     run_rows(g0 * kRowGrain, std::min(w.rows, g1 * kRowGrain));
   });
