@@ -7,7 +7,7 @@
 //   (d * d_a) * isum + m * s,   isum = sum(u * q), exact in int32 (what vpdpbusd computes).
 //
 // Panels: 16 weight rows are computed together, one per vector lane (lane L holds panel row
-// kLaneRow[L], the order a 4x4 transpose leaves). Per block, the rows' codes are transposed so
+// lane_row(L), the order a 4x4 transpose leaves; matmul_panel_avx512.h). Per block, the rows' codes are transposed so
 // that vector k holds, in each lane, codes 4k .. 4k+3 of that lane's row; eight vpdpbusd against
 // broadcast activation dwords then leave the 16 rows' exact isum in one register, with no
 // horizontal reductions. Per output (lane), per block, in order:
@@ -212,11 +212,10 @@ void panel_fused(const PanelRows& rows, const Activations& x, int64_t i0, float*
   for (int a = 0; a < NA; ++a) store_panel(acc[a], y + (i0 + a) * ldy, n_valid);
 }
 
-// Prefill: the panel is transposed once into scratch, then activation rows pass over it NA at a
-// time (a last pass may have fewer).
+// Prefill: the panel is transposed once into scratch, then activation rows [i0, i0 + NA) pass
+// over it.
 template <DType T, int NA>
-void panel_rows_pass(const PanelBlock* panel, const Activations& x, int64_t i0, int rows, float* y, int64_t ldy,
-                     int n_valid) {
+void panel_rows_pass(const PanelBlock* panel, const Activations& x, int64_t i0, float* y, int64_t ldy, int n_valid) {
   const int64_t n_blocks = x.cols / kQK;
   __m512 acc[NA];
 #pragma GCC unroll 8
@@ -231,8 +230,7 @@ void panel_rows_pass(const PanelBlock* panel, const Activations& x, int64_t i0, 
     }
   }
 #pragma GCC unroll 8
-  for (int a = 0; a < NA; ++a)
-    if (a < rows) store_panel(acc[a], y + (i0 + a) * ldy, n_valid);
+  for (int a = 0; a < NA; ++a) store_panel(acc[a], y + (i0 + a) * ldy, n_valid);
 }
 
 template <DType T>
@@ -251,22 +249,24 @@ void gemm_legacy(const WeightRows& w, const Activations& x, float* y, int64_t ld
     const int64_t next_rows = w.n_rows - (r0 + kPanel) < kPanel ? w.n_rows - (r0 + kPanel) : kPanel;
     const uint8_t* next = w.data + static_cast<size_t>(r0 + kPanel) * w.row_stride;
     const size_t next_bytes = next_rows > 0 ? static_cast<size_t>(next_rows) * w.row_stride : 0;
-    switch (n) {
-      case 1: panel_fused<T, 1>(rows, x, 0, y_panel, ldy, n_valid, next, next_bytes); continue;
-      case 2: panel_fused<T, 2>(rows, x, 0, y_panel, ldy, n_valid, next, next_bytes); continue;
-      case 3: panel_fused<T, 3>(rows, x, 0, y_panel, ldy, n_valid, next, next_bytes); continue;
-      default: break;
+    static_assert(kFusedMaxRows == 3);
+    if (n <= kFusedMaxRows) {
+      switch (n) {
+        case 1: panel_fused<T, 1>(rows, x, 0, y_panel, ldy, n_valid, next, next_bytes); break;
+        case 2: panel_fused<T, 2>(rows, x, 0, y_panel, ldy, n_valid, next, next_bytes); break;
+        default: panel_fused<T, 3>(rows, x, 0, y_panel, ldy, n_valid, next, next_bytes); break;
+      }
+      continue;
     }
     PanelBlock* blocks = panel.reserve(static_cast<size_t>(n_blocks));
     for (int64_t b = 0; b < n_blocks; ++b) load_panel_block<T>(rows, b, blocks[b]);
     constexpr int kRows = 4;  // activation rows per pass over the panel
     for (int64_t i0 = 0; i0 < n; i0 += kRows) {
-      const int rows_left = static_cast<int>(n - i0 < kRows ? n - i0 : kRows);
-      switch (rows_left) {
-        case 1: panel_rows_pass<T, 1>(blocks, x, i0, 1, y_panel, ldy, n_valid); break;
-        case 2: panel_rows_pass<T, 2>(blocks, x, i0, 2, y_panel, ldy, n_valid); break;
-        case 3: panel_rows_pass<T, 3>(blocks, x, i0, 3, y_panel, ldy, n_valid); break;
-        default: panel_rows_pass<T, kRows>(blocks, x, i0, kRows, y_panel, ldy, n_valid); break;
+      switch (n - i0 < kRows ? n - i0 : kRows) {
+        case 1: panel_rows_pass<T, 1>(blocks, x, i0, y_panel, ldy, n_valid); break;
+        case 2: panel_rows_pass<T, 2>(blocks, x, i0, y_panel, ldy, n_valid); break;
+        case 3: panel_rows_pass<T, 3>(blocks, x, i0, y_panel, ldy, n_valid); break;
+        default: panel_rows_pass<T, kRows>(blocks, x, i0, y_panel, ldy, n_valid); break;
       }
     }
   }
