@@ -153,15 +153,23 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     build(logits, history, c);
     return c.ids[argmax(c.logits)];
   }
-  Candidates c = distribution(logits, history);
-  // Inverse-CDF draw with a 53-bit uniform; deterministic given the seed.
-  const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
+  return draw(distribution(logits, history));
+}
+
+double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0); }
+
+int32_t Sampler::draw(const Candidates& probs) {
+  // Inverse-CDF draw with a 53-bit uniform; deterministic given the seed. Probabilities need not
+  // sum exactly to 1 (residual distributions): scale the uniform by their total.
+  double total = 0.0;
+  for (float p : probs.logits) total += p;
+  const double u = uniform() * total;
   double cum = 0.0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    cum += c.logits[i];
-    if (u < cum) return c.ids[i];
+  for (size_t i = 0; i < probs.size(); ++i) {
+    cum += probs.logits[i];
+    if (u < cum) return probs.ids[i];
   }
-  return c.ids.back();
+  return probs.ids.back();
 }
 
 }  // namespace tern

@@ -50,6 +50,10 @@ class Sampler {
   // The probability distribution after penalties and truncation (for speculative sampling and
   // tests); returns the candidates with logits replaced by probabilities.
   Candidates distribution(std::span<const float> logits, std::span<const int32_t> history);
+  // Draws from a distribution (candidates holding probabilities) with this sampler's RNG.
+  int32_t draw(const Candidates& probs);
+  // A uniform double in [0, 1) from this sampler's RNG (speculative acceptance tests).
+  double uniform();
 
  private:
   void build(std::span<const float> logits, std::span<const int32_t> history, Candidates& c);
