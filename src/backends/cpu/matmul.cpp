@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "backends/cpu/matmul_kernels.h"
@@ -139,15 +140,23 @@ void quantize_rows(const Level& lv, ActFormat format, const float* x, const Acti
   }
 }
 
-// A one-shot spin barrier for the threads of one parallel region (all of them are running, so
-// spinning is short; the region is one pool.run).
+// A one-shot barrier for the threads of one parallel region (one pool.run). It spins briefly,
+// then yields: on an oversubscribed machine the thread being waited for may share this core,
+// and pure spinning would burn the whole time slice it needs (measured: 20 ms stalls).
 class SpinBarrier {
  public:
   explicit SpinBarrier(int n) : n_(n) {}
   void arrive_and_wait() {
     arrived_.fetch_add(1, std::memory_order_acq_rel);
-    while (arrived_.load(std::memory_order_acquire) < n_) _mm_pause();
+    for (int spin = 0; arrived_.load(std::memory_order_acquire) < n_; ++spin) {
+      if (spin < kSpins) {
+        _mm_pause();
+      } else {
+        std::this_thread::yield();
+      }
+    }
   }
+  static constexpr int kSpins = 2000;  // ~10-50 us of pause instructions
 
  private:
   const int n_;
