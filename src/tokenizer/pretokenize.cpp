@@ -209,6 +209,74 @@ bool in_ranges(uint32_t c, std::initializer_list<std::array<uint32_t, 2>> ranges
   return false;
 }
 
+// The letter class of deepseek-llm's second Split, as its tokenizer.json lists it.
+constexpr std::array<uint32_t, 2> kDeepseekLatinRanges[] = {
+    {0x41, 0x5A},       {0x61, 0x7A},       {0xB5, 0xB5},       {0xC0, 0xD6},       {0xD8, 0xF6},
+    {0xF8, 0x1BA},      {0x1BC, 0x1BF},     {0x1C4, 0x293},     {0x295, 0x2AF},     {0x370, 0x373},
+    {0x376, 0x377},     {0x37B, 0x37D},     {0x37F, 0x37F},     {0x386, 0x386},     {0x388, 0x38A},
+    {0x38C, 0x38C},     {0x38E, 0x3A1},     {0x3A3, 0x3F5},     {0x3F7, 0x481},     {0x48A, 0x52F},
+    {0x531, 0x556},     {0x10A0, 0x10C5},   {0x13A0, 0x13F5},   {0x13F8, 0x13FD},   {0x1C90, 0x1CBA},
+    {0x1CBD, 0x1CBF},   {0x1D00, 0x1D2B},   {0x1D6B, 0x1D77},   {0x1D79, 0x1D9A},   {0x1E00, 0x1F15},
+    {0x1F18, 0x1F1D},   {0x1F20, 0x1F45},   {0x1F48, 0x1F4D},   {0x1F50, 0x1F57},   {0x1F59, 0x1F59},
+    {0x1F5B, 0x1F5B},   {0x1F5D, 0x1F5D},   {0x1F5F, 0x1F7D},   {0x1F80, 0x1FB4},   {0x1FB6, 0x1FBC},
+    {0x1FBE, 0x1FBE},   {0x1FC2, 0x1FC4},   {0x1FC6, 0x1FCC},   {0x1FD0, 0x1FD3},   {0x1FD6, 0x1FDB},
+    {0x1FE0, 0x1FEC},   {0x1FF2, 0x1FF4},   {0x1FF6, 0x1FFC},   {0x2102, 0x2102},   {0x2107, 0x2107},
+    {0x210A, 0x2113},   {0x2115, 0x2115},   {0x2119, 0x211D},   {0x2124, 0x2124},   {0x2126, 0x2126},
+    {0x2128, 0x2128},   {0x212A, 0x212D},   {0x212F, 0x2134},   {0x2139, 0x2139},   {0x213C, 0x213F},
+    {0x2145, 0x2149},   {0x214E, 0x214E},   {0x2183, 0x2184},   {0x2C00, 0x2C7B},   {0x2C7E, 0x2CE4},
+    {0x2CEB, 0x2CEE},   {0x2CF2, 0x2CF3},   {0xA640, 0xA66D},   {0xA680, 0xA69B},   {0xA722, 0xA76F},
+    {0xA771, 0xA787},   {0xA78B, 0xA78E},   {0xAB70, 0xABBF},   {0xFB00, 0xFB06},   {0xFB13, 0xFB17},
+    {0xFF21, 0xFF3A},   {0xFF41, 0xFF5A},   {0x10400, 0x1044F}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB},
+    {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2}, {0x118A0, 0x118DF}, {0x1E900, 0x1E943},
+};
+
+bool is_deepseek_latin(uint32_t c) {
+  for (const auto& r : kDeepseekLatinRanges) {
+    if (c >= r[0] && c <= r[1]) return true;
+  }
+  return false;
+}
+
+// [!-/:-~！-／：-～‘-‟　-。]
+bool is_deepseek_punct(uint32_t c) {
+  return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x7E) || (c >= 0xFF01 && c <= 0xFF0F) ||
+         (c >= 0xFF1A && c <= 0xFF5E) || (c >= 0x2018 && c <= 0x201F) || (c >= 0x3000 && c <= 0x3002);
+}
+
+// \s?X+ where X is a predicate on code points.
+template <typename Pred>
+uint32_t opt_ws_run_if(const Text& t, uint32_t i, Pred pred) {
+  auto in_class = [&](uint32_t j) { return j < t.end && pred(t.cp[j]); };
+  const uint32_t start = (t.has(i, kSpace) && in_class(i + 1)) ? i + 1 : i;
+  return in_class(start) ? t.run_if(start, in_class) : i;
+}
+
+bool literal_at(const Text& t, uint32_t i, std::string_view lit) {
+  if (i + lit.size() > t.end) return false;
+  for (size_t k = 0; k < lit.size(); ++k) {
+    if (t.cp[i + k] != static_cast<uint8_t>(lit[k])) return false;
+  }
+  return true;
+}
+
+uint32_t match_chameleon_sentinel(const Text& t, uint32_t i) {
+  constexpr std::string_view kPrefix = "<sentinel:";
+  if (!literal_at(t, i, kPrefix)) return i;
+  uint32_t k = i + static_cast<uint32_t>(kPrefix.size());
+  const uint32_t digits = k;
+  while (k < t.end && t.cp[k] >= '0' && t.cp[k] <= '9') ++k;
+  return (k > digits && t.is(k, '>')) ? k + 1 : i;
+}
+
+// IMGIMG, one to four of A..I, Z. The {1,4} gives back letters only to find the Z, and a letter
+// is never a Z, so the run must be at most four letters long and end at the Z.
+uint32_t match_chameleon_image(const Text& t, uint32_t i) {
+  if (!literal_at(t, i, "IMGIMG")) return i;
+  uint32_t k = i + 6;
+  while (k < t.end && k - (i + 6) < 4 && t.cp[k] >= 'A' && t.cp[k] <= 'I') ++k;
+  return (k > i + 6 && t.is(k, 'Z')) ? k + 1 : i;
+}
+
 uint32_t match_at(Split stage, const Text& t, uint32_t i) {
   switch (stage) {
     case Split::kGpt2: return match_gpt2(t, i);
@@ -242,14 +310,53 @@ uint32_t match_at(Split stage, const Text& t, uint32_t i) {
     case Split::kHanRun: return t.run(i, kHan);
     case Split::kFalconPunct:
       return t.run_if(i, [&](uint32_t j) { return is_ascii_punct(t.cp[j]) || t.has(j, kPunct); });
+    case Split::kDeepseekLatin: return opt_ws_run_if(t, i, is_deepseek_latin);
+    case Split::kDeepseekPunct: return opt_ws_run_if(t, i, is_deepseek_punct);
+    case Split::kTrailingSpace: {
+      const uint32_t k = t.run(i, kSpace);
+      return k == t.end ? k : i;
+    }
+    case Split::kDigitGroups3: return i;  // zero-width: handled by split_span
+    case Split::kChameleonSentinel: return match_chameleon_sentinel(t, i);
+    case Split::kChameleonImage: return match_chameleon_image(t, i);
+    case Split::kChameleonSpaces:
+      if (t.is(i, '\t') || t.is(i, '\n')) return i + 1;
+      if (literal_at(t, i, "    ")) return i + 4;
+      return literal_at(t, i, "  ") ? i + 2 : i;
+    case Split::kPunctChar: return (i < t.end && (is_ascii_punct(t.cp[i]) || t.has(i, kPunct))) ? i + 1 : i;
   }
   return i;
 }
 
 }  // namespace
 
+// (?=(\d{3})+(?!\d)) matches the empty string before every position from which a whole number of
+// digit triples runs to the end of a digit run; the piece is cut at those positions.
+void split_digit_groups(const Text& t, CpSpan span, std::vector<CpSpan>* out) {
+  uint32_t piece_begin = span.begin;
+  for (uint32_t i = span.begin; i < span.end;) {
+    if (!t.has(i, kDigit)) {
+      ++i;
+      continue;
+    }
+    const uint32_t run_end = t.run(i, kDigit);
+    for (uint32_t cut = i + (run_end - i) % 3; cut < run_end; cut += 3) {
+      if (cut > piece_begin) {
+        out->push_back({piece_begin, cut});
+        piece_begin = cut;
+      }
+    }
+    i = run_end;
+  }
+  if (piece_begin < span.end) out->push_back({piece_begin, span.end});
+}
+
 void split_span(Split stage, const uint32_t* cps, const uint16_t* flags, CpSpan span, std::vector<CpSpan>* out) {
   const Text t{cps, flags, span.end};
+  if (stage == Split::kDigitGroups3) {
+    split_digit_groups(t, span, out);
+    return;
+  }
   uint32_t gap_begin = span.begin;
   uint32_t i = span.begin;
   while (i < span.end) {
@@ -334,7 +441,18 @@ const std::vector<Family>& families() {
       {"falcon", {Split::kFalconPunct, Split::kGpt2}, {ByteSplit::kNumericRun, ByteSplit::kAsciiDigits3}, false},
       {"bloom", {Split::kBloom}, {}, false},
       {"viking", {Split::kBloom, Split::kDigit}, {}, false},
-      {"tekken", {Split::kTekken}, {}, false},
+      {"tekken", {Split::kTekken}, {}, true},
+      {"deepseek-llm",
+       {Split::kNewline, Split::kDeepseekLatin, Split::kDeepseekPunct, Split::kTrailingSpace, Split::kCjkDeepseek,
+        Split::kDigitRun},
+       {},
+       false},
+      {"superbpe", {Split::kDigitRun, Split::kDigitGroups3}, {}, false},
+      {"chameleon",
+       {Split::kChameleonSentinel, Split::kChameleonImage, Split::kChameleonSpaces, Split::kDigit, Split::kPunctChar,
+        Split::kGpt2},
+       {},
+       false},
       {"gpt-4o", {Split::kGpt4o}, {}, false},
       {"kimi-k2", {Split::kHanRun, Split::kKimiK2}, {}, false},
   };
@@ -348,23 +466,35 @@ struct Alias {
   const char* family;
 };
 constexpr Alias kAliases[] = {
-    {"gpt-2", "gpt2"},           {"gpt2", "gpt2"},          {"mpt", "gpt2"},
-    {"olmo", "gpt2"},            {"jais", "gpt2"},          {"trillion", "gpt2"},
-    {"roberta-bpe", "gpt2"},     {"granite-docling", "gpt2"}, {"jina-v1-en", "gpt2"},
-    {"jina-v2-en", "gpt2"},      {"jina-v2-es", "gpt2"},    {"jina-v2-de", "gpt2"},
-    {"jina-v2-code", "gpt2"},    {"llama3", "llama3"},      {"llama-bpe", "llama3"},
-    {"llama-v3", "llama3"},      {"dbrx", "cl100k"},        {"smaug-bpe", "cl100k"},
-    {"falcon3", "cl100k"},       {"falcon-h1", "cl100k"},   {"chatglm-bpe", "cl100k"},
-    {"grok-2", "cl100k"},        {"qwen2", "qwen2"},        {"deepseek-r1-qwen", "qwen2"},
-    {"stablelm2", "qwen2-regex"},      {"megrez", "qwen2-regex"},       {"bailingmoe", "qwen2-regex"},
-    {"bailingmoe2", "qwen2-regex"},    {"llada-moe", "qwen2-regex"},    {"hunyuan-dense", "qwen2-regex"},
-    {"qwen35", "qwen35"},        {"seed-coder", "seed-coder"}, {"starcoder", "starcoder"}, {"refact", "starcoder"},
-    {"command-r", "starcoder"},  {"smollm", "starcoder"},   {"codeshell", "starcoder"},
-    {"exaone", "starcoder"},     {"minerva-7b", "starcoder"}, {"deepseek-coder", "deepseek-coder"},
-    {"deepseek-v3", "deepseek-v3"}, {"hunyuan", "deepseek-v3"}, {"falcon", "falcon"},
-    {"bloom", "bloom"},          {"poro-chat", "bloom"},    {"gpt3-finnish", "bloom"},
-    {"viking", "viking"},        {"tekken", "tekken"},      {"pixtral", "tekken"},
-    {"gpt-4o", "gpt-4o"},        {"llama4", "gpt-4o"},      {"kimi-k2", "kimi-k2"},
+    {"gpt-2", "gpt2"}, {"gpt2", "gpt2"}, {"mpt", "gpt2"}, {"olmo", "gpt2"}, {"jais", "gpt2"},
+    {"trillion", "gpt2"}, {"granite-docling", "gpt2"}, {"phi-2", "gpt2"}, {"jina-es", "gpt2"},
+    {"jina-de", "gpt2"}, {"gigachat", "gpt2"}, {"jina-v1-en", "gpt2"}, {"jina-v2-en", "gpt2"},
+    {"jina-v2-es", "gpt2"}, {"jina-v2-de", "gpt2"}, {"jina-v2-code", "gpt2"}, {"roberta-bpe", "gpt2"},
+    {"a.x-4.0", "gpt2"}, {"mellum", "gpt2"}, {"modern-bert", "gpt2"}, {"exaone4", "gpt2"},
+    {"llama3", "llama3"}, {"llama-v3", "llama3"}, {"llama-bpe", "llama3"}, {"falcon3", "llama3"},
+    {"falcon-h1", "llama3"}, {"pixtral", "llama3"}, {"midm-2.0", "llama3"}, {"lfm2", "llama3"},
+    {"jina-v5-nano", "llama3"},
+    {"dbrx", "cl100k"}, {"smaug-bpe", "cl100k"}, {"chatglm-bpe", "cl100k"}, {"glm4", "cl100k"},
+    {"qwen2", "qwen2"}, {"deepseek-r1-qwen", "qwen2"}, {"f2llmv2", "qwen2"}, {"kormo", "qwen2"},
+    {"stablelm2", "qwen2-regex"}, {"megrez", "qwen2-regex"}, {"hunyuan", "qwen2-regex"},
+    {"grok-2", "qwen2-regex"}, {"bailingmoe", "qwen2-regex"}, {"bailingmoe2", "qwen2-regex"},
+    {"llada-moe", "qwen2-regex"}, {"solar-open", "qwen2-regex"},
+    {"qwen35", "qwen35"},
+    {"seed-coder", "seed-coder"},
+    {"starcoder", "starcoder"}, {"refact", "starcoder"}, {"command-r", "starcoder"}, {"smollm", "starcoder"},
+    {"codeshell", "starcoder"}, {"exaone", "starcoder"}, {"minerva-7b", "starcoder"},
+    {"deepseek-llm", "deepseek-llm"},
+    {"deepseek-coder", "deepseek-coder"},
+    {"deepseek-v3", "deepseek-v3"}, {"hunyuan-dense", "deepseek-v3"}, {"joyai-llm", "deepseek-v3"},
+    {"falcon", "falcon"},
+    {"bloom", "bloom"}, {"poro-chat", "bloom"}, {"gpt3-finnish", "bloom"},
+    {"viking", "viking"},
+    {"tekken", "tekken"},
+    {"gpt-4o", "gpt-4o"}, {"llama4", "gpt-4o"}, {"minimax-m2", "gpt-4o"}, {"kanana2", "gpt-4o"},
+    {"talkie", "gpt-4o"},
+    {"kimi-k2", "kimi-k2"},
+    {"superbpe", "superbpe"},
+    {"chameleon", "chameleon"},
 };
 
 }  // namespace

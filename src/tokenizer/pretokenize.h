@@ -43,6 +43,14 @@ enum class Split : uint8_t {
   kCjkKana,       // [一-龥぀-ゟ゠-ヿ]+
   kHanRun,        // [\p{Han}]+
   kFalconPunct,   // HF Punctuation(behavior=contiguous): runs of ASCII punctuation or \p{P}
+  kDeepseekLatin, // \s?[A-Za-zµÀ-ÖØ-öø-ƺ...𞤀-𞥃]+ (deepseek-llm's list of cased-script letters)
+  kDeepseekPunct, // \s?[!-/:-~！-／：-～‘-‟　-。]+
+  kTrailingSpace, // \s+$
+  kDigitGroups3,  // (?=(\d{3})+(?!\d)) : zero-width, splits digit runs into threes from the right
+  kChameleonSentinel,  // <sentinel:[0-9]+>
+  kChameleonImage,     // (IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z
+  kChameleonSpaces,    // ([\t\n]|    |  )
+  kPunctChar,          // [\p{P}!-/:-@\[-`{-~] (one character)
 };
 
 // Stages that HF runs after ByteLevel, on the byte-level characters (falcon's Digits and

@@ -40,7 +40,7 @@ bool is_special_type(TokenType t) { return t == TokenType::kControl || t == Toke
 // Control tokens that end a turn in common chat formats, for models whose metadata names only eos.
 constexpr const char* kEndOfGenerationNames[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
-    "<|END_OF_TURN_TOKEN|>", "<|end_of_text|>", "<|return|>", "<|call|>", "</s>", "<|im_end|>", "<｜end▁of▁sentence｜>",
+    "<|END_OF_TURN_TOKEN|>", "<|end_of_text|>", "<|return|>", "<|call|>", "</s>", "<｜end▁of▁sentence｜>",
 };
 
 uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
@@ -73,9 +73,11 @@ uint64_t compute_fingerprint(const Vocab& v, const std::string& pre_family) {
 std::string decoded_bytes(const Vocab& v, int32_t id) {
   const std::string& text = v.tokens[id];
   const TokenType type = v.types[id];
-  if (type == TokenType::kControl || type == TokenType::kUnknown || type == TokenType::kUserDefined) {
-    // note: SPM user-defined pieces may still spell spaces as "▁"; HF's Metaspace decoder maps them.
-    if (v.model == VocabModel::kBpe) return text;
+  // Byte-level added tokens are stored as written, not in the byte alphabet. (SPM user-defined
+  // pieces may spell spaces as "▁", which HF's decoder maps back, so they take the SPM path below.)
+  if (v.model == VocabModel::kBpe &&
+      (type == TokenType::kControl || type == TokenType::kUnknown || type == TokenType::kUserDefined)) {
+    return text;
   }
   std::string out;
   if (v.model == VocabModel::kSpm) {

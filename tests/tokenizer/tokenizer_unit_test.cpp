@@ -2,6 +2,8 @@
 // end-of-generation ids, fingerprints, NFC and the UTF-8 helpers.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "tokenizer/unicode.h"
 #include "tokenizer/unicode_nfc.h"
 #include "tokenizer_test_util.h"
@@ -148,6 +150,22 @@ TEST(Tokenizer, FingerprintSeparatesVocabulariesAndPreTokenizers) {
   auto d = Tokenizer::from_vocab(std::move(v));
   ASSERT_TRUE(d) << d.status().message();
   EXPECT_NE(a->fingerprint(), (*d)->fingerprint());
+}
+
+TEST(Tokenizer, ConcurrentEncodesAgreeWithSerialOnes) {
+  auto tok = load_or_skip(testing::default_model_path());
+  if (!tok) return;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) texts.push_back("def f" + std::to_string(i) + "(x):\n    return x * " + std::to_string(i * 7));
+  std::vector<std::vector<int32_t>> serial;
+  for (const auto& t : texts) serial.push_back(tok->encode(t, false, true));
+  std::vector<std::vector<int32_t>> a(texts.size()), b(texts.size());
+  std::thread ta([&] { for (size_t i = 0; i < texts.size(); ++i) a[i] = tok->encode(texts[i], false, true); });
+  std::thread tb([&] { for (size_t i = texts.size(); i-- > 0;) b[i] = tok->encode(texts[i], false, true); });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(a, serial);
+  EXPECT_EQ(b, serial);
 }
 
 // The stream of push() outputs is the whole decode, and no push returns a split character.

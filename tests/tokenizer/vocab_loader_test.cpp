@@ -57,12 +57,7 @@ TEST(VocabLoader, TinyBpeLoadsAndMerges) {
 }
 
 TEST(VocabLoader, RejectsMissingMerges) {
-  gguf::Writer w = tiny_bpe();
   gguf::Writer bad;
-  for (const char* key : {"general.architecture", "tokenizer.ggml.model", "tokenizer.ggml.pre",
-                          "tokenizer.ggml.tokens", "tokenizer.ggml.token_type"}) {
-    (void)key;
-  }
   bad.set("tokenizer.ggml.model", Value::string("gpt2"));
   bad.set("tokenizer.ggml.tokens", strings({"a", "b"}));
   expect_error(bad, "tokenizer.ggml.merges");
