@@ -332,6 +332,7 @@ Result<GenResult> Session::generate(std::span<const int32_t> prompt, const Gener
     if (!running) break;
     pending = next;
   }
+  if (options.drafter != nullptr) options.drafter->end(history);
   if (stream) {
     const std::string rest = stops.stopped() ? std::string() : stops.feed(stream->flush()) + stops.flush();
     if (!rest.empty()) {

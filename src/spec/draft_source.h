@@ -31,6 +31,9 @@ class DraftSource {
   virtual Draft draft(std::span<const int32_t> context, int max_tokens) = 0;
   // Outcome of the last draft(): n_drafted proposed (its returned length), n_accepted kept.
   virtual void commit(int n_drafted, int n_accepted) = 0;
+  // The generation ended; context = prompt + every generated token. Sources that learn across
+  // requests (the suffix drafter) record it here.
+  virtual void end(std::span<const int32_t> context) {}
 };
 
 }  // namespace tern

@@ -6,6 +6,7 @@
 #include "../common/model_fixture.h"
 #include "engine/session.h"
 #include "spec/ngram_drafter.h"
+#include "spec/suffix_drafter.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {
@@ -43,19 +44,30 @@ TEST_F(EngineOnDefaultModel, GreedyIsIdenticalWithSpeculationReuseAndChunking) {
   ASSERT_TRUE(ref.is_ok()) << ref.status().message();
   ASSERT_EQ(ref.value().tokens.size(), 48u);
 
+  // The suffix drafter's shared corpus holds an earlier answer to the same request.
+  auto corpus = std::make_shared<SuffixCorpus>();
+  {
+    std::vector<int32_t> earlier = prompt;
+    earlier.insert(earlier.end(), ref.value().tokens.begin(), ref.value().tokens.end());
+    corpus->add(earlier);
+  }
   for (int chunk : {1, 7, 64, 512}) {
     for (bool reuse : {false, true}) {
       int plain_forwards = 0;
-      for (bool speculate : {false, true}) {
-        NgramDrafter drafter;
+      for (const std::string drafter_name : {"none", "ngram", "suffix"}) {
+        const bool speculate = drafter_name != "none";
+        NgramDrafter ngram;
+        SuffixDrafter suffix(corpus);
         GenerateOptions o = base;
         o.prefill_chunk_tokens = chunk;
         o.reuse_prefix = reuse;
-        o.drafter = speculate ? &drafter : nullptr;
+        o.drafter = drafter_name == "ngram" ? static_cast<DraftSource*>(&ngram)
+                    : drafter_name == "suffix" ? static_cast<DraftSource*>(&suffix)
+                                               : nullptr;
         Session s(*m_.model, *m_.kv, tok_.get());
         auto r = s.generate(prompt, o);
         ASSERT_TRUE(r.is_ok()) << r.status().message();
-        EXPECT_EQ(r.value().tokens, ref.value().tokens) << "chunk " << chunk << " reuse " << reuse << " spec " << speculate;
+        EXPECT_EQ(r.value().tokens, ref.value().tokens) << "chunk " << chunk << " reuse " << reuse << " drafter " << drafter_name;
         EXPECT_EQ(r.value().text, ref.value().text);
         if (speculate) {
           EXPECT_GT(r.value().stats.drafts_proposed, 0);
