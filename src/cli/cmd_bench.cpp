@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "backends/cpu/cpu_backend.h"
 #include "cli/commands.h"
 #include "cli/membw.h"
 #include "cli/model_setup.h"

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/backend_choice.h"
 #include "cli/model_setup.h"
 #include "engine/session.h"
 
@@ -24,6 +25,7 @@ struct RunArgs {
   int ctx = 4096;
   int chunk = 512;
   std::string kv_type = "f16";
+  std::string backend = "cpu";
   bool parse_special = true;
 };
 
@@ -36,6 +38,7 @@ int run(const RunArgs& a) {
   ModelSetupOptions so;
   so.path = a.model.empty() ? default_model_path() : a.model;
   so.n_threads = a.threads;
+  so.backend = a.backend;
   so.n_ctx = a.ctx;
   so.kv_dtype = *kv_dtype;
   so.show_progress = stderr_is_terminal();
@@ -90,8 +93,8 @@ int run(const RunArgs& a) {
   const int decoded = std::max(0, s.generated_tokens - 1);  // the first token comes from the prefill
   const double decode_tps = s.decode_seconds > 0 ? decoded / s.decode_seconds : 0.0;
   std::fprintf(stderr,
-               "\nprompt: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s | load %.2f s | threads %d | stop: %s\n",
-               s.prompt_tokens, prefill_tps, s.generated_tokens, decode_tps, lm.load_seconds, lm.backend->n_threads(),
+               "\nprompt: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s | load %.2f s | %s, %d threads | stop: %s\n",
+               s.prompt_tokens, prefill_tps, s.generated_tokens, decode_tps, lm.load_seconds, std::string(lm.backend->name()).c_str(), lm.n_threads,
                stop_reason_name(s.stop_reason));
   return 0;
 }
@@ -114,6 +117,7 @@ void register_run(CLI::App& app, CommandRunner* runner) {
   cmd->add_option("-c,--ctx", args->ctx, "context size in tokens (0 = the model's own)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--chunk", args->chunk, "prefill chunk size in tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--kv-type", args->kv_type, "KV cache type: f16 or f32");
+  cmd->add_option("--backend", args->backend, "compute backend")->check(CLI::IsMember(backend_names()));
   cmd->add_flag("!--no-special", args->parse_special, "treat special-token text in the prompt as plain text");
   cmd->callback([runner, args] { *runner = [args] { return run(*args); }; });
 }

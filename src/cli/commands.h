@@ -15,6 +15,7 @@ void register_inspect(CLI::App& app, CommandRunner* run);
 void register_synth(CLI::App& app, CommandRunner* run);
 void register_tokenize(CLI::App& app, CommandRunner* run);
 void register_run(CLI::App& app, CommandRunner* run);
+void register_chat(CLI::App& app, CommandRunner* run);
 void register_bench(CLI::App& app, CommandRunner* run);
 // `tern bench replay`, nested under the bench subcommand.
 void register_bench_replay(CLI::App& bench, CommandRunner* run);

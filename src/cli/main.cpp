@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   tern::cli::register_synth(app, &run);
   tern::cli::register_tokenize(app, &run);
   tern::cli::register_run(app, &run);
+  tern::cli::register_chat(app, &run);
   tern::cli::register_bench(app, &run);
   tern::cli::CommandRunner replay_run;
   tern::cli::register_bench_replay(*app.get_subcommand("bench"), &replay_run);

@@ -1,5 +1,7 @@
 #include "cli/model_setup.h"
 
+#include "cli/backend_choice.h"
+
 #include <sched.h>
 #include <unistd.h>
 
@@ -28,8 +30,8 @@ Result<LoadedModel> load_for_inference(const ModelSetupOptions& o) {
     if (!tokenizer.is_ok()) return error("tokenizer of '" + o.path + "': " + tokenizer.status().message());
     lm.tokenizer = std::move(tokenizer).value();
   }
-  const int n_threads = o.n_threads > 0 ? o.n_threads : default_thread_count();
-  lm.backend = std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{n_threads, false});
+  lm.n_threads = o.n_threads > 0 ? o.n_threads : default_thread_count();
+  TERN_ASSIGN_OR_RETURN(lm.backend, make_backend(o.backend, lm.n_threads));
   ModelOptions mo;
   mo.n_ctx = o.n_ctx;
   TERN_ASSIGN_OR_RETURN(lm.model, load_model(lm.file, *lm.backend, mo));

@@ -5,7 +5,6 @@
 #include <memory>
 #include <string>
 
-#include "backends/cpu/cpu_backend.h"
 #include "core/status.h"
 #include "formats/gguf.h"
 #include "kv/kv_pool.h"
@@ -16,7 +15,8 @@ namespace tern::cli {
 
 struct ModelSetupOptions {
   std::string path;
-  int n_threads = 0;          // 0 = all cores
+  std::string backend = "cpu"; // "cpu" or "cuda" (cli/backend_choice.h)
+  int n_threads = 0;          // CPU threads; 0 = all cores
   int n_ctx = 4096;           // tokens; 0 = the model's native context
   DType kv_dtype = DType::F16;
   bool need_tokenizer = true;
@@ -25,7 +25,8 @@ struct ModelSetupOptions {
 
 struct LoadedModel {
   std::shared_ptr<const gguf::File> file;
-  std::unique_ptr<cpu::CpuBackend> backend;
+  std::unique_ptr<Backend> backend;
+  int n_threads = 0;  // CPU threads in use
   std::unique_ptr<Model> model;
   std::unique_ptr<KvPool> kv;
   std::unique_ptr<tok::Tokenizer> tokenizer;  // null when not needed / vocab-less

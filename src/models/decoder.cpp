@@ -48,8 +48,12 @@ Status DecoderModel::load_common(const ModelConfig& config, const ModelOptions& 
 
   std::vector<float> freq_factors;
   if (c.has_rope_freq_factors) {
-    TERN_ASSIGN_OR_RETURN(Tensor ff, vector("rope_freqs.weight", c.n_rot / 2));
-    freq_factors.assign(ff.f32(), ff.f32() + c.n_rot / 2);  // CPU view of the mapped file
+    // Read on the host from the mapped file: the uploaded copy may live on a device.
+    const gguf::TensorInfo* info = file_->find_tensor("rope_freqs.weight");
+    if (info->type != DType::F32 || info->numel() != c.n_rot / 2)
+      return error("model: tensor 'rope_freqs.weight' must be f32 with " + std::to_string(c.n_rot / 2) + " values");
+    const auto* values = reinterpret_cast<const float*>(info->data);
+    freq_factors.assign(values, values + c.n_rot / 2);
   }
   RopeTable table = make_rope_table(c, freq_factors, n_ctx_);
   rope_buffer_ = backend_->alloc(table.inv_freq.size() * sizeof(float));
