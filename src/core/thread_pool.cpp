@@ -16,6 +16,8 @@ namespace {
 // Spins before a worker sleeps. ~50 us at a few ns per pause: long enough to bridge the gap
 // between two ops of a decode step, short enough not to burn a core while idle.
 constexpr int kSpinIterations = 20000;
+// Pauses the caller spins on unfinished workers before it starts yielding its core.
+constexpr int kSpinBeforeYield = 2000;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
@@ -37,7 +39,11 @@ void ThreadPool::worker_loop(int index) {
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
     for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
-      TERN_PAUSE();
+      if (spin < kSpinBeforeYield) {
+        TERN_PAUSE();
+      } else {
+        std::this_thread::yield();
+      }
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {
@@ -67,7 +73,15 @@ void ThreadPool::run(const std::function<void(int)>& fn) {
     wake_.notify_all();
   }
   fn(0);
-  while (pending_.load(std::memory_order_acquire) != 0) TERN_PAUSE();
+  // Spin briefly (the common case: the workers finish within microseconds), then yield so that
+  // on an oversubscribed machine a descheduled worker gets the core instead of this spin.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinBeforeYield) {
+      TERN_PAUSE();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   job_ = nullptr;
 }
 
