@@ -27,8 +27,11 @@ inline __m128i unpack_q4k_scales_sse(const uint8_t* packed) {
 
 // q3_k: 12 packed bytes -> 16 signed scales in [-32, 31]. Scale j's low nibble is nibble j / 8 of
 // byte j % 8, its top two bits are bit pair j / 4 of byte 8 + j % 4; stored +32.
+// Reads the 16 bytes at packed - 4: the scales end 2 bytes before the block does (only d
+// follows), so a load starting at the scales could run past the tensor; the qs before them are
+// part of the same block.
 inline __m128i unpack_q3k_scales_sse(const uint8_t* packed) {
-  const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  const __m128i p = _mm_srli_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed - 4)), 4);
   const __m128i low = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(p, _MM_SHUFFLE(1, 0, 1, 0)), _mm_setr_epi32(0, 0, 4, 4)),
                                     _mm_set1_epi8(0x0f));
   const __m128i high = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(p, _MM_SHUFFLE(2, 2, 2, 2)), _mm_setr_epi32(0, 2, 4, 6)),

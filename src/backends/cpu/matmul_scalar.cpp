@@ -33,9 +33,19 @@ float quantize_block(const float* x, int len, int8_t* q) {
 
 // ---- float weights ---------------------------------------------------------------------------
 
-float load_weight(const float* w, int64_t j) { return w[j]; }
-float load_weight(const uint16_t* w, int64_t j, DType t) {
-  return t == DType::F16 ? fp16_to_f32(w[j]) : bf16_to_f32(w[j]);
+// Weight j of a row as float. Rows may sit at any byte offset (row_stride is arbitrary), hence
+// memcpy rather than a typed load.
+template <DType T>
+float load_weight(const uint8_t* row, int64_t j) {
+  if constexpr (T == DType::F32) {
+    float v;
+    std::memcpy(&v, row + 4 * j, 4);
+    return v;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * j, 2);
+    return T == DType::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
+  }
 }
 
 // Four interleaved partial sums (element j goes to sum j % 4), then ((s0 + s1) + (s2 + s3)).
@@ -46,15 +56,7 @@ void gemm_float(const WeightRows& w, const Activations& x, float* y, int64_t ldy
     for (int64_t i = 0; i < x.n; ++i) {
       const float* a = x.f32 + i * x.cols;
       float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (int64_t j = 0; j < x.cols; ++j) {
-        float wj;
-        if constexpr (T == DType::F32) {
-          wj = load_weight(reinterpret_cast<const float*>(row), j);
-        } else {
-          wj = load_weight(reinterpret_cast<const uint16_t*>(row), j, T);
-        }
-        s[j % 4] += wj * a[j];
-      }
+      for (int64_t j = 0; j < x.cols; ++j) s[j % 4] += load_weight<T>(row, j) * a[j];
       y[i * ldy + r] = (s[0] + s[1]) + (s[2] + s[3]);
     }
   }
