@@ -17,6 +17,8 @@
 // finish_super_block(), so an output's bits do not depend on n (batch invariance).
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "backends/cpu/matmul_kernels.h"
 #include "backends/cpu/matmul_panel_avx512.h"
 #include "backends/cpu/matmul_simd_avx512.h"
@@ -41,6 +43,13 @@ inline __m512i byte_of(__m512i x, int i) { return _mm512_and_si512(_mm512_srli_e
 inline __m512i sbyte_of(__m512i x, int i) { return _mm512_srai_epi32(_mm512_slli_epi32(x, 24 - 8 * i), 24); }
 inline __m512i word_pair(__m512i lo, __m512i hi) {  // lo, hi: int16-range int32 lanes
   return _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(hi, 16));
+}
+// A broadcast of the 4 bytes at p (activation bytes and bsums read as dwords; memcpy keeps the
+// access well-defined, the compiler folds it into vpbroadcastd).
+inline __m512i broadcast_dword(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
 }
 inline __m512 halves_low(__m512i x) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x)); }
 inline __m512 halves_high(__m512i x) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16))); }
@@ -293,10 +302,9 @@ inline void repack(const uint8_t* sb, const PanelRows& rows, PanelSuperBlock& ou
 template <bool kMins>
 [[gnu::always_inline]] inline __m512 finish_super_block(const PanelScales& p, __m512i isum, const int16_t* bsums16,
                                                         float da, __m512 acc) {
-  const int32_t* bsums = reinterpret_cast<const int32_t*>(bsums16);
   __m512i msum = _mm512_setzero_si512();
 #pragma GCC unroll 8
-  for (int pp = 0; pp < 8; ++pp) msum = _mm512_dpwssd_epi32(msum, p.mn[pp], _mm512_set1_epi32(bsums[pp]));
+  for (int pp = 0; pp < 8; ++pp) msum = _mm512_dpwssd_epi32(msum, p.mn[pp], broadcast_dword(bsums16 + 2 * pp));
   if constexpr (kMins) {
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(p.d, _mm512_set1_ps(da)), acc);
     return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(p.dmin, _mm512_set1_ps(da)), acc);
@@ -322,11 +330,11 @@ void panel_fused(const PanelRows& rows, const Activations& x, float* y, int64_t 
     const uint8_t* sb = rows.base + s * K::kBytes;
     PanelScales ps;
     K::scales(sb, rows, ps);
-    const int32_t* q[NA];
+    const int8_t* q[NA];
     __m512i isum[NA];
 #pragma GCC unroll 4
     for (int a = 0; a < NA; ++a) {
-      q[a] = reinterpret_cast<const int32_t*>(x.q8x256.qs + a * x.cols + s * kQK_K);
+      q[a] = x.q8x256.qs + a * x.cols + s * kQK_K;
       isum[a] = _mm512_setzero_si512();
     }
     K::for_each_group(sb, rows, [&](int g, const __m512i* z) {
@@ -337,7 +345,7 @@ void panel_fused(const PanelRows& rows, const Activations& x, float* y, int64_t 
       for (int i = 0; i < K::kPerGroup; ++i)
 #pragma GCC unroll 4
         for (int a = 0; a < NA; ++a)
-          part[a][i % 2] = _mm512_dpbusd_epi32(part[a][i % 2], z[i], _mm512_set1_epi32(q[a][g * K::kPerGroup + i]));
+          part[a][i % 2] = _mm512_dpbusd_epi32(part[a][i % 2], z[i], broadcast_dword(q[a] + 4 * (g * K::kPerGroup + i)));
 #pragma GCC unroll 4
       for (int a = 0; a < NA; ++a)
         isum[a] = _mm512_add_epi32(isum[a], _mm512_mullo_epi32(_mm512_add_epi32(part[a][0], part[a][1]), ps.sc[g]));
@@ -364,9 +372,9 @@ void panel_pass(const PanelSuperBlock* panel, const Activations& x, int64_t i0, 
   for (int a = 0; a < NA; ++a) acc[a] = _mm512_setzero_ps();
   for (int64_t s = 0; s < n_super; ++s) {
     const PanelSuperBlock& p = panel[s];
-    const int32_t* q[NA];
+    const int8_t* q[NA];
 #pragma GCC unroll 8
-    for (int a = 0; a < NA; ++a) q[a] = reinterpret_cast<const int32_t*>(x.q8x256.qs + (i0 + a) * x.cols + s * kQK_K);
+    for (int a = 0; a < NA; ++a) q[a] = x.q8x256.qs + (i0 + a) * x.cols + s * kQK_K;
     __m512i isum[NA];
 #pragma GCC unroll 8
     for (int a = 0; a < NA; ++a) isum[a] = _mm512_setzero_si512();
@@ -379,7 +387,7 @@ void panel_pass(const PanelSuperBlock* panel, const Activations& x, int64_t i0, 
         const int k = g * kPerGroup + kk;
         const __m512i z = _mm512_load_si512(&p.z[k]);
 #pragma GCC unroll 8
-        for (int a = 0; a < NA; ++a) part[a][kk % 2] = _mm512_dpbusd_epi32(part[a][kk % 2], z, _mm512_set1_epi32(q[a][k]));
+        for (int a = 0; a < NA; ++a) part[a][kk % 2] = _mm512_dpbusd_epi32(part[a][kk % 2], z, broadcast_dword(q[a] + 4 * k));
       }
 #pragma GCC unroll 8
       for (int a = 0; a < NA; ++a)
