@@ -6,15 +6,19 @@
 // w: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K, one GGUF row
 //    per output feature, rows w.row_stride bytes apart. x, y: F32, row-major, contiguous.
 //
-// How the fast path computes (llama.cpp-style, own code): each activation row is quantized once per
-// call to 8-bit blocks (32 elements with a float scale for the legacy quants, 256 with a float scale
-// and 16-element sums for the k-quants); weight blocks and activation blocks meet in integer dot
-// products (VNNI vpdpbusd / AVX2 maddubs), scaled in float. F32/F16/BF16 weights use float FMAs.
+// How the fast path computes (llama.cpp-style ideas, own code): each activation row is quantized
+// once per call to 8-bit blocks (32 elements with a float scale for the legacy quants, 256 with a
+// float scale and 16-element sums for the k-quants); weight blocks and activation blocks meet in
+// integer dot products (VNNI vpdpbusd / AVX2 maddubs), scaled in float. F32/F16/BF16 weights use
+// float FMAs. At AVX-512 the quantized kernels work on panels of 16 weight rows, one per vector
+// lane, so a block's integer dot needs no horizontal reduction; prefill repacks each panel once
+// and streams the activation rows past it.
 //
 // Batch invariance (a hard guarantee, tested): y[i, j] is bitwise the same whatever n is, whichever
-// other rows share the call and however many threads run it, for a given Isa. Each output's float
-// operations are a fixed sequence that depends only on (x row i, w row j, Isa); row tiles only
-// reuse loaded weights, and threads split the weight rows, never the reduction.
+// other rows share the call and however many threads run it, for a given Isa. The per-block
+// integer sums are exact, so only each output's float operations need a fixed order, and that
+// order depends only on (x row i, w row j, Isa); tiles and panels share loads, never arithmetic,
+// and threads split the weight rows, never the reduction.
 // Different Isa levels may differ in the last bits (different lane counts).
 #pragma once
 
