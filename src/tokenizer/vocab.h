@@ -3,7 +3,7 @@
 //
 // Invariants after load_vocab() succeeds: tokens, types (and scores, when present) have the same
 // length n_vocab > 0; every special id is -1 or in [0, n_vocab); for BPE every merge names two
-// tokens whose concatenation is also a token, and merge_ids holds those ids in rank order.
+// tokens whose concatenation is also a token, and `merges` holds those ids in rank order.
 #pragma once
 
 #include <cstdint>
