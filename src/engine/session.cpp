@@ -77,10 +77,15 @@ void Session::reset() { truncate(0); }
 void Session::truncate(size_t n) {
   const int bt = kv_.pool().config().block_tokens;
   if (n < tokens_.size()) {
-    // A registered or shared block is never written again: cut back to its start instead.
+    // A block another sequence shares is never written again: cut back to its start instead. A
+    // registered block only this session holds leaves the index and is rewritten in place.
     if (n % bt != 0) {
       const int32_t b = kv_.blocks()[n / bt];
-      if (kv_.pool().is_registered(b) || kv_.pool().refcount(b) > 1) n = n / bt * bt;
+      if (kv_.pool().refcount(b) > 1) {
+        n = n / bt * bt;
+      } else {
+        kv_.pool().unregister_block(b);
+      }
     }
     tokens_.resize(n);
     last_logits_valid_ = false;

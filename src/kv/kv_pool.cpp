@@ -86,6 +86,11 @@ void KvPool::unregister(int32_t b) {
   s.registered = false;
 }
 
+void KvPool::unregister_block(int32_t block) {
+  TERN_CHECK(blocks_[block].refcount > 0);
+  if (blocks_[block].registered) unregister(block);
+}
+
 std::optional<int32_t> KvPool::allocate() {
   int32_t b;
   if (!free_.empty()) {

@@ -11,8 +11,8 @@
 //   cached    refcount 0, registered, on the LRU list (its KV is kept for future hits);
 //   in use    refcount > 0 (registered or not).
 // allocate() takes a free block, else evicts the least recently used cached block. A registered
-// block is never written again (its content is its identity), so sequences only write into blocks
-// they own alone and that are not yet registered.
+// block is never written while registered (its content is its identity): a sequence writes only
+// into blocks it holds alone, unregistering one first when it trims into it.
 #pragma once
 
 #include <cstdint>
@@ -78,6 +78,8 @@ class KvPool {
   // index keeps the existing one and this block stays unregistered; returns whether it registered.
   bool register_block(int32_t block, BlockHash hash);
   bool is_registered(int32_t block) const { return blocks_[block].registered; }
+  // Removes an in-use block from the index, so that its owner may rewrite it (a trim into it).
+  void unregister_block(int32_t block);
   // Finds the block registered under `hash` and takes a reference on it (reviving a cached one).
   std::optional<int32_t> acquire_cached(BlockHash hash);
   // True if `hash` is registered (no reference taken).
