@@ -20,6 +20,7 @@ void register_bench(CLI::App& app, CommandRunner* run);
 // `tern bench replay`, nested under the bench subcommand.
 void register_bench_replay(CLI::App& bench, CommandRunner* run);
 void register_render(CLI::App& app, CommandRunner* run);
+void register_serve(CLI::App& app, CommandRunner* run);
 
 // The model used when -m is not given: models/SmolLM2-135M-Instruct.Q4_1.gguf next to the
 // source tree this binary was built from, or $TERN_MODEL when set.

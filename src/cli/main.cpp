@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   tern::cli::CommandRunner replay_run;
   tern::cli::register_bench_replay(*app.get_subcommand("bench"), &replay_run);
   tern::cli::register_render(app, &run);
+  tern::cli::register_serve(app, &run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,69 @@
+// `tern serve`'s server: routes HTTP requests to the OpenAI and Anthropic translators, checks the
+// API key and the model name, and pumps each generation from the engine to its client (one
+// response body, or a Server-Sent Events stream).
+//
+// Endpoints: POST /v1/chat/completions, /v1/completions, /v1/messages, /v1/messages/count_tokens;
+// GET /v1/models, /v1/models/{id}, /health, /metrics.
+//
+// Shutdown: stop() stops accepting and closes idle connections; requests in flight keep going.
+// Engine::shutdown(false) then ends what is still running, and those streams close with an
+// explicit error event ("the server is shutting down") rather than silently.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/engine.h"
+#include "server/api_types.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/prompt_builder.h"
+
+namespace tern::server {
+
+struct ServerOptions {
+  std::string model_id;                    // the name GET /v1/models lists
+  std::vector<std::string> model_aliases;  // further names accepted as "model"; "*" accepts any
+  std::string api_key;                     // when set, /v1/* needs it (Bearer or x-api-key)
+  HttpServerOptions http;
+};
+
+class Server {
+ public:
+  Server(Engine& engine, ChatFormat format, ServerOptions options);
+  ~Server();
+
+  Status listen();  // binds options.http.host:port
+  int port() const;
+  void run();       // serves until stop(); returns once every connection has closed
+  void stop();      // thread-safe
+  int n_active_requests() const { return active_requests_.load(); }
+
+  // Answers one request (the HTTP layer's handler; tests call it with a fake responder).
+  void handle(const HttpRequest& req, HttpResponder& out);
+  std::string metrics_text() const;
+
+ private:
+  enum class Route { kChatCompletions, kCompletions, kMessages, kCountTokens, kModels, kModel, kHealth, kMetrics, kUnknown };
+  struct Call;
+
+  void serve_generation(Route route, const HttpRequest& req, HttpResponder& out);
+  void send_error(Route route, const ApiError& e, HttpResponder& out);
+  void send_json(Route route, int status, std::string body, HttpResponder& out);
+  bool authorized(const HttpRequest& req) const;
+  bool model_known(const std::string& name) const;
+  std::string models_json() const;
+
+  Engine* engine_;
+  ChatFormat format_;
+  ServerOptions options_;
+  std::unique_ptr<HttpServer> http_;
+  RequestCounters counters_;
+  std::atomic<int> active_requests_{0};
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace tern::server
