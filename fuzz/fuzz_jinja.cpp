@@ -1,9 +1,12 @@
 // libFuzzer target for the chat layer's parsers of untrusted text: chat templates (a GGUF file's
-// tokenizer.chat_template is untrusted) and JSON (request bodies, tool-call arguments). Beyond
-// "no crash, no sanitizer report, no runaway time or memory" it checks:
+// tokenizer.chat_template is untrusted), JSON (request bodies, tool-call arguments) and model
+// output (the streaming tool-call parser). Beyond "no crash, no sanitizer report, no runaway time
+// or memory" it checks:
 //   - a template that fails to parse or render gets a message naming the template line/column;
 //   - a rendered prompt respects the output limit;
-//   - whatever parse_json accepts, dump_json writes, and parsing that again gives an equal value.
+//   - whatever parse_json accepts, dump_json writes, and parsing that again gives an equal value;
+//   - the output parser gives the same events fed whole or one byte at a time (every format), and
+//     the arguments of every call that ends well parse as a JSON object.
 // The template renders against a fixed conversation with tools, tool calls and reasoning, so the
 // fuzzer reaches the same paths real templates take. A failed property is a TERN_CHECK (abort).
 #include <cstddef>
@@ -13,6 +16,7 @@
 
 #include "chat/chat_template.h"
 #include "chat/json.h"
+#include "chat/output_parser.h"
 #include "core/check.h"
 
 namespace {
@@ -53,11 +57,70 @@ void check_json_round_trip(std::string_view text) {
   }
 }
 
+using tern::chat::OutputEvent;
+
+// Events with adjacent deltas of one kind merged: the split-independent content of a stream.
+std::vector<OutputEvent> collapse(std::vector<OutputEvent> events) {
+  std::vector<OutputEvent> merged;
+  for (OutputEvent& e : events) {
+    const bool delta = e.kind == OutputEvent::Kind::Text || e.kind == OutputEvent::Kind::Reasoning ||
+                       e.kind == OutputEvent::Kind::ToolCallArgs;
+    if (delta && !merged.empty() && merged.back().kind == e.kind && merged.back().malformed == e.malformed &&
+        merged.back().id == e.id) {
+      merged.back().text += e.text;
+    } else if (!(delta && e.text.empty() && !e.malformed)) {
+      merged.push_back(std::move(e));
+    }
+  }
+  return merged;
+}
+
+std::vector<OutputEvent> parse_output(const tern::chat::OutputParserOptions& opt, std::string_view text, bool bytewise) {
+  tern::chat::OutputParser p(opt);
+  std::vector<OutputEvent> all;
+  auto take = [&](std::vector<OutputEvent> events) {
+    for (OutputEvent& e : events) all.push_back(std::move(e));
+  };
+  if (bytewise) {
+    for (size_t i = 0; i < text.size(); ++i) take(p.feed(text.substr(i, 1)));
+  } else {
+    take(p.feed(text));
+  }
+  take(p.finish());
+  return collapse(std::move(all));
+}
+
+void check_output_parser(std::string_view text) {
+  using tern::chat::OutputFormat;
+  for (OutputFormat format : {OutputFormat::PlainText, OutputFormat::Hermes, OutputFormat::Qwen3Coder,
+                              OutputFormat::Llama3, OutputFormat::Mistral}) {
+    tern::chat::OutputParserOptions opt;
+    opt.format = format;
+    opt.reasoning = true;
+    opt.tools = *conversation().get("tools");
+    const std::vector<OutputEvent> whole = parse_output(opt, text, false);
+    const std::vector<OutputEvent> bytes = parse_output(opt, text, true);
+    TERN_CHECK_MSG(whole.size() == bytes.size(), "events depend on how the output was split");
+    std::string args;
+    for (size_t i = 0; i < whole.size(); ++i) {
+      TERN_CHECK(whole[i].kind == bytes[i].kind && whole[i].text == bytes[i].text &&
+                 whole[i].malformed == bytes[i].malformed && whole[i].name == bytes[i].name);
+      if (whole[i].kind == OutputEvent::Kind::ToolCallStart) args.clear();
+      if (whole[i].kind == OutputEvent::Kind::ToolCallArgs) args += whole[i].text;
+      if (whole[i].kind == OutputEvent::Kind::ToolCallEnd && !whole[i].malformed) {
+        auto parsed = tern::chat::parse_json(args);
+        TERN_CHECK_MSG(parsed.is_ok() && parsed->is_object(), "a well-ended call's arguments are not a JSON object");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   check_json_round_trip(text);
+  if (size <= 1024) check_output_parser(text);  // byte-at-a-time feeding is quadratic in the worst case
 
   auto tmpl = ChatTemplate::parse(text, {.max_depth = 64});
   if (!tmpl.is_ok()) {

@@ -11,6 +11,7 @@ as `apply_chat_template` does.
 Writes:
   tests/data/templates/cases.json           the conversations (inputs), one entry per case
   tests/data/templates/goldens/<name>.json  per template: {case: {"output": str} | {"error": str}}
+  tests/data/templates/snippets.json        small templates probing one jinja2 semantic each
 
 A template that raises in Python records the error; tern must raise for it too.
 `strftime_now` is pinned to FIXED_NOW so renders are reproducible (tern's test passes the same time).
@@ -145,6 +146,149 @@ CASES = {
 }
 
 
+# Small templates, each probing one piece of jinja2 semantics, rendered in the same environment.
+# (name, template, context)
+SNIPPETS = [
+    # whitespace control, trim_blocks, lstrip_blocks
+    ("trim_blocks", "{% if true %}\nx\n{% endif %}\ny", {}),
+    ("lstrip_blocks", "a\n    {% if true %}\n    b\n    {% endif %}\nc", {}),
+    ("lstrip_not_for_output", "a\n    {{ 'b' }}\n", {}),
+    ("minus_strips", "a   {{- 'b' -}}   c  {%- if true -%}  d  {%- endif %}", {}),
+    ("plus_keeps", "a\n    {%+ if true %}b{% endif +%}\nc", {}),
+    ("comment_trim", "a\n  {# note #}\nb{#- x -#}  c", {}),
+    ("raw_block", "{% raw %}{{ not rendered }}{% endraw %}", {}),
+    ("crlf_source", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\n", {}),
+    ("trailing_newline_dropped", "x\n", {}),
+    ("unicode_whitespace_strip", "a\u3000 {{- 'b' }}", {}),
+    # literals and printing
+    ("print_values", "{{ none }}|{{ true }}|{{ 1 }}|{{ 1.0 }}|{{ 1.5e-7 }}|{{ 1e16 }}|{{ 123456789.125 }}|{{ -0.0 }}", {}),
+    ("print_containers", "{{ [1, 'a', none, true, 2.5] }}|{{ {'k': \"it's\", 'q': 'say \"hi\"'} }}|{{ (1,) }}|{{ () }}", {}),
+    ("repr_escapes", "{{ ['a\\nb', 'tab\\t', 'back\\\\slash', '\\x01', 'é✓'] }}", {}),
+    ("string_escapes", "{{ 'a\\nb\\t\\\"c\\\"' }}|{{ \"it's\" }}|{{ '\\u00e9\\x41' }}|{{ 'keep\\q' }}", {}),
+    ("adjacent_strings", "{{ 'a' 'b' \"c\" }}", {}),
+    ("undefined_prints_empty", "[{{ missing }}][{{ d.missing }}]", {"d": {}}),
+    ("int_float_keys", "{{ {1: 'a', 2.5: 'b'}[1] }}{{ {1: 'a'} }}", {}),
+    # arithmetic
+    ("arithmetic", "{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 4 / 2 }} {{ 2 ** 10 }} {{ 2 ** -1 }} {{ -2 ** 2 }}", {}),
+    ("float_arithmetic", "{{ 0.1 + 0.2 }} {{ 7.5 // 2 }} {{ -7.5 % 2 }} {{ 1 / 3 }} {{ 10 * 1.1 }}", {}),
+    ("string_ops", "{{ 'ab' * 3 }}|{{ 'a' + 'b' }}|{{ 'n=' ~ 3 ~ none ~ true }}|{{ [1] + [2] }}", {}),
+    ("concat_error", "{{ 'a' + 1 }}", {}),
+    ("undefined_arithmetic_error", "{{ missing + 1 }}", {}),
+    ("division_by_zero", "{{ 1 / 0 }}", {}),
+    # comparisons and logic
+    ("comparisons", "{{ 1 < 2 }}{{ 2 <= 1 }}{{ 'a' == 'a' }}{{ 'a' != 'a' }}{{ 1 == 1.0 }}{{ true == 1 }}{{ 'b' > 'a' }}{{ [1, 2] < [1, 3] }}", {}),
+    ("chained_comparison", "{{ 1 < 2 < 3 }}{{ 3 > 2 > 2 }}", {}),
+    ("compare_type_error", "{{ 'a' < 1 }}", {}),
+    ("logic_returns_operands", "{{ 0 or 'x' }}|{{ 'a' and 'b' }}|{{ none or [] }}|{{ not none }}", {}),
+    ("in_operator", "{{ 'b' in 'abc' }}{{ 2 in [1, 2] }}{{ 'k' in d }}{{ 'q' not in d }}{{ 'x' in missing }}", {"d": {"k": 1}}),
+    ("in_none_error", "{{ 'x' in none }}", {}),
+    # tests
+    ("tests_types", "{{ x is defined }}{{ y is defined }}{{ n is none }}{{ s is string }}{{ d is mapping }}{{ l is sequence }}{{ s is sequence }}{{ d is iterable }}{{ 1 is number }}{{ true is number }}{{ 1.5 is float }}{{ 1 is integer }}{{ true is boolean }}", {"x": 1, "n": None, "s": "s", "d": {}, "l": []}),
+    ("tests_undefined", "{{ u is iterable }}{{ u is sequence }}{{ u is mapping }}{{ u is string }}{{ u is none }}{{ u is undefined }}", {}),
+    ("tests_values", "{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ 'ab' is lower }}{{ 'AB' is upper }}{{ true is true }}{{ 1 is true }}{{ false is false }}{{ 2 is eq 2 }}{{ 2 is gt 1 }}{{ 'a' is in 'abc' }}", {}),
+    ("test_sameas", "{{ none is sameas none }}{{ x is sameas x }}", {"x": [1]}),
+    ("test_without_parens", "{{ 'x' is equalto 'x' }}{{ 3 is ge 4 }}", {}),
+    # conditionals and loops
+    ("if_elif_else", "{% for n in [1, 2, 3] %}{% if n == 1 %}one{% elif n == 2 %}two{% else %}many{% endif %},{% endfor %}", {}),
+    ("conditional_expression", "{{ 'yes' if flag else 'no' }}|{{ 'a' if false }}|{{ ('a' if false) is defined }}", {"flag": True}),
+    ("loop_variables", "{% for x in items %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.previtem }}{{ loop.nextitem }};{% endfor %}", {"items": ["a", "b", "c"]}),
+    ("loop_cycle", "{% for x in [1, 2, 3] %}{{ loop.cycle('odd', 'even') }} {% endfor %}", {}),
+    ("loop_filter", "{% for x in [1, 2, 3, 4] if x % 2 == 0 %}{{ loop.index }}:{{ x }}{% if not loop.last %},{% endif %}{% endfor %}", {}),
+    ("loop_else", "{% for x in [] %}x{% else %}empty{% endfor %}{% for x in missing %}y{% else %}none{% endfor %}", {}),
+    ("loop_dict_and_string", "{% for k in d %}{{ k }}{% endfor %}|{% for c in 'héé' %}[{{ c }}]{% endfor %}", {"d": {"b": 1, "a": 2}}),
+    ("loop_unpack", "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for a, b in [[1, 2], [3, 4]] %}{{ a + b }}{% endfor %}", {"d": {"x": 1, "y": "z"}}),
+    ("loop_none_error", "{% for x in none %}{% endfor %}", {}),
+    ("break_continue", "{% for n in [1, 2, 3, 4] %}{% if n == 2 %}{% continue %}{% endif %}{% if n == 4 %}{% break %}{% endif %}{{ n }}{% endfor %}", {}),
+    ("nested_loops", "{% for a in [1, 2] %}{% for b in 'xy' %}{{ loop.index }}{{ a }}{{ b }} {% endfor %}{{ loop.index }}|{% endfor %}", {}),
+    # scoping
+    ("set_scope", "{% set a = 1 %}{% for x in [1] %}{% set a = 2 %}{{ a }}{% endfor %}{{ a }}{% if true %}{% set b = 3 %}{% endif %}{{ b }}", {}),
+    ("set_per_iteration", "{% for i in [1, 2] %}{{ y }}{% set y = i %}{{ y }}{% endfor %}", {"y": 0}),
+    ("namespace", "{% set ns = namespace(total=0, seen=false) %}{% for x in [1, 2, 3] %}{% set ns.total = ns.total + x %}{% endfor %}{{ ns.total }} {{ ns.seen }} {{ ns.missing is defined }}", {}),
+    ("namespace_from_dict", "{% set ns = namespace({'a': 1}, b=2) %}{{ ns.a }}{{ ns.b }}", {}),
+    ("set_attr_on_dict_error", "{% set d = {'a': 1} %}{% set d.a = 2 %}", {}),
+    ("set_tuple", "{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set t = 1, 'x' %}{{ t }}", {}),
+    ("set_block", "{% set body %}<{{ 1 + 1 }}>\n{% endset %}[{{ body }}]{% set trimmed | trim | upper %}  x  {% endset %}[{{ trimmed }}]", {}),
+    ("macro_defaults", "{% macro m(a, b='B', c=none) %}{{ a }}{{ b }}{{ c }}{% endmacro %}{{ m(1) }}|{{ m(1, 2) }}|{{ m(1, c=3) }}|{{ m() }}", {}),
+    ("macro_scope", "{% set x = 1 %}{% macro m() %}{{ x }}{% endmacro %}{% set x = 2 %}{{ m() }}{% for x in [5] %}{{ m() }}{% endfor %}", {}),
+    ("macro_recursion", "{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n * fact(n - 1)|int }}{% endif %}{% endmacro %}{{ fact(5) }}", {}),
+    ("macro_too_many_args", "{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", {}),
+    ("filter_block", "{% filter upper %}abc{{ 'd' }}{% endfilter %}{%- filter trim -%}  x  {%- endfilter %}", {}),
+    ("generation_block", "a{% generation %}b{{ 1 }}{% endgeneration %}c", {}),
+    # attribute and item access
+    ("getattr_getitem", "{{ d.k }}{{ d['k'] }}{{ l[0] }}{{ l[-1] }}{{ l[5] }}{{ s[1] }}{{ d.items is defined }}{{ d['items'] }}", {"d": {"k": "v", "items": "I"}, "l": [1, 2], "s": "héllo"}),
+    ("attribute_of_undefined_error", "{{ d.a.b }}", {"d": {}}),
+    ("attribute_of_none", "[{{ n.a }}]", {"n": None}),
+    ("slices", "{{ l[1:] }}{{ l[:2] }}{{ l[::-1] }}{{ l[::2] }}{{ l[-1:0:-1] }}{{ l[:-2:-1] }}{{ 'héllo'[1:3] }}{{ 'abc'[::-1] }}{{ l[10:] }}", {"l": [1, 2, 3, 4, 5]}),
+    ("dict_methods", "{{ d.get('k') }}{{ d.get('q', 'dflt') }}{{ d.get('q') }}{{ d.keys() | list }}{{ d.values() | list }}{{ d.items() | list }}", {"d": {"k": "v", "n": 1}}),
+    ("list_mutation_error", "{% set l = [1] %}{{ l.append(2) }}", {}),
+    ("dict_mutation_error", "{{ d.update({'a': 1}) }}", {"d": {}}),
+    # string methods
+    ("str_strip", "[{{ '  x  '.strip() }}][{{ '\\n\\nx\\n'.strip('\\n') }}][{{ 'xxay'.lstrip('x') }}][{{ 'ayyx'.rstrip('xy') }}][{{ ' a '.strip(none) }}]", {}),
+    ("str_split", "{{ 'a<b>c<b>'.split('<b>') }}{{ ' a  b '.split() }}{{ 'x'.split(',') }}{{ 'a,b,c'.split(',', 1) }}{{ 'a,b,c'.rsplit(',', 1) }}{{ 'r</think>a'.split('</think>')[-1] }}", {}),
+    ("str_case", "{{ 'hello world'.title() }}|{{ 'hELLO'.capitalize() }}|{{ 'ÉtÉ'.lower() }}|{{ 'straße'.upper() }}|{{ \"they're bill's\".title() }}", {}),
+    ("str_predicates", "{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith('x') }}{{ 'abc'.startswith(('x', 'a')) }}{{ '123'.isdigit() }}{{ 'ab'.isalpha() }}{{ ' '.isspace() }}{{ ''.isdigit() }}", {}),
+    ("str_find_replace", "{{ 'hello'.find('l') }}{{ 'hello'.rfind('l') }}{{ 'hello'.find('z') }}{{ 'hello'.count('l') }}{{ 'a-b-c'.replace('-', '+') }}{{ 'a-b-c'.replace('-', '+', 1) }}{{ 'ab'.replace('', '.') }}", {}),
+    ("str_format", "{{ '{} and {}'.format('a', 1) }}|{{ '{1}{0}'.format('x', 'y') }}|{{ '{name}!'.format(name='n') }}|{{ '{{literal}}'.format() }}", {}),
+    ("str_join_method", "{{ ', '.join(['a', 'b']) }}|{{ ''.join('abc') }}", {}),
+    ("str_misc", "{{ 'Hello'.removeprefix('He') }}{{ 'Hello'.removesuffix('lo') }}{{ 'a\\nb\\r\\nc'.splitlines() }}{{ '42'.zfill(5) }}", {}),
+    ("unknown_str_attribute", "[{{ 'abc'.nope }}]", {}),
+    # filters
+    ("filters_basic", "{{ '  x  ' | trim }}|{{ xs | length }}|{{ 'héllo' | length }}|{{ 'Ab' | upper }}{{ 'Ab' | lower }}|{{ xs | join('-') }}|{{ xs | first }}{{ xs | last }}|{{ missing | default('d') }}|{{ '' | default('e', true) }}|{{ 5 | string }}", {"xs": [1, 2, 3]}),
+    ("filter_precedence", "{{ 'a' + ' b ' | trim + 'c' }}|{{ -1 | abs }}|{{ 1 + 2 | string }}", {}),
+    ("filter_trim_chars", "{{ '--x--' | trim('-') }}", {}),
+    ("filter_title_capitalize", "{{ 'hello wORLD-foo (bar' | title }}|{{ 'hELLO' | capitalize }}", {}),
+    ("filter_items_dictsort", "{{ d | items | list }}|{{ d | dictsort }}|{{ d | dictsort(by='value') }}|{{ d | dictsort(reverse=true) }}", {"d": {"b": 2, "A": 3, "c": 1}}),
+    ("filter_sort_unique", "{{ ['b', 'A', 'c'] | sort }}|{{ [3, 1, 2] | sort(reverse=true) }}|{{ ['a', 'A', 'b'] | unique | list }}|{{ users | sort(attribute='age') | map(attribute='n') | list }}", {"users": [{"n": "x", "age": 3}, {"n": "y", "age": 1}]}),
+    ("filter_select_reject", "{{ [1, 0, 2, none] | select | list }}|{{ [1, 2, 3, 4] | reject('odd') | list }}|{{ [1, 2, 3] | select('gt', 1) | list }}", {}),
+    ("filter_selectattr", "{{ msgs | selectattr('role', 'equalto', 'user') | list | length }}|{{ (msgs | selectattr('role', 'equalto', 'user') | list)[-1].content }}|{{ msgs | rejectattr('tool_calls') | map(attribute='role') | join(',') }}|{{ msgs | selectattr('tool_calls', 'defined') | list | length }}", {"msgs": [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": [1]}, {"role": "user", "content": "b"}]}),
+    ("filter_map", "{{ [1.5, 2.5] | map('int') | list }}|{{ ['a', 'b'] | map('upper') | join }}|{{ ds | map(attribute='x.y', default='z') | list }}", {"ds": [{"x": {"y": 1}}, {}]}),
+    ("generator_is_truthy", "{{ 'yes' if ([] | select) else 'no' }}|{{ [] | select | list }}", {}),
+    ("generator_length_error", "{{ [1] | map('string') | length }}", {}),
+    ("generator_tojson_error", "{{ [1] | select | tojson }}", {}),
+    ("filter_select_on_none", "{{ none | selectattr('a') | list }}", {}),
+    ("filter_numbers", "{{ '42' | int }}{{ '4.7' | int }}{{ 'x' | int(7) }}{{ 3.9 | int }}|{{ '1.5' | float }}{{ 'x' | float }}|{{ 2.675 | round(2) }}|{{ 3.5 | round }}|{{ 2.5 | round }}|{{ 3 | round }}|{{ 1.23 | round(1, 'ceil') }}|{{ [1, 2.5] | sum }}|{{ [3, 1] | min }}{{ [3, 1] | max }}", {}),
+    ("filter_indent", "{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(2, true) }}|{{ 'a\\n\\nb' | indent('> ', blank=true) }}", {}),
+    ("filter_replace_reverse", "{{ 'aaa' | replace('a', 'b', 2) }}|{{ 'abc' | reverse }}|{{ [1, 2] | reverse | list }}", {}),
+    ("filter_escape_safe", "{{ '<a href=\"x\">&</a>' | e }}|{{ '<b>' | safe }}|{{ '<i>' | safe + '<u>' }}|{{ '<i>' + '<u>' | safe }}", {}),
+    ("filter_list_string", "{{ 'ab' | list }}|{{ {'k': 1} | list }}|{{ [1, [2]] | string }}", {}),
+    ("filter_count_wordcount_center", "{{ [1, 2] | count }}|{{ 'a b  c' | wordcount }}|[{{ 'ab' | center(6) }}]", {}),
+    ("filter_batch", "{{ [1, 2, 3] | batch(2) | list }}|{{ [1, 2, 3] | batch(2, 0) | list }}", {}),
+    ("unknown_filter_in_if_is_runtime", "{% if false %}{{ x | nope }}{% endif %}ok", {}),
+    ("unknown_filter_error", "{{ x | nope }}", {}),
+    # tojson (HF's: ensure_ascii=False)
+    ("tojson", "{{ {'a': [1, 'x', none, true, 1.5, -0.0, 1e20, 'é✓\\n\"'], 'b': {}} | tojson }}", {}),
+    ("tojson_indent", "{{ {'b': [1, {'c': 'x'}], 'a': {}, 'e': []} | tojson(indent=4) }}|{{ [1] | tojson(indent=0) }}|{{ {'a': 1} | tojson(indent='\\t') }}", {}),
+    ("tojson_options", "{{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }}|{{ {'a': [1, 2]} | tojson(separators=(',', ':')) }}|{{ 'é🦀' | tojson(ensure_ascii=true) }}", {}),
+    ("tojson_int_keys", "{{ {1: 'a', 2.5: 'b', true: 'c', none: 'd'} | tojson }}", {}),
+    ("tojson_undefined_error", "{{ missing | tojson }}", {}),
+    ("tojson_namespace_error", "{{ namespace(a=1) | tojson }}", {}),
+    ("tojson_of_input", "{{ data | tojson }}", {"data": {"big": 12345678901234, "f": 0.1, "neg": -2.5e-8, "s": "\u0000\u001f\u007f\u2028"}}),
+    # globals
+    ("range", "{% for i in range(3) %}{{ i }}{% endfor %}{{ range(1, 8, 3) | list }}{{ range(3, -1, -1) | list }}{{ range(0, 3, -1) | list }}", {}),
+    ("raise_exception", "{{ raise_exception('bad input') }}", {}),
+    ("strftime_now", "{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%Y-%m-%d %H:%M:%S %A %B %j') }}", {}),
+    ("dict_global", "{{ dict(a=1, b='x') }}", {}),
+    # parse errors
+    ("syntax_error_unclosed", "{% if x %}never closed", {}),
+    ("syntax_error_unknown_tag", "{% frobnicate %}", {}),
+    ("syntax_error_do", "{% do x.append(1) %}", {}),
+    ("syntax_error_bad_expression", "{{ 1 + }}", {}),
+    ("syntax_error_include", "{% include 'other.jinja' %}", {}),
+    ("syntax_error_break_outside_loop", "{% break %}", {}),
+]
+
+
+def render_snippet(text, context):
+    try:
+        env_template = ctu._compile_jinja_template(text)
+    except Exception as e:  # noqa: BLE001 - a syntax error is the expected result
+        return {"error": f"{type(e).__name__}: {e}"}
+    try:
+        return {"output": env_template.render(**context)}
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def render(template, case):
     messages, tools, add_generation_prompt, kwargs = case
     bos, eos = template["tokens"]
@@ -171,6 +315,13 @@ def main():
     with open(os.path.join(args.data, "cases.json"), "w", encoding="utf-8", newline="\n") as f:
         json.dump({"now": FIXED_NOW.isoformat(), "default_bos": BOS, "default_eos": EOS, "cases": cases}, f,
                   indent=1, ensure_ascii=False)
+        f.write("\n")
+
+    snippets = []
+    for name, text, context in SNIPPETS:
+        snippets.append({"name": name, "template": text, "context": context, **render_snippet(text, context)})
+    with open(os.path.join(args.data, "snippets.json"), "w", encoding="utf-8", newline="\n") as f:
+        json.dump({"now": FIXED_NOW.isoformat(), "snippets": snippets}, f, indent=1, ensure_ascii=False)
         f.write("\n")
 
     n_ok = n_err = 0

@@ -35,9 +35,15 @@ std::string strip_chars(const std::string& s, const Value& chars, bool left, boo
 }
 
 std::string map_case(const std::string& s, bool upper) {
-  std::u32string cps = utf8::decode(s);
-  for (char32_t& c : cps) c = upper ? utf8::to_upper(c) : utf8::to_lower(c);
-  return utf8::encode(cps);
+  std::u32string out;
+  for (char32_t c : utf8::decode(s)) {
+    if (upper && c == 0xDF) {
+      out += U"SS";  // Python's full case mapping: "ß".upper() == "SS"
+    } else {
+      out.push_back(upper ? utf8::to_upper(c) : utf8::to_lower(c));
+    }
+  }
+  return utf8::encode(out);
 }
 
 Value length_of(Interpreter& in, const Value& v) {

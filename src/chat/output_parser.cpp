@@ -154,7 +154,12 @@ bool OutputParser::step_text(std::vector<OutputEvent>* out, bool at_end) {
   size_t hit = std::string::npos;
   std::string_view hit_marker;
   for (std::string_view m : markers) {
-    const size_t at = buf_.find(m);
+    size_t at = buf_.find(m);
+    // <think> opens reasoning only before any content (whitespace aside).
+    if (m == kThinkOpen && at != std::string::npos &&
+        !std::all_of(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(at), is_ws)) {
+      at = std::string::npos;
+    }
     if (at < hit) {
       hit = at;
       hit_marker = m;

@@ -120,6 +120,14 @@ TEST(OutputParser, ReasoningThatStartedInThePrompt) {
   EXPECT_EQ(parse_everywhere(o, "plan: é</think>\n\nDone."), "REASONING(plan: é)TEXT(\n\nDone.)");
 }
 
+TEST(OutputParser, ThinkTagAfterContentIsText) {
+  // Found by fuzz_jinja: whole-buffer and streamed parsing disagreed on a late <think>.
+  EXPECT_EQ(parse_everywhere(options(OutputFormat::Hermes, true), "Hello <think>x</think>"),
+            "TEXT(Hello <think>x</think>)");
+  EXPECT_EQ(parse_everywhere(options(OutputFormat::Hermes, true), " \n<think>x</think>y"),
+            "TEXT( \n)REASONING(x)TEXT(y)");
+}
+
 TEST(OutputParser, UnclosedReasoningIsFlagged) {
   EXPECT_EQ(parse_everywhere(options(OutputFormat::Hermes, true), "<think>still thinking </thi"),
             "REASONING(still thinking )BAD_REASONING(</thi)");
