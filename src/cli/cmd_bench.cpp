@@ -8,11 +8,14 @@
 // tok/s is the median. Decode also reports the weight bytes streamed per second and that as a
 // share of the memory read bandwidth measured by the same tool with the same thread count;
 // prefill reports GFLOP/s (2 per weight per token, plus attention). --profile adds a per-op
-// breakdown of a decode step and of a prefill (OpProfiler).
+// breakdown of a decode step and of a prefill (OpProfiler). Decode bytes count every weight once
+// except an untied token_embd, of which a token reads one row. --cpu-time (with -t 1) times by
+// CPU time, for machines shared with other work.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -40,11 +43,26 @@ struct BenchOptions {
   int reps = 5;
   int membw_mib = 1024;      // read-bandwidth buffer; 0 skips the measurement
   bool profile = false;
+  bool cpu_time = false;     // time by the calling thread's CPU time (needs -t 1)
   uint64_t seed = 1;         // random token ids (and the synthesized weights)
 };
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// With one thread the whole step runs on the calling thread, so its CPU time is the step's time
+// minus the periods it was descheduled: a fair measure on a machine shared with other work.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Bytes of last-level cache (0 when unknown): a model that fits is not memory-bound.
+uint64_t last_level_cache_bytes() {
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? static_cast<uint64_t>(l3) : 0;
 }
 
 std::string cpu_model_name() {
@@ -147,8 +165,9 @@ Stats summarize(std::vector<double> v) {
 
 class Runner {
  public:
-  Runner(Model& model, KvPool& kv, uint64_t seed, int n_prompt)
-      : session_(model, kv), n_vocab_(model.config().n_vocab), rng_state_(seed) {
+  Runner(Model& model, KvPool& kv, uint64_t seed, int n_prompt, bool cpu_time = false)
+      : session_(model, kv), n_vocab_(model.config().n_vocab), rng_state_(seed),
+        clock_(cpu_time ? thread_cpu_seconds : now_seconds) {
     options_.prefill_chunk_tokens = std::max(1, n_prompt);
   }
   // Seconds for one prefill of n tokens into an empty cache.
@@ -156,9 +175,9 @@ class Runner {
     session_.reset();
     std::vector<int32_t> prompt(n_tokens);
     for (int32_t& id : prompt) id = next_token();
-    const double t0 = now_seconds();
+    const double t0 = clock_();
     TERN_RETURN_IF_ERROR(step(prompt));
-    return now_seconds() - t0;
+    return clock_() - t0;
   }
   // Seconds for n decode steps after a 1-token prompt. Each step extends the held tokens by one,
   // so Session::prefill runs exactly one single-token forward with logits. `on_start` runs just
@@ -168,12 +187,12 @@ class Runner {
     std::vector<int32_t> tokens = {next_token()};
     TERN_RETURN_IF_ERROR(step(tokens));
     if (on_start) on_start();
-    const double t0 = now_seconds();
+    const double t0 = clock_();
     for (int i = 0; i < n_steps; ++i) {
       tokens.push_back(next_token());
       TERN_RETURN_IF_ERROR(step(tokens));
     }
-    return now_seconds() - t0;
+    return clock_() - t0;
   }
 
  private:
@@ -187,6 +206,7 @@ class Runner {
   Session session_;
   int n_vocab_;
   uint64_t rng_state_;
+  double (*clock_)();
   GenerateOptions options_;
 };
 
@@ -255,6 +275,8 @@ Status run_bench(const BenchOptions& o) {
   TERN_ASSIGN_OR_RETURN(std::vector<int> thread_counts, parse_threads(o.threads));
   if (o.reps < 1) return error("--reps: expected at least 1, got " + std::to_string(o.reps));
   if (o.n_prompt < 0 || o.n_gen < 0) return error("-p and -n must be >= 0");
+  if (o.cpu_time && std::any_of(thread_counts.begin(), thread_counts.end(), [](int n) { return n != 1; }))
+    return error("--cpu-time times the calling thread, which is the whole step only with -t 1");
   TempModel temp;
   std::string path = o.model_path.empty() ? default_model_path() : o.model_path;
   std::string label;
@@ -273,10 +295,11 @@ Status run_bench(const BenchOptions& o) {
               default_thread_count());
   std::vector<double> peak_gbs(thread_counts.size(), 0.0);
   if (o.membw_mib > 0) {
-    std::printf("memory read bandwidth (%d MiB buffer, best of 5):", o.membw_mib);
+    std::printf("memory read bandwidth (%d MiB buffer, best of 5%s):", o.membw_mib, o.cpu_time ? ", CPU time" : "");
     for (size_t i = 0; i < thread_counts.size(); ++i) {
       MemBandwidthOptions mo;
       mo.buffer_bytes = static_cast<size_t>(o.membw_mib) << 20;
+      mo.cpu_time = o.cpu_time;
       peak_gbs[i] = measure_read_bandwidth_gbs(thread_counts[i], mo);
       const char* sep = i + 1 < thread_counts.size() ? "," : "\n";
       std::printf(" %d thread(s) %.1f GB/s%s", thread_counts[i], peak_gbs[i], sep);
@@ -297,8 +320,12 @@ Status run_bench(const BenchOptions& o) {
       const ModelConfig& c = lm.model->config();
       std::printf("model: %s %s, %d layers, d %d, vocab %d; %.3f GB of weights read per decode token\n",
                   c.arch.c_str(), c.name.c_str(), c.n_layers, c.n_embd, c.n_vocab, costs.decode_bytes / 1e9);
+      const uint64_t llc = last_level_cache_bytes();
+      if (llc > 0 && costs.decode_bytes < llc)
+        std::printf("note: the weights fit in the %.0f MB last-level cache, so decode can beat DRAM bandwidth\n",
+                    llc / 1e6);
     }
-    Runner runner(*lm.model, *lm.kv, o.seed, o.n_prompt);
+    Runner runner(*lm.model, *lm.kv, o.seed, o.n_prompt, o.cpu_time);
     if (o.n_prompt > 0) {
       TERN_RETURN_IF_ERROR(status_of(runner.prefill(o.n_prompt)));  // warm-up
       std::vector<double> tps;
@@ -343,6 +370,8 @@ void register_bench(CLI::App& app, CommandRunner* run) {
   cmd->add_option("-r,--reps", opts->reps, "timed repetitions per test (median reported)")->capture_default_str();
   cmd->add_option("--membw-mib", opts->membw_mib, "read-bandwidth buffer in MiB; 0 skips")->capture_default_str();
   cmd->add_flag("--profile", opts->profile, "per-op time breakdown of decode and prefill");
+  cmd->add_flag("--cpu-time", opts->cpu_time,
+                "time by CPU time instead of wall time (-t 1 only): for machines shared with other work");
   cmd->add_option("--seed", opts->seed, "seed of the random token ids and synthesized weights")->capture_default_str();
   cmd->callback([run, opts] {
     *run = [opts] {

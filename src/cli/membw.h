@@ -10,6 +10,9 @@ namespace tern::cli {
 struct MemBandwidthOptions {
   size_t buffer_bytes = size_t{1} << 30;  // should be several times the last-level cache
   int n_passes = 5;                       // timed passes; the best one is reported
+  // Time a pass by the slowest thread's CPU time instead of wall time: on a machine shared with
+  // other work, descheduled periods then do not count as slow memory.
+  bool cpu_time = false;
 };
 
 // Best read bandwidth over the passes, in GB/s (1e9 bytes per second), with n_threads threads
