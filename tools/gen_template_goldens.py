@@ -80,6 +80,22 @@ SEARCH_TOOL = {
     },
 }
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL]
+# Every parameter described (Command R+'s tool_use template reads each one's description).
+DESCRIBED_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file of the workspace.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Path relative to the workspace."},
+                "max_lines": {"type": "integer", "description": "Stop after this many lines."},
+            },
+            "required": ["path"],
+        },
+    },
+}
 
 SYSTEM = {"role": "system", "content": "You are a careful assistant."}
 USER = {"role": "user", "content": "What is the weather in Paris?"}
@@ -140,6 +156,10 @@ CASES = {
                                                                              "x": 3.0, "y": 0.1}}}}]},
                             {"role": "tool", "tool_call_id": "callxyz99", "name": "search_code", "content": ""},
                             {"role": "user", "content": "ok"}], TOOLS, True, {}),
+    "tools_described": ([SYSTEM, {"role": "user", "content": "Show me README.md"}], [DESCRIBED_TOOL], True, {}),
+    # Templates that take their functions as a preformatted string (firefunction) instead of `tools`.
+    "functions_variable": ([SYSTEM, USER], None, True,
+                           {"functions": json.dumps([WEATHER_TOOL["function"]]), "datetime": "2025-03-14"}),
     "content_parts": ([{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
                        {"role": "user", "content": [{"type": "text", "text": "Describe"},
                                                     {"type": "text", "text": "this."}]}], None, True, {}),

@@ -116,8 +116,8 @@ FilterFn find_filter(std::string_view name, bool* known);
 TestFn find_test(std::string_view name, bool* known);
 // A method bound to `obj` ("abc".upper); Undefined (with jinja2's hint) when the type has none.
 Value bind_method(Interpreter& in, const Value& obj, const std::string& name);
-// The globals HF's environment defines: range, namespace, dict, raise_exception, strftime_now,
-// lipsum-free jinja2 defaults (cycler, joiner are not provided).
+// The globals of HF's environment that chat templates use: range, namespace, dict,
+// raise_exception, strftime_now (jinja2's cycler, joiner and lipsum are not provided).
 void add_globals(Object* globals);
 // Python comparisons used by sort/min/max and the < > operators; fails on mismatched types.
 int compare_values(Interpreter& in, const Value& a, const Value& b, const char* op);

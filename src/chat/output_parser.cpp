@@ -354,6 +354,10 @@ bool OutputParser::scan_value(ValueScan* s, bool at_end, bool* bad) {
       continue;
     }
     if (s->in_string) {
+      if (!s->escape && static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+        *bad = true;  // pos_ stays on the offending byte: everything before it was scanned
+        return false;
+      }
       ++pos_;
       if (s->escape) {
         s->escape = false;
@@ -362,9 +366,6 @@ bool OutputParser::scan_value(ValueScan* s, bool at_end, bool* bad) {
       } else if (c == '"') {
         s->in_string = false;
         if (s->depth == 0) return true;
-      } else if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-        *bad = true;
-        return false;
       }
       continue;
     }
@@ -381,6 +382,7 @@ bool OutputParser::scan_value(ValueScan* s, bool at_end, bool* bad) {
       s->in_string = true;
     } else if (c == '{' || c == '[') {
       if (++s->depth > kMaxNesting) {
+        --pos_;
         *bad = true;
         return false;
       }
@@ -491,11 +493,13 @@ bool OutputParser::step_call(std::vector<OutputEvent>* out, bool at_end) {
       const size_t before = pos_;
       bool bad = false;
       const bool done = scan_value(&scan_, at_end, &bad);
+      // The bytes scanned before a bad one go out first, as they would have if they had
+      // arrived in an earlier delta.
+      emit_args(out, buf_.substr(before, pos_ - before));
       if (bad) {
         fail_call(out);
         return true;
       }
-      emit_args(out, buf_.substr(before, pos_ - before));
       if (!done) return false;
       if (!parse_json(std::string_view(buf_).substr(value_start_, pos_ - value_start_)).is_ok()) {
         fail_call(out);
@@ -619,8 +623,8 @@ bool OutputParser::step_json_object(std::vector<OutputEvent>* out, bool at_end, 
     case Stage::ObjArgs: {
       const size_t before = pos_;
       const bool complete = scan_value(&scan_, at_end, &bad);
-      if (bad) return fail_call(out), true;
       if (scan_.first == '{') emit_args(out, buf_.substr(before, pos_ - before));
+      if (bad) return fail_call(out), true;
       if (!complete) return pos_ > before;
       args_end_ = pos_;
       if (scan_.first == '"') {

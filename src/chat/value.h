@@ -30,7 +30,7 @@ struct ArrayData;
 struct CallArgs;
 class Interpreter;
 // A callable: a macro, a global function (range, namespace, raise_exception, ...) or a bound
-// method ("abc".upper). Errors are reported by throwing jinja::Error inside the interpreter.
+// method ("abc".upper). It reports errors through Interpreter::fail().
 struct Callable {
   std::string name;
   std::function<Value(Interpreter&, CallArgs&)> call;

@@ -140,6 +140,13 @@ TEST(OutputParser, InvalidJsonDegradesToFlaggedText) {
                 ")TEXT( after)");
 }
 
+TEST(OutputParser, ControlByteInArgumentsFailsAtTheSameByteHoweverSplit) {
+  // Found by fuzz_jinja: the bytes before a bad one were streamed only when they came earlier.
+  const std::string call = std::string("<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"P") + '\0' + "\"}}";
+  EXPECT_EQ(parse_everywhere(options(OutputFormat::Llama3), call),
+            "START(call00000 get_weather)ARGS(call00000 {\"city\": \"P)BAD_END(call00000)BAD_TEXT(" + call + ")");
+}
+
 TEST(OutputParser, UnknownToolNameDegradesToFlaggedText) {
   const std::string call = "<tool_call>{\"name\": \"rm_rf\", \"arguments\": {\"path\": \"/\"}}</tool_call>";
   EXPECT_EQ(parse_everywhere(options(OutputFormat::Hermes), "ok " + call), "TEXT(ok )BAD_TEXT(" + call + ")");
