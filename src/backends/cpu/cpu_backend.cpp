@@ -6,6 +6,7 @@
 
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/ops_ref.h"
+#include "core/check.h"
 
 namespace tern::cpu {
 namespace {
@@ -29,7 +30,12 @@ class HostBuffer final : public Buffer {
 
 }  // namespace
 
-CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options), pool_(options.n_threads) {}
+CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options), pool_(options.n_threads) {
+  TERN_CHECK_MSG(options.activation_bits == 8 || options.activation_bits == 16,
+                 "CpuBackendOptions::activation_bits must be 8 or 16");
+  const ActBits requested = options.activation_bits == 8 ? ActBits::k8 : ActBits::k16;
+  options_.activation_bits = static_cast<int>(act_bits_from_env(requested));
+}
 
 std::unique_ptr<Buffer> CpuBackend::alloc(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 
@@ -51,7 +57,7 @@ void CpuBackend::matmul(const Tensor& w, const Tensor& x, Tensor& out) {
   if (options_.reference) {
     matmul_ref(w, x.f32(), x.rows, out.f32());
   } else {
-    cpu::matmul(w, x.f32(), x.rows, out.f32(), pool_);
+    cpu::matmul(w, x.f32(), x.rows, out.f32(), pool_, static_cast<ActBits>(options_.activation_bits));
   }
 }
 

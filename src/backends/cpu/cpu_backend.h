@@ -14,6 +14,9 @@ namespace tern::cpu {
 struct CpuBackendOptions {
   int n_threads = 1;       // threads including the caller
   bool reference = false;  // run the reference kernels only (tests)
+  // 8 or 16: precision of the activations that meet quantized weights in the fast matmul (matmul.h,
+  // ActBits). The environment variable TERN_CPU_ACT_BITS=8|16 overrides it (benchmarks).
+  int activation_bits = 8;
 };
 
 class CpuBackend final : public Backend {

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -33,20 +35,22 @@ constexpr int64_t kRowGrain = 16;
 constexpr int64_t kSplitQuantizationRows = 16;
 
 struct Level {
-  detail::QuantizeQ8x32Fn quantize_q8x32;
-  detail::QuantizeQ8x256Fn quantize_q8x256;
-  Kernel (*find[3])(DType);  // tried in order; nullptr entries skipped
+  detail::QuantizeQ8x32Fn quantize_x32[detail::kMaxDigits];  // [D - 1]
+  detail::QuantizeQ8x256Fn quantize_x256[detail::kMaxDigits];
+  Kernel (*find[3])(DType, int digits);  // tried in order; nullptr entries skipped
 };
 
 const Level& level(Isa isa) {
-  static const Level kScalar = {detail::scalar_quantize_q8x32, detail::scalar_quantize_q8x256,
-                                {detail::scalar_find_kernel, nullptr, nullptr}};
-  static const Level kAvx2 = {detail::avx2_quantize_q8x32, detail::avx2_quantize_q8x256,
-                              {detail::avx2_find_float_kernel, detail::avx2_find_legacy_kernel,
-                               detail::avx2_find_kquant_kernel}};
-  static const Level kAvx512 = {detail::avx512_quantize_q8x32, detail::avx512_quantize_q8x256,
-                                {detail::avx512_find_float_kernel, detail::avx512_find_legacy_kernel,
-                                 detail::avx512_find_kquant_kernel}};
+  using namespace detail;
+  static const Level kScalar = {{scalar_quantize_q8x32, scalar_quantize_q16x32},
+                                {scalar_quantize_q8x256, scalar_quantize_q16x256},
+                                {scalar_find_kernel, nullptr, nullptr}};
+  static const Level kAvx2 = {{avx2_quantize_q8x32, avx2_quantize_q16x32},
+                              {avx2_quantize_q8x256, avx2_quantize_q16x256},
+                              {avx2_find_float_kernel, avx2_find_legacy_kernel, avx2_find_kquant_kernel}};
+  static const Level kAvx512 = {{avx512_quantize_q8x32, avx512_quantize_q16x32},
+                                {avx512_quantize_q8x256, avx512_quantize_q16x256},
+                                {avx512_find_float_kernel, avx512_find_legacy_kernel, avx512_find_kquant_kernel}};
   switch (isa) {
     case Isa::kAvx512: return kAvx512;
     case Isa::kAvx2: return kAvx2;
@@ -55,13 +59,13 @@ const Level& level(Isa isa) {
   return kScalar;
 }
 
-// The kernel for t at `isa`, or the nearest lower level's. Borrowing is sound because every level
-// quantizes activations to the same bytes (matmul_kernels.h).
-Kernel find_kernel(Isa isa, DType t) {
+// The kernel for t and D activation digits at `isa`, or the nearest lower level's. Borrowing is
+// sound because every level quantizes activations to the same bytes (matmul_kernels.h).
+Kernel find_kernel(Isa isa, DType t, int digits) {
   for (int l = static_cast<int>(isa); l >= 0; --l) {
     for (auto find : level(static_cast<Isa>(l)).find) {
       if (find == nullptr) continue;
-      const Kernel k = find(t);
+      const Kernel k = find(t, digits);
       if (k.gemm != nullptr) return k;
     }
   }
@@ -91,18 +95,19 @@ class ActScratch {
   size_t capacity_ = 0;
 };
 
-// Lays out the quantized activations of one call in the calling thread's scratch (contents not
-// yet written; see quantize_rows).
-Activations layout_activations(ActFormat format, const float* x, int64_t n, int64_t cols) {
+// Lays out the quantized activations (D digits) of one call in the calling thread's scratch
+// (contents not yet written; see quantize_rows).
+Activations layout_activations(ActFormat format, int digits, const float* x, int64_t n, int64_t cols) {
   Activations a;
   a.n = n;
   a.cols = cols;
+  a.digits = digits;
   if (format == ActFormat::kF32) {
     a.f32 = x;
     return a;
   }
   thread_local ActScratch scratch;
-  const size_t qs_bytes = ActScratch::round_up(static_cast<size_t>(n * cols));
+  const size_t qs_bytes = ActScratch::round_up(static_cast<size_t>(n * digits * cols));
   if (format == ActFormat::kQ8x32) {
     const int64_t nb = cols / detail::kQ8x32Block;
     const size_t ds_bytes = ActScratch::round_up(static_cast<size_t>(n * nb) * 2 * sizeof(float));
@@ -112,7 +117,7 @@ Activations layout_activations(ActFormat format, const float* x, int64_t n, int6
     const int64_t nb = cols / detail::kQ8x256Block;
     const int64_t ng = cols / detail::kQ8x256SumGroup;
     const size_t d_bytes = ActScratch::round_up(static_cast<size_t>(n * nb) * sizeof(float));
-    const size_t sums_bytes = ActScratch::round_up(static_cast<size_t>(n * ng) * sizeof(int16_t));
+    const size_t sums_bytes = ActScratch::round_up(static_cast<size_t>(n * digits * ng) * sizeof(int16_t));
     uint8_t* base = scratch.reserve(qs_bytes + d_bytes + sums_bytes);
     a.q8x256 = {reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + qs_bytes),
                 reinterpret_cast<int16_t*>(base + qs_bytes + d_bytes)};
@@ -124,19 +129,22 @@ Activations layout_activations(ActFormat format, const float* x, int64_t n, int6
 // independent, so any split across threads writes the same bytes.
 void quantize_rows(const Level& lv, ActFormat format, const float* x, const Activations& a, int64_t i0, int64_t i1) {
   const int64_t cols = a.cols;
+  const int digits = a.digits;
   if (format == ActFormat::kQ8x32) {
     const int64_t nb = cols / detail::kQ8x32Block;
     auto* qs = const_cast<int8_t*>(a.q8x32.qs);
     auto* ds = const_cast<float*>(a.q8x32.ds);
-    for (int64_t i = i0; i < i1; ++i) lv.quantize_q8x32(x + i * cols, cols, qs + i * cols, ds + i * nb * 2);
+    const auto quantize = lv.quantize_x32[digits - 1];
+    for (int64_t i = i0; i < i1; ++i) quantize(x + i * cols, cols, qs + i * digits * cols, ds + i * nb * 2);
   } else if (format == ActFormat::kQ8x256) {
     const int64_t nb = cols / detail::kQ8x256Block;
     const int64_t ng = cols / detail::kQ8x256SumGroup;
     auto* qs = const_cast<int8_t*>(a.q8x256.qs);
     auto* d = const_cast<float*>(a.q8x256.d);
     auto* bsums = const_cast<int16_t*>(a.q8x256.bsums);
+    const auto quantize = lv.quantize_x256[digits - 1];
     for (int64_t i = i0; i < i1; ++i)
-      lv.quantize_q8x256(x + i * cols, cols, qs + i * cols, d + i * nb, bsums + i * ng);
+      quantize(x + i * cols, cols, qs + i * digits * cols, d + i * nb, bsums + i * digits * ng);
   }
 }
 
@@ -172,7 +180,23 @@ void check_args(const Tensor& w, const float* x, int64_t n, const float* y) {
   TERN_CHECK(n == 0 || (x != nullptr && y != nullptr));
 }
 
+int digits_of(ActBits bits) {
+  TERN_CHECK(bits == ActBits::k8 || bits == ActBits::k16);
+  return bits == ActBits::k16 ? 2 : 1;
+}
+
 }  // namespace
+
+ActBits act_bits_from_env(ActBits requested) {
+  const char* env = std::getenv("TERN_CPU_ACT_BITS");
+  if (env == nullptr || *env == '\0') return requested;
+  if (std::strcmp(env, "8") == 0) return ActBits::k8;
+  if (std::strcmp(env, "16") == 0) return ActBits::k16;
+  std::fprintf(stderr, "tern: ignoring TERN_CPU_ACT_BITS=%s (expected 8 or 16)\n", env);
+  return requested;
+}
+
+std::string_view act_bits_name(ActBits bits) { return bits == ActBits::k8 ? "8" : "16"; }
 
 bool matmul_supports(DType t) {
   switch (t) {
@@ -209,14 +233,15 @@ void matmul_ref(const Tensor& w, const float* x, int64_t n, float* y) {
   }
 }
 
-void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool, ActBits act_bits) {
   check_args(w, x, n, y);
   TERN_CHECK(isa_supported(isa));
+  const int digits = digits_of(act_bits);
   if (n == 0 || w.rows == 0) return;
   const Level& lv = level(isa);
-  const Kernel kernel = find_kernel(isa, w.dtype);
+  const Kernel kernel = find_kernel(isa, w.dtype, digits);
   TERN_CHECK(kernel.gemm != nullptr);
-  const Activations act = layout_activations(kernel.act, x, n, w.cols);
+  const Activations act = layout_activations(kernel.act, digits, x, n, w.cols);
 
   auto run_rows = [&](int64_t r0, int64_t r1) {
     if (r0 >= r1) return;
@@ -247,8 +272,8 @@ void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, T
   });
 }
 
-void matmul(const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
-  matmul_isa(active_isa(), w, x, n, y, pool);
+void matmul(const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool, ActBits act_bits) {
+  matmul_isa(active_isa(), w, x, n, y, pool, act_bits);
 }
 
 }  // namespace tern::cpu

@@ -7,22 +7,26 @@
 //    per output feature, rows w.row_stride bytes apart. x, y: F32, row-major, contiguous.
 //
 // How the fast path computes (llama.cpp-style ideas, own code): each activation row is quantized
-// once per call to 8-bit blocks (32 elements with a float scale for the legacy quants, 256 with a
-// float scale and 16-element sums for the k-quants); weight blocks and activation blocks meet in
-// integer dot products (VNNI vpdpbusd / AVX2 maddubs), scaled in float. F32/F16/BF16 weights use
-// float FMAs. At AVX-512 the quantized kernels work on panels of 16 weight rows, one per vector
-// lane, so a block's integer dot needs no horizontal reduction; prefill repacks each panel once
-// and streams the activation rows past it.
+// once per call to integer blocks (32 elements with a float scale for the legacy quants, 256 with
+// a float scale and 16-element sums for the k-quants); weight blocks and activation blocks meet in
+// exact integer dot products (VNNI vpdpbusd / AVX2 maddubs), scaled in float. F32/F16/BF16 weights
+// use float FMAs. The activation precision is a per-backend choice (ActBits): 8 bits (llama.cpp's
+// precision) or 16 bits held as two int8 digits, which costs a second integer dot per block and
+// brings the result within ~2^-15 relative of the float reference (matmul_kernels.h).
+// At AVX-512 the quantized kernels work on panels of 16 weight rows, one per vector lane, so a
+// block's integer dot needs no horizontal reduction; prefill repacks each panel once and streams
+// the activation rows past it.
 //
 // Batch invariance (a hard guarantee, tested): y[i, j] is bitwise the same whatever n is, whichever
-// other rows share the call and however many threads run it, for a given Isa. The per-block
-// integer sums are exact, so only each output's float operations need a fixed order, and that
-// order depends only on (x row i, w row j, Isa); tiles and panels share loads, never arithmetic,
-// and threads split the weight rows, never the reduction.
+// other rows share the call and however many threads run it, for a given Isa and ActBits. The
+// per-block integer sums are exact, so only each output's float operations need a fixed order, and
+// that order depends only on (x row i, w row j, Isa, ActBits); tiles and panels share loads,
+// never arithmetic, and threads split the weight rows, never the reduction.
 // Different Isa levels may differ in the last bits (different lane counts).
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "backends/cpu/cpu_features.h"
 #include "core/dtype.h"
@@ -30,6 +34,20 @@
 #include "core/thread_pool.h"
 
 namespace tern::cpu {
+
+// Precision of the activation rows that meet quantized weights (float weights always see float
+// activations). Choose it once per backend, never per call: a row's arithmetic must not depend on
+// the batch it is in.
+enum class ActBits : uint8_t {
+  k8 = 8,    // int8 per block: fastest; on SmolLM2-135M Q4_1 the logits move by up to ~1
+  k16 = 16,  // two int8 digits per element, ~2^-15 relative per block: close to the reference
+};
+constexpr ActBits kDefaultActBits = ActBits::k8;
+
+// `requested`, unless the environment sets TERN_CPU_ACT_BITS=8 or 16 (benchmarks, A/B runs);
+// any other value is ignored with a warning on stderr.
+ActBits act_bits_from_env(ActBits requested);
+std::string_view act_bits_name(ActBits bits);  // "8" or "16"
 
 // True for every weight dtype matmul accepts.
 bool matmul_supports(DType t);
@@ -42,9 +60,11 @@ void matmul_ref(const Tensor& w, const float* x, int64_t n, float* y);
 // The fast path at active_isa(): one pool.run per call; activations quantized into scratch owned
 // by the calling thread (reused across calls, no per-call allocation once warm).
 // Preconditions: as matmul_ref; x and y must not overlap.
-void matmul(const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool);
+void matmul(const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool,
+            ActBits act_bits = kDefaultActBits);
 
 // The fast path at a chosen level (tests, benchmarks). Precondition: isa_supported(isa).
-void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool);
+void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool,
+                ActBits act_bits = kDefaultActBits);
 
 }  // namespace tern::cpu

@@ -1,4 +1,4 @@
-// AVX2 level: float-weight kernels (F32, F16, BF16) and the activation quantizers.
+// AVX2 level: float-weight kernels (F32, F16, BF16) and the activation quantizers (8 and 16 bit).
 //
 // Float kernels, per output: one 8-lane accumulator; element j goes to lane j % 8 through
 // acc = fma(w[j..j+8), x[j..j+8), acc) in ascending j (a tail is zero-padded), then hsum.
@@ -76,50 +76,81 @@ void gemm_float(const WeightRows& w, const Activations& x, float* y, int64_t ldy
   run_tiles<3, 4, 8>(FloatKernel<T>{w, x, y, ldy}, w.n_rows, x.n);
 }
 
-// Quantizes `len` floats (a multiple of 8) to int8 with scale amax / 127; the scalar quantizer's
-// bytes (see matmul_float_avx512.cpp). Writes 8-lane int32 chunks to `chunks`.
-inline float quantize_block(const float* x, int len, int8_t* q, __m256i* chunks) {
+// Quantizes `len` floats (a multiple of 32, at most 256) to D digits per element with the scalar
+// quantizer's bytes (see matmul_float_avx512.cpp). Digit k goes to qs + k * plane_stride; its
+// 8-lane int32 chunks to chunks[k].
+template <int kDigits>
+inline float quantize_block(const float* x, int len, int8_t* qs, int64_t plane_stride, __m256i (*chunks)[32]) {
+  constexpr float kQMax = kDigits == 1 ? 127.0f : 32512.0f;
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 vmax = _mm256_setzero_ps();
   for (int j = 0; j < len; j += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask));
   const float amax = hmax(vmax);
-  const float d = amax / 127.0f;
-  const __m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
-  for (int j = 0; j < len; j += 8) chunks[j / 8] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), id));
+  const float d = amax / kQMax;
+  const __m256 id = _mm256_set1_ps(amax > 0.0f ? kQMax / amax : 0.0f);
+  for (int j = 0; j < len; j += 8) {
+    const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), id));
+    if constexpr (kDigits == 1) {
+      chunks[0][j / 8] = q;
+    } else {
+      const __m256i hi = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(1.0f / kDigitBase)));
+      chunks[0][j / 8] = hi;
+      chunks[1][j / 8] = _mm256_sub_epi32(q, _mm256_mullo_epi32(hi, _mm256_set1_epi32(kDigitBase)));
+    }
+  }
   // Pack 32 lanes at a time to bytes; packs works per 128-bit lane, the permute restores order.
-  for (int j = 0; j < len; j += 32) {
-    const __m256i w01 = _mm256_packs_epi32(chunks[j / 8], chunks[j / 8 + 1]);
-    const __m256i w23 = _mm256_packs_epi32(chunks[j / 8 + 2], chunks[j / 8 + 3]);
-    const __m256i b = _mm256_packs_epi16(w01, w23);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + j),
-                        _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  for (int k = 0; k < kDigits; ++k) {
+    for (int j = 0; j < len; j += 32) {
+      const __m256i w01 = _mm256_packs_epi32(chunks[k][j / 8], chunks[k][j / 8 + 1]);
+      const __m256i w23 = _mm256_packs_epi32(chunks[k][j / 8 + 2], chunks[k][j / 8 + 3]);
+      const __m256i b = _mm256_packs_epi16(w01, w23);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + k * plane_stride + j),
+                          _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
   }
   return d;
 }
 
+template <int kDigits>
+void quantize_x32(const float* x, int64_t cols, int8_t* qs, float* ds) {
+  for (int64_t b = 0; b < cols / kQ8x32Block; ++b) {
+    __m256i chunks[kDigits][32];
+    const float d = quantize_block<kDigits>(x + b * kQ8x32Block, kQ8x32Block, qs + b * kQ8x32Block, cols, chunks);
+    int32_t sum = 0;  // sum(q), exact (see matmul_float_avx512.cpp)
+    for (int k = 0; k < kDigits; ++k) {
+      const __m256i c = _mm256_add_epi32(_mm256_add_epi32(chunks[k][0], chunks[k][1]), _mm256_add_epi32(chunks[k][2], chunks[k][3]));
+      sum = sum * kDigitBase + hsum_epi32(c);
+    }
+    ds[2 * b] = d;
+    ds[2 * b + 1] = d * static_cast<float>(sum);
+  }
+}
+
+template <int kDigits>
+void quantize_x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums) {
+  constexpr int kGroupsPerBlock = kQ8x256Block / kQ8x256SumGroup;
+  for (int64_t b = 0; b < cols / kQ8x256Block; ++b) {
+    __m256i chunks[kDigits][32];
+    d[b] = quantize_block<kDigits>(x + b * kQ8x256Block, kQ8x256Block, qs + b * kQ8x256Block, cols, chunks);
+    for (int k = 0; k < kDigits; ++k)
+      for (int g = 0; g < kGroupsPerBlock; ++g)
+        bsums[k * (cols / kQ8x256SumGroup) + b * kGroupsPerBlock + g] =
+            static_cast<int16_t>(hsum_epi32(_mm256_add_epi32(chunks[k][2 * g], chunks[k][2 * g + 1])));
+  }
+}
+
 }  // namespace
 
-void avx2_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* ds) {
-  for (int64_t b = 0; b < cols / kQ8x32Block; ++b) {
-    __m256i chunks[4];
-    const float d = quantize_block(x + b * kQ8x32Block, kQ8x32Block, qs + b * kQ8x32Block, chunks);
-    const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(chunks[0], chunks[1]), _mm256_add_epi32(chunks[2], chunks[3]));
-    ds[2 * b] = d;
-    ds[2 * b + 1] = d * static_cast<float>(hsum_epi32(sum));
-  }
-}
-
+void avx2_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* ds) { quantize_x32<1>(x, cols, qs, ds); }
+void avx2_quantize_q16x32(const float* x, int64_t cols, int8_t* qs, float* ds) { quantize_x32<2>(x, cols, qs, ds); }
 void avx2_quantize_q8x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums) {
-  constexpr int kChunks = kQ8x256Block / 8;
-  for (int64_t b = 0; b < cols / kQ8x256Block; ++b) {
-    __m256i chunks[kChunks];
-    d[b] = quantize_block(x + b * kQ8x256Block, kQ8x256Block, qs + b * kQ8x256Block, chunks);
-    for (int g = 0; g < kQ8x256Block / kQ8x256SumGroup; ++g)
-      bsums[b * 16 + g] = static_cast<int16_t>(hsum_epi32(_mm256_add_epi32(chunks[2 * g], chunks[2 * g + 1])));
-  }
+  quantize_x256<1>(x, cols, qs, d, bsums);
+}
+void avx2_quantize_q16x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums) {
+  quantize_x256<2>(x, cols, qs, d, bsums);
 }
 
-Kernel avx2_find_float_kernel(DType t) {
+Kernel avx2_find_float_kernel(DType t, int /*digits*/) {
   switch (t) {
     case DType::F32: return {ActFormat::kF32, gemm_float<DType::F32>};
     case DType::F16: return {ActFormat::kF32, gemm_float<DType::F16>};

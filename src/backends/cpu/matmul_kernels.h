@@ -1,17 +1,26 @@
 // Internal to the matmul: the interface between the driver (matmul.cpp) and the per-level kernels
 // (matmul_scalar.cpp, matmul_{float,legacy,kquant}_{avx2,avx512}.cpp).
 //
-// Letters: n = activation rows, cols = reduction length, r = weight row.
+// Letters: n = activation rows, cols = reduction length, r = weight row, D = activation digits.
 //
 // Activation formats. A weight dtype names the activation form its kernels read; the driver makes
 // that form once per call, one row at a time (so a row's bytes never depend on the other rows).
 // Every level's quantizer writes bitwise the same bytes as the scalar one, so a level without a
 // kernel for some dtype can borrow a lower level's kernel on the same activations.
-//   q8x32  (legacy quants):  per 32 elements a float scale d = amax / 127, int8 q = rne(x * 127 / amax),
-//                            and s = d * sum(q), the term a weight block's offset multiplies. d and s
-//                            are stored interleaved ({d, s} per block) so that one vector load pairs
-//                            with the {d, m} fp16 pairs at the head of q4_1 / q5_1 blocks.
-//   q8x256 (k-quants):       per 256 elements d as above, int8 q, and bsums = sum of each 16 q.
+//
+// Quantized activations are integers q = rne(x / d) per block, stored as D int8 digits in balanced
+// base 255: q = 255 * hi + lo for D = 2 (the 16-bit mode), q = the one digit for D = 1 (the 8-bit
+// mode). Every digit lies in [-127, 127], the range the int8 kernels were built for (vpdpbusd,
+// maddubs saturation bounds, the AVX2 sign trick), so a 16-bit dot product is two exact int8 dot
+// products of the same weight codes: dot(u, q) = 255 * dot(u, hi) + dot(u, lo).
+//   D = 1: d = amax / 127,   |q| <= 127    (relative step 2^-7 of the block's amax)
+//   D = 2: d = amax / 32512, |q| <= 32512  (= 255 * 127 + 127; relative step ~2^-15)
+// Digit planes of row i: qs + (D * i + k) * cols for digit k (most significant first).
+//   x32  (legacy quants):  per 32 elements the scale d and s = d * sum(q), the term a weight block's
+//                          offset multiplies. d and s are stored interleaved ({d, s} per block) so
+//                          that one vector load pairs with the {d, m} fp16 pairs at the head of
+//                          q4_1 / q5_1 blocks.
+//   x256 (k-quants):       per 256 elements d, and per digit bsums = the sum of each 16 digits.
 #pragma once
 
 #include <cstddef>
@@ -22,27 +31,30 @@
 
 namespace tern::cpu::detail {
 
-constexpr int kQ8x32Block = 32;     // elements per q8x32 block (= a legacy weight block)
-constexpr int kQ8x256Block = 256;   // elements per q8x256 block (= a k-quant super-block)
+constexpr int kQ8x32Block = 32;     // elements per x32 block (= a legacy weight block)
+constexpr int kQ8x256Block = 256;   // elements per x256 block (= a k-quant super-block)
 constexpr int kQ8x256SumGroup = 16; // elements per bsums entry
+constexpr int kDigitBase = 255;     // q = 255 * hi + lo (D = 2)
+constexpr int kMaxDigits = 2;
 
 enum class ActFormat : uint8_t { kF32, kQ8x32, kQ8x256 };
 
 struct ActQ8x32 {
-  const int8_t* qs = nullptr;  // [n, cols]
+  const int8_t* qs = nullptr;  // [n, D, cols]
   const float* ds = nullptr;   // [n, cols / 32, 2]: {d, s} per block
 };
 
 struct ActQ8x256 {
-  const int8_t* qs = nullptr;       // [n, cols]
+  const int8_t* qs = nullptr;       // [n, D, cols]
   const float* d = nullptr;         // [n, cols / 256]
-  const int16_t* bsums = nullptr;   // [n, cols / 16]
+  const int16_t* bsums = nullptr;   // [n, D, cols / 16]
 };
 
 // The activations of one call in the form the weight's kernel reads (only that member is set).
 struct Activations {
   int64_t n = 0;
   int64_t cols = 0;
+  int digits = 1;  // D of the quantized forms
   const float* f32 = nullptr;  // [n, cols]
   ActQ8x32 q8x32;
   ActQ8x256 q8x256;
@@ -67,24 +79,33 @@ struct Kernel {
   GemmFn gemm = nullptr;  // nullptr: this level has no kernel for the dtype
 };
 
-// Quantize one activation row of `cols` floats (a multiple of the block size).
+// Quantize one activation row of `cols` floats (a multiple of the block size) into D digits:
+// qs holds the row's D digit planes back to back ([D, cols]), bsums likewise ([D, cols / 16]).
 using QuantizeQ8x32Fn = void (*)(const float* x, int64_t cols, int8_t* qs, float* ds);
 using QuantizeQ8x256Fn = void (*)(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums);
 
-// Per-dtype kernel lookups, one per source file; matmul.cpp assembles them into levels.
-Kernel scalar_find_kernel(DType t);
-Kernel avx2_find_float_kernel(DType t);
-Kernel avx2_find_legacy_kernel(DType t);
-Kernel avx2_find_kquant_kernel(DType t);
-Kernel avx512_find_float_kernel(DType t);
-Kernel avx512_find_legacy_kernel(DType t);
-Kernel avx512_find_kquant_kernel(DType t);
+// Per-dtype kernel lookups, one per source file; matmul.cpp assembles them into levels. `digits`
+// is the activation digit count D the caller will quantize to (1 or 2); float kernels ignore it.
+Kernel scalar_find_kernel(DType t, int digits);
+Kernel avx2_find_float_kernel(DType t, int digits);
+Kernel avx2_find_legacy_kernel(DType t, int digits);
+Kernel avx2_find_kquant_kernel(DType t, int digits);
+Kernel avx512_find_float_kernel(DType t, int digits);
+Kernel avx512_find_legacy_kernel(DType t, int digits);
+Kernel avx512_find_kquant_kernel(DType t, int digits);
 
+// Activation quantizers: q8 = D = 1, q16 = D = 2.
 void scalar_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* ds);
 void scalar_quantize_q8x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums);
+void scalar_quantize_q16x32(const float* x, int64_t cols, int8_t* qs, float* ds);
+void scalar_quantize_q16x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums);
 void avx2_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* ds);
 void avx2_quantize_q8x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums);
+void avx2_quantize_q16x32(const float* x, int64_t cols, int8_t* qs, float* ds);
+void avx2_quantize_q16x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums);
 void avx512_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* ds);
 void avx512_quantize_q8x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums);
+void avx512_quantize_q16x32(const float* x, int64_t cols, int8_t* qs, float* ds);
+void avx512_quantize_q16x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums);
 
 }  // namespace tern::cpu::detail

@@ -225,7 +225,8 @@ void gemm_kquant(const WeightRows& w, const Activations& x, float* y, int64_t ld
 
 }  // namespace
 
-Kernel avx2_find_kquant_kernel(DType t) {
+Kernel avx2_find_kquant_kernel(DType t, int digits) {
+  if (digits != 1) return {};  // TODO
   switch (t) {
     case DType::Q2_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q2_K>};
     case DType::Q3_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q3_K>};

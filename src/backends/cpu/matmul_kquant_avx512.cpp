@@ -443,7 +443,8 @@ void kquant_panels(const WeightRows& w, const Activations& x, float* y, int64_t 
 
 }  // namespace
 
-Kernel avx512_find_kquant_kernel(DType t) {
+Kernel avx512_find_kquant_kernel(DType t, int digits) {
+  if (digits != 1) return {};  // TODO
   switch (t) {
     case DType::Q2_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q2_K>};
     case DType::Q3_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q3_K>};

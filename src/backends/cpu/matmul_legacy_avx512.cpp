@@ -274,7 +274,8 @@ void gemm_legacy(const WeightRows& w, const Activations& x, float* y, int64_t ld
 
 }  // namespace
 
-Kernel avx512_find_legacy_kernel(DType t) {
+Kernel avx512_find_legacy_kernel(DType t, int digits) {
+  if (digits != 1) return {};  // TODO
   switch (t) {
     case DType::Q4_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_0>};
     case DType::Q4_1: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_1>};

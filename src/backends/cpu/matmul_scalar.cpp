@@ -1,7 +1,8 @@
 // The scalar level: baseline x86-64, no SIMD assumptions. It is the fallback on old CPUs and the
 // level TERN_CPU_ISA=scalar forces. Each weight row is decoded once into small integers plus
 // per-group scales (thread-local scratch), then dotted with every activation row; the per-output
-// arithmetic is one fixed loop, so batch invariance holds by construction.
+// arithmetic is one fixed loop, so batch invariance holds by construction. Its quantizers define
+// the activation bytes every level must reproduce (matmul_kernels.h).
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -21,13 +22,28 @@ inline int round_to_int(float v) {
   return static_cast<int>((v + kMagic) - kMagic);
 }
 
-// Quantizes one block of `len` floats to int8 with scale amax / 127; returns the scale.
-float quantize_block(const float* x, int len, int8_t* q) {
+// Quantizes one block of `len` (<= 256) floats to q = rne(x * q_max / amax), |q| <= q_max, and
+// writes its D digits to digit planes `plane_stride` bytes apart; returns the scale amax / q_max.
+// Digits (D = 2): hi = rne(q * (1 / 255)), lo = q - 255 hi. q / 255 is never within 1/510 of a
+// half-integer (q is an integer, 255 odd), far beyond the product's rounding error, so hi is the
+// exact nearest integer and |lo| <= 127.
+template <int kDigits>
+float quantize_block(const float* x, int len, int8_t* qs, int64_t plane_stride, int32_t* q) {
+  constexpr float kQMax = kDigits == 1 ? 127.0f : 32512.0f;
   float amax = 0.0f;
   for (int j = 0; j < len; ++j) amax = std::fmax(amax, std::fabs(x[j]));
-  const float d = amax / 127.0f;
-  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-  for (int j = 0; j < len; ++j) q[j] = static_cast<int8_t>(round_to_int(x[j] * id));
+  const float d = amax / kQMax;
+  const float id = amax > 0.0f ? kQMax / amax : 0.0f;
+  for (int j = 0; j < len; ++j) {
+    q[j] = round_to_int(x[j] * id);
+    if constexpr (kDigits == 1) {
+      qs[j] = static_cast<int8_t>(q[j]);
+    } else {
+      const int hi = round_to_int(static_cast<float>(q[j]) * (1.0f / kDigitBase));
+      qs[j] = static_cast<int8_t>(hi);
+      qs[plane_stride + j] = static_cast<int8_t>(q[j] - kDigitBase * hi);
+    }
+  }
   return d;
 }
 
@@ -120,8 +136,9 @@ void decode_legacy_row(const uint8_t* row, int64_t cols, LegacyRow& out) {
   }
 }
 
-// y = sum over blocks of (d_w * d_a) * dot(v, q) + m_w * s_a, accumulated block by block.
-template <DType T>
+// y = sum over blocks of (d_w * d_a) * dot(v, q) + m_w * s_a, accumulated block by block; with two
+// digits dot(v, q) = 255 * dot(v, hi) + dot(v, lo), exact in int32 (|v| <= 128, |q| <= 32512).
+template <DType T, int kDigits>
 void gemm_legacy(const WeightRows& w, const Activations& x, float* y, int64_t ldy) {
   constexpr bool kHasMin = T == DType::Q4_1 || T == DType::Q5_1;
   const int64_t n_blocks = w.cols / kQK;
@@ -134,12 +151,17 @@ void gemm_legacy(const WeightRows& w, const Activations& x, float* y, int64_t ld
   for (int64_t r = 0; r < w.n_rows; ++r) {
     decode_legacy_row<T>(w.data + static_cast<size_t>(r) * w.row_stride, w.cols, dec);
     for (int64_t i = 0; i < x.n; ++i) {
-      const int8_t* qa = x.q8x32.qs + i * x.cols;
+      const int8_t* qa = x.q8x32.qs + i * kDigits * x.cols;
       const float* ds = x.q8x32.ds + i * n_blocks * 2;
       float acc = 0.0f;
       for (int64_t b = 0; b < n_blocks; ++b) {
         int32_t dot = 0;
-        for (int l = 0; l < kQK; ++l) dot += dec.v[b * kQK + l] * qa[b * kQK + l];
+        for (int k = 0; k < kDigits; ++k) {
+          const int8_t* digit = qa + k * x.cols + b * kQK;
+          int32_t part = 0;
+          for (int l = 0; l < kQK; ++l) part += dec.v[b * kQK + l] * digit[l];
+          dot = dot * kDigitBase + part;
+        }
         acc += (dec.d[b] * ds[2 * b]) * static_cast<float>(dot);
         if constexpr (kHasMin) acc += dec.m[b] * ds[2 * b + 1];
       }
@@ -235,9 +257,11 @@ void decode_kquant_superblock(const uint8_t* src, int8_t* v, int16_t* sc, int16_
   }
 }
 
-// Per super-block: isum = sum_g sc_g * dot_g(v, q) and msum = sum_g mn_g * bsum_g are exact
-// integers; then acc += (d * da) * isum and acc -= (dmin * da) * msum.
-template <DType T>
+// Per super-block and digit k: isum_k = sum_g sc_g * dot_g(v, digit k) and msum_k = sum_g mn_g *
+// bsum_g(k) are exact integers; then acc += (d * da_k) * isum_k for each digit (da_hi = 255 da:
+// sum_g sc_g * dot_g(v, q) could overflow int32 at 16 bits) and acc -= (dmin * da) * msum with
+// msum = 255 * msum_hi + msum_lo (exact: |msum| <= 16 groups * 63 * 16 * 32512 < 2^31).
+template <DType T, int kDigits>
 void gemm_kquant(const WeightRows& w, const Activations& x, float* y, int64_t ldy) {
   constexpr size_t kBlockBytes = T == DType::Q2_K   ? sizeof(BlockQ2_K)
                                  : T == DType::Q3_K ? sizeof(BlockQ3_K)
@@ -260,21 +284,27 @@ void gemm_kquant(const WeightRows& w, const Activations& x, float* y, int64_t ld
     for (int64_t sb = 0; sb < n_super; ++sb)
       decode_kquant_superblock<T>(row + sb * kBlockBytes, dec.v.data() + sb * kQK_K, dec.sc.data() + sb * kGroups,
                                   dec.mn.data() + sb * kGroups, &dec.d[sb], &dec.dmin[sb]);
+    const int64_t n_groups16 = x.cols / kQ8x256SumGroup;
     for (int64_t i = 0; i < x.n; ++i) {
-      const int8_t* qa = x.q8x256.qs + i * x.cols;
       const float* da = x.q8x256.d + i * n_super;
-      const int16_t* bsums = x.q8x256.bsums + i * (x.cols / kQ8x256SumGroup);
       float acc = 0.0f;
       for (int64_t sb = 0; sb < n_super; ++sb) {
-        int32_t isum = 0, msum = 0;
-        for (int g = 0; g < kGroups; ++g) {
-          const int64_t e0 = sb * kQK_K + g * kQ8x256SumGroup;
-          int32_t dot = 0;
-          for (int l = 0; l < kQ8x256SumGroup; ++l) dot += dec.v[e0 + l] * qa[e0 + l];
-          isum += dec.sc[sb * kGroups + g] * dot;
-          msum += dec.mn[sb * kGroups + g] * bsums[sb * kGroups + g];
+        int32_t msum = 0;
+        for (int k = 0; k < kDigits; ++k) {
+          const int8_t* qa = x.q8x256.qs + (i * kDigits + k) * x.cols;
+          const int16_t* bsums = x.q8x256.bsums + (i * kDigits + k) * n_groups16;
+          int32_t isum = 0, msum_k = 0;
+          for (int g = 0; g < kGroups; ++g) {
+            const int64_t e0 = sb * kQK_K + g * kQ8x256SumGroup;
+            int32_t dot = 0;
+            for (int l = 0; l < kQ8x256SumGroup; ++l) dot += dec.v[e0 + l] * qa[e0 + l];
+            isum += dec.sc[sb * kGroups + g] * dot;
+            msum_k += dec.mn[sb * kGroups + g] * bsums[sb * kGroups + g];
+          }
+          const float da_k = k + 1 < kDigits ? da[sb] * static_cast<float>(kDigitBase) : da[sb];
+          acc += (dec.d[sb] * da_k) * static_cast<float>(isum);
+          msum = msum * kDigitBase + msum_k;
         }
-        acc += (dec.d[sb] * da[sb]) * static_cast<float>(isum);
         acc -= (dec.dmin[sb] * da[sb]) * static_cast<float>(msum);
       }
       y[i * ldy + r] = acc;
@@ -282,47 +312,69 @@ void gemm_kquant(const WeightRows& w, const Activations& x, float* y, int64_t ld
   }
 }
 
-}  // namespace
-
-void scalar_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* ds) {
+template <int kDigits>
+void quantize_x32(const float* x, int64_t cols, int8_t* qs, float* ds) {
   for (int64_t b = 0; b < cols / kQ8x32Block; ++b) {
-    int8_t* q = qs + b * kQ8x32Block;
-    const float d = quantize_block(x + b * kQ8x32Block, kQ8x32Block, q);
+    int32_t q[kQ8x32Block];
+    const float d = quantize_block<kDigits>(x + b * kQ8x32Block, kQ8x32Block, qs + b * kQ8x32Block, cols, q);
     int32_t sum = 0;
     for (int l = 0; l < kQ8x32Block; ++l) sum += q[l];
     ds[2 * b] = d;
-    ds[2 * b + 1] = d * static_cast<float>(sum);
+    ds[2 * b + 1] = d * static_cast<float>(sum);  // exact sum: |sum| <= 32 * 32512
   }
 }
 
-void scalar_quantize_q8x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums) {
+template <int kDigits>
+void quantize_x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums) {
+  constexpr int kGroupsPerBlock = kQ8x256Block / kQ8x256SumGroup;
   for (int64_t b = 0; b < cols / kQ8x256Block; ++b) {
-    int8_t* q = qs + b * kQ8x256Block;
-    d[b] = quantize_block(x + b * kQ8x256Block, kQ8x256Block, q);
-    for (int g = 0; g < kQ8x256Block / kQ8x256SumGroup; ++g) {
-      int32_t sum = 0;
-      for (int l = 0; l < kQ8x256SumGroup; ++l) sum += q[g * kQ8x256SumGroup + l];
-      bsums[b * (kQ8x256Block / kQ8x256SumGroup) + g] = static_cast<int16_t>(sum);
+    int32_t q[kQ8x256Block];
+    d[b] = quantize_block<kDigits>(x + b * kQ8x256Block, kQ8x256Block, qs + b * kQ8x256Block, cols, q);
+    for (int k = 0; k < kDigits; ++k) {
+      const int8_t* digit = qs + k * cols + b * kQ8x256Block;
+      for (int g = 0; g < kGroupsPerBlock; ++g) {
+        int32_t sum = 0;
+        for (int l = 0; l < kQ8x256SumGroup; ++l) sum += digit[g * kQ8x256SumGroup + l];
+        bsums[k * (cols / kQ8x256SumGroup) + b * kGroupsPerBlock + g] = static_cast<int16_t>(sum);
+      }
     }
   }
 }
 
-Kernel scalar_find_kernel(DType t) {
+template <int kDigits>
+Kernel find_quantized(DType t) {
+  switch (t) {
+    case DType::Q4_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_0, kDigits>};
+    case DType::Q4_1: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_1, kDigits>};
+    case DType::Q5_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q5_0, kDigits>};
+    case DType::Q5_1: return {ActFormat::kQ8x32, gemm_legacy<DType::Q5_1, kDigits>};
+    case DType::Q8_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q8_0, kDigits>};
+    case DType::Q2_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q2_K, kDigits>};
+    case DType::Q3_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q3_K, kDigits>};
+    case DType::Q4_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q4_K, kDigits>};
+    case DType::Q5_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q5_K, kDigits>};
+    case DType::Q6_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q6_K, kDigits>};
+    default: return {};
+  }
+}
+
+}  // namespace
+
+void scalar_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* ds) { quantize_x32<1>(x, cols, qs, ds); }
+void scalar_quantize_q16x32(const float* x, int64_t cols, int8_t* qs, float* ds) { quantize_x32<2>(x, cols, qs, ds); }
+void scalar_quantize_q8x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums) {
+  quantize_x256<1>(x, cols, qs, d, bsums);
+}
+void scalar_quantize_q16x256(const float* x, int64_t cols, int8_t* qs, float* d, int16_t* bsums) {
+  quantize_x256<2>(x, cols, qs, d, bsums);
+}
+
+Kernel scalar_find_kernel(DType t, int digits) {
   switch (t) {
     case DType::F32: return {ActFormat::kF32, gemm_float<DType::F32>};
     case DType::F16: return {ActFormat::kF32, gemm_float<DType::F16>};
     case DType::BF16: return {ActFormat::kF32, gemm_float<DType::BF16>};
-    case DType::Q4_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_0>};
-    case DType::Q4_1: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_1>};
-    case DType::Q5_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q5_0>};
-    case DType::Q5_1: return {ActFormat::kQ8x32, gemm_legacy<DType::Q5_1>};
-    case DType::Q8_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q8_0>};
-    case DType::Q2_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q2_K>};
-    case DType::Q3_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q3_K>};
-    case DType::Q4_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q4_K>};
-    case DType::Q5_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q5_K>};
-    case DType::Q6_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q6_K>};
-    default: return {};
+    default: return digits == 2 ? find_quantized<2>(t) : find_quantized<1>(t);
   }
 }
 
