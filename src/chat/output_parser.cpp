@@ -60,6 +60,30 @@ bool starts_with_at(std::string_view buf, size_t pos, std::string_view marker, b
 
 }  // namespace
 
+OutputParserOptions output_options_for_template(std::string_view template_source, std::string_view prompt,
+                                                const Value& tools) {
+  auto has = [&](std::string_view s) { return template_source.find(s) != std::string_view::npos; };
+  OutputParserOptions o;
+  o.tools = tools;
+  if (has(kToolCallOpen) && has(kFunctionOpen) && has(kParamOpen)) {
+    o.format = OutputFormat::Qwen3Coder;
+  } else if (has(kToolCallOpen)) {
+    o.format = OutputFormat::Hermes;
+  } else if (has(kMistralCalls)) {
+    o.format = OutputFormat::Mistral;
+  } else if (has("<|start_header_id|>") && (has(kPythonTag) || has("\"parameters\""))) {
+    o.format = OutputFormat::Llama3;
+  }
+  o.reasoning = has(kThinkOpen) || has(kThinkClose);
+  // The generation prompt of reasoning templates (DeepSeek-R1, Qwen3 thinking models) may end
+  // inside an open <think>.
+  std::string_view tail = prompt;
+  while (!tail.empty() && is_ws(tail.back())) tail.remove_suffix(1);
+  o.starts_in_reasoning = o.reasoning && tail.size() >= kThinkOpen.size() &&
+                          tail.substr(tail.size() - kThinkOpen.size()) == kThinkOpen;
+  return o;
+}
+
 OutputParser::OutputParser(OutputParserOptions options) : opt_(std::move(options)) {
   if (opt_.tools.is_array()) {
     for (const Value& t : opt_.tools.as_array()) {

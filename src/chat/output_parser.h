@@ -52,6 +52,13 @@ struct OutputEvent {
   bool malformed = false;
 };
 
+// Options for a model, read off its chat template: the tool-call format the template teaches
+// (<tool_call> JSON or Qwen3-Coder XML, [TOOL_CALLS], Llama 3's JSON), whether it knows <think>,
+// and whether `prompt` (the rendered prompt) already opened a <think> block. Templates that
+// teach none of these formats parse as plain text.
+OutputParserOptions output_options_for_template(std::string_view template_source, std::string_view prompt,
+                                                const Value& tools);
+
 class OutputParser {
  public:
   explicit OutputParser(OutputParserOptions options);

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "chat/json.h"
 #include "chat/utf8.h"
 
@@ -234,6 +237,38 @@ TEST(OutputParser, StreamedArgumentsArriveBeforeTheCallEnds) {
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].text, "ris\"}");
   EXPECT_EQ(events[1].kind, Kind::ToolCallEnd);
+}
+
+std::string template_source(const std::string& name) {
+  std::ifstream f(std::string(TERN_TEST_DATA) + "/templates/src/" + name + ".jinja", std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_FALSE(ss.str().empty()) << name;
+  return ss.str();
+}
+
+TEST(OutputParser, OptionsReadOffTheTemplate) {
+  struct Expect {
+    const char* name;
+    OutputFormat format;
+    bool reasoning;
+  };
+  for (const Expect& e : {Expect{"Qwen-Qwen2.5-7B-Instruct", OutputFormat::Hermes, false},
+                          Expect{"Qwen-Qwen3-0.6B", OutputFormat::Hermes, true},
+                          Expect{"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", OutputFormat::Qwen3Coder, true},
+                          Expect{"meta-llama-Llama-3.1-8B-Instruct", OutputFormat::Llama3, false},
+                          Expect{"meta-llama-Llama-3.2-3B-Instruct", OutputFormat::Llama3, false},
+                          Expect{"mistralai-Mistral-7B-Instruct-v0.3", OutputFormat::Mistral, false},
+                          Expect{"Mistral-Small-3.2-24B-Instruct-2506", OutputFormat::Mistral, false},
+                          Expect{"HuggingFaceTB-SmolLM2-135M-Instruct", OutputFormat::PlainText, false},
+                          Expect{"google-gemma-3-4b-it", OutputFormat::PlainText, false}}) {
+    const OutputParserOptions o = output_options_for_template(template_source(e.name), "", Value());
+    EXPECT_EQ(o.format, e.format) << e.name;
+    EXPECT_EQ(o.reasoning, e.reasoning) << e.name;
+  }
+  const std::string r1 = template_source("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B");
+  EXPECT_TRUE(output_options_for_template(r1, "<｜Assistant｜><think>\n", Value()).starts_in_reasoning);
+  EXPECT_FALSE(output_options_for_template(r1, "<｜Assistant｜>", Value()).starts_in_reasoning);
 }
 
 }  // namespace
