@@ -1,7 +1,8 @@
-// AVX2 level: k-quant kernels (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) against q8x256 activations.
-// Same arithmetic as the AVX-512 kernels (see matmul_kquant_avx512.cpp for the derivation), on
-// 32-element chunks: per chunk vpmaddubsw (codes x activations -> int16 pairs) and vpmaddwd with
-// the chunk's scale words accumulate exact int32 lanes; per super-block and output, in order:
+// AVX2 level: k-quant kernels (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) against x256 activations of 1 or 2
+// digits (matmul_kernels.h). Same arithmetic as the AVX-512 kernels (see matmul_kquant_avx512.cpp
+// for the derivation and the two-digit float steps), on 32-element chunks: per chunk vpmaddubsw
+// (codes x activations -> int16 pairs) and vpmaddwd with the chunk's scale words accumulate exact
+// int32 lanes; per super-block and output, in order (one isum step per digit, hi first):
 // acc = fma(float(isum), d * da, acc) and, for min types, acc = fnmadd(float(msum), dmin * da, acc).
 #include <immintrin.h>
 
@@ -157,7 +158,7 @@ struct KQuant<DType::Q2_K> {
   __m256i scales(int k) const { return s.chunk(k); }
 };
 
-template <DType T>
+template <DType T, int kDigits>
 struct KQuantKernel {
   using Q = KQuant<T>;
   const WeightRows& w;
@@ -179,34 +180,48 @@ struct KQuantKernel {
       const uint8_t* blk[NW];
 #pragma GCC unroll 8
       for (int c = 0; c < NW; ++c) blk[c] = w.data + static_cast<size_t>(r0 + c) * w.row_stride + s * Q::kBytes;
-      __m256i isum[NA][NW];
+      __m256i isum[NA][NW][kDigits];
 #pragma GCC unroll 8
       for (int a = 0; a < NA; ++a)
 #pragma GCC unroll 8
-        for (int c = 0; c < NW; ++c) isum[a][c] = _mm256_setzero_si256();
+        for (int c = 0; c < NW; ++c)
+#pragma GCC unroll 2
+          for (int d = 0; d < kDigits; ++d) isum[a][c][d] = _mm256_setzero_si256();
       for (int c = 0; c < NW; ++c) {
         const Q sb(blk[c]);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; ++k) {
           const __m256i codes = sb.codes(k), scales = sb.scales(k);
 #pragma GCC unroll 8
-          for (int a = 0; a < NA; ++a) {
-            const __m256i q = load32(reinterpret_cast<const uint8_t*>(x.q8x256.qs + (i0 + a) * x.cols + s * kQK_K + 32 * k));
-            isum[a][c] = _mm256_add_epi32(isum[a][c], _mm256_madd_epi16(_mm256_maddubs_epi16(codes, q), scales));
-          }
+          for (int a = 0; a < NA; ++a)
+#pragma GCC unroll 2
+            for (int d = 0; d < kDigits; ++d) {
+              const int8_t* digit = x.q8x256.qs + ((i0 + a) * kDigits + d) * x.cols;
+              const __m256i q = load32(reinterpret_cast<const uint8_t*>(digit + s * kQK_K + 32 * k));
+              isum[a][c][d] = _mm256_add_epi32(isum[a][c][d], _mm256_madd_epi16(_mm256_maddubs_epi16(codes, q), scales));
+            }
         }
 #pragma GCC unroll 8
         for (int a = 0; a < NA; ++a) {
           const int64_t i = i0 + a;
-          const __m256i bsums = load32(reinterpret_cast<const uint8_t*>(x.q8x256.bsums + i * n_groups + s * 16));
-          const __m256i corr = _mm256_madd_epi16(sb.corr, bsums);
           const float da = x.q8x256.d[i * n_super + s];
+          __m256i corr[kDigits];
+#pragma GCC unroll 2
+          for (int d = 0; d < kDigits; ++d) {
+            const int16_t* bsums = x.q8x256.bsums + (i * kDigits + d) * n_groups + s * 16;
+            corr[d] = _mm256_madd_epi16(sb.corr, load32(reinterpret_cast<const uint8_t*>(bsums)));
+          }
+#pragma GCC unroll 2
+          for (int d = 0; d < kDigits; ++d) {
+            const float da_d = d + 1 < kDigits ? da * static_cast<float>(kDigitBase) : da;
+            const __m256i dot = Q::kMins ? isum[a][c][d] : _mm256_sub_epi32(isum[a][c][d], corr[d]);
+            acc[a][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sb.d * da_d), acc[a][c]);
+          }
           if constexpr (Q::kMins) {
-            acc[a][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[a][c]), _mm256_set1_ps(sb.d * da), acc[a][c]);
-            acc[a][c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_set1_ps(sb.dmin * da), acc[a][c]);
-          } else {
-            acc[a][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[a][c], corr)),
-                                        _mm256_set1_ps(sb.d * da), acc[a][c]);
+            __m256i msum = corr[0];
+            if constexpr (kDigits == 2)  // exact, see matmul_kquant_avx512.cpp
+              msum = _mm256_add_epi32(_mm256_mullo_epi32(msum, _mm256_set1_epi32(kDigitBase)), corr[1]);
+            acc[a][c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(sb.dmin * da), acc[a][c]);
           }
         }
       }
@@ -218,23 +233,25 @@ struct KQuantKernel {
   }
 };
 
-template <DType T>
+template <DType T, int kDigits>
 void gemm_kquant(const WeightRows& w, const Activations& x, float* y, int64_t ldy) {
-  run_tiles<4, 1, 2>(KQuantKernel<T>{w, x, y, ldy}, w.n_rows, x.n);
+  run_tiles<4, 1, 2>(KQuantKernel<T, kDigits>{w, x, y, ldy}, w.n_rows, x.n);
+}
+
+template <int kDigits>
+Kernel find(DType t) {
+  switch (t) {
+    case DType::Q2_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q2_K, kDigits>};
+    case DType::Q3_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q3_K, kDigits>};
+    case DType::Q4_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q4_K, kDigits>};
+    case DType::Q5_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q5_K, kDigits>};
+    case DType::Q6_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q6_K, kDigits>};
+    default: return {};
+  }
 }
 
 }  // namespace
 
-Kernel avx2_find_kquant_kernel(DType t, int digits) {
-  if (digits != 1) return {};  // TODO
-  switch (t) {
-    case DType::Q2_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q2_K>};
-    case DType::Q3_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q3_K>};
-    case DType::Q4_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q4_K>};
-    case DType::Q5_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q5_K>};
-    case DType::Q6_K: return {ActFormat::kQ8x256, gemm_kquant<DType::Q6_K>};
-    default: return {};
-  }
-}
+Kernel avx2_find_kquant_kernel(DType t, int digits) { return digits == 2 ? find<2>(t) : find<1>(t); }
 
 }  // namespace tern::cpu::detail

@@ -1,6 +1,6 @@
-// AVX-512 (VNNI) level: k-quant kernels (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) against q8x256
-// activations, on 16-row panels like the legacy kernels (matmul_legacy_avx512.cpp): lane L
-// computes panel row lane_row(L).
+// AVX-512 (VNNI) level: k-quant kernels (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) against x256
+// activations of 1 or 2 digits (matmul_kernels.h), on 16-row panels like the legacy kernels
+// (matmul_legacy_avx512.cpp): lane L computes panel row lane_row(L).
 //
 // Every k-quant super-block (256 elements) decodes as x = d * sc_g * u - dmin * mn_g, or as
 // x = d * sc_g * (u - K), with an unsigned code u (q2: 0..3, q3: 0..7, q4: 0..15, q5: 0..31,
@@ -12,6 +12,10 @@
 // output, per super-block, in order:
 //   min types:    acc = fma(float(isum), d * da, acc); acc = fnmadd(float(msum), dmin * da, acc)
 //   offset types: acc = fma(float(isum - msum), d * da, acc)
+// Two digits: isum and msum are computed per digit k (each bounded like the one-digit sums) and
+// every isum step above runs once per digit, hi first, with da_hi = 255 * da in place of da (a
+// combined isum could overflow int32); the min types' msum = 255 * msum_hi + msum_lo is exact
+// (|msum| <= 16 * 63 * 16 * 32512 < 2^31) and keeps its single fnmadd.
 // Decode builds each group's codes in registers from 16x4 transposes and uses them at once;
 // prefill repacks a panel once into scratch and streams the activation rows past it. Both run
 // finish_super_block(), so an output's bits do not depend on n (batch invariance).
@@ -298,25 +302,48 @@ inline void repack(const uint8_t* sb, const PanelRows& rows, PanelSuperBlock& ou
 }
 
 // The end of one super-block for one activation row: msum from the mins and bsums, then the float
-// sequence of the file comment.
-template <bool kMins>
-[[gnu::always_inline]] inline __m512 finish_super_block(const PanelScales& p, __m512i isum, const int16_t* bsums16,
-                                                        float da, __m512 acc) {
-  __m512i msum = _mm512_setzero_si512();
+// sequence of the file comment. isum[k] and the bsums of digit k (at bsums16 + k * bsum_stride)
+// belong to digit k.
+template <bool kMins, int kDigits>
+[[gnu::always_inline]] inline __m512 finish_super_block(const PanelScales& p, const __m512i (&isum)[kDigits],
+                                                        const int16_t* bsums16, int64_t bsum_stride, float da,
+                                                        __m512 acc) {
+  __m512i msum[kDigits];
+#pragma GCC unroll 2
+  for (int k = 0; k < kDigits; ++k) {
+    msum[k] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-  for (int pp = 0; pp < 8; ++pp) msum = _mm512_dpwssd_epi32(msum, p.mn[pp], broadcast_dword(bsums16 + 2 * pp));
-  if constexpr (kMins) {
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(p.d, _mm512_set1_ps(da)), acc);
-    return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(p.dmin, _mm512_set1_ps(da)), acc);
+    for (int pp = 0; pp < 8; ++pp)
+      msum[k] = _mm512_dpwssd_epi32(msum[k], p.mn[pp], broadcast_dword(bsums16 + k * bsum_stride + 2 * pp));
   }
-  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum, msum)), _mm512_mul_ps(p.d, _mm512_set1_ps(da)), acc);
+#pragma GCC unroll 2
+  for (int k = 0; k < kDigits; ++k) {
+    const __m512 d_da = _mm512_mul_ps(p.d, _mm512_set1_ps(k + 1 < kDigits ? da * static_cast<float>(kDigitBase) : da));
+    const __m512i dot = kMins ? isum[k] : _mm512_sub_epi32(isum[k], msum[k]);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), d_da, acc);
+  }
+  if constexpr (kMins) {
+    __m512i total = msum[0];
+    if constexpr (kDigits == 2) {
+      static_assert(kDigitBase == 255);
+      total = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(total, 8), total), msum[1]);
+    }
+    acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(p.dmin, _mm512_set1_ps(da)), acc);
+  }
+  return acc;
 }
+
+// Dependency chains per activation row and group: two for one digit (a chain of 8 would be
+// latency-bound); with two digits, one per digit.
+template <int kDigits>
+constexpr int kChainsPerDigit = kDigits == 1 ? 2 : 1;
 
 // Decode (NA <= 3 activation rows): each group's codes are built in registers and used at once,
 // no scratch; the next panel is prefetched meanwhile (see matmul_legacy_avx512.cpp).
-template <DType T, int NA>
+template <DType T, int kDigits, int NA>
 void panel_fused(const PanelRows& rows, const Activations& x, float* y, int64_t ldy, int n_valid, const uint8_t* next,
                  size_t next_bytes) {
+  constexpr int kChains = kChainsPerDigit<kDigits>;
   using K = KPanel<T>;
   const int64_t n_super = x.cols / kQK_K;
   const int64_t n_groups16 = x.cols / kQ8x256SumGroup;
@@ -331,38 +358,52 @@ void panel_fused(const PanelRows& rows, const Activations& x, float* y, int64_t 
     PanelScales ps;
     K::scales(sb, rows, ps);
     const int8_t* q[NA];
-    __m512i isum[NA];
+    __m512i isum[NA][kDigits];
 #pragma GCC unroll 4
     for (int a = 0; a < NA; ++a) {
-      q[a] = x.q8x256.qs + a * x.cols + s * kQK_K;
-      isum[a] = _mm512_setzero_si512();
+      q[a] = x.q8x256.qs + a * kDigits * x.cols + s * kQK_K;
+#pragma GCC unroll 2
+      for (int k = 0; k < kDigits; ++k) isum[a][k] = _mm512_setzero_si512();
     }
     K::for_each_group(sb, rows, [&](int g, const __m512i* z) {
-      __m512i part[NA][2];  // two dependency chains per row
+      __m512i part[NA][kDigits][kChains];
 #pragma GCC unroll 4
-      for (int a = 0; a < NA; ++a) part[a][0] = part[a][1] = _mm512_setzero_si512();
+      for (int a = 0; a < NA; ++a)
+#pragma GCC unroll 2
+        for (int k = 0; k < kDigits; ++k)
+#pragma GCC unroll 2
+          for (int c = 0; c < kChains; ++c) part[a][k][c] = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int i = 0; i < K::kPerGroup; ++i)
 #pragma GCC unroll 4
         for (int a = 0; a < NA; ++a)
-          part[a][i % 2] = _mm512_dpbusd_epi32(part[a][i % 2], z[i], broadcast_dword(q[a] + 4 * (g * K::kPerGroup + i)));
+#pragma GCC unroll 2
+          for (int k = 0; k < kDigits; ++k) {
+            __m512i& chain = part[a][k][i % kChains];
+            chain = _mm512_dpbusd_epi32(chain, z[i], broadcast_dword(q[a] + k * x.cols + 4 * (g * K::kPerGroup + i)));
+          }
 #pragma GCC unroll 4
       for (int a = 0; a < NA; ++a)
-        isum[a] = _mm512_add_epi32(isum[a], _mm512_mullo_epi32(_mm512_add_epi32(part[a][0], part[a][1]), ps.sc[g]));
+#pragma GCC unroll 2
+        for (int k = 0; k < kDigits; ++k) {
+          const __m512i dot = kChains == 2 ? _mm512_add_epi32(part[a][k][0], part[a][k][kChains - 1]) : part[a][k][0];
+          isum[a][k] = _mm512_add_epi32(isum[a][k], _mm512_mullo_epi32(dot, ps.sc[g]));
+        }
     });
 #pragma GCC unroll 4
     for (int a = 0; a < NA; ++a)
-      acc[a] = finish_super_block<K::kMins>(ps, isum[a], x.q8x256.bsums + a * n_groups16 + s * 16,
-                                            x.q8x256.d[a * n_super + s], acc[a]);
+      acc[a] = finish_super_block<K::kMins, kDigits>(ps, isum[a], x.q8x256.bsums + a * kDigits * n_groups16 + s * 16,
+                                                     n_groups16, x.q8x256.d[a * n_super + s], acc[a]);
   }
 #pragma GCC unroll 4
   for (int a = 0; a < NA; ++a) store_panel(acc[a], y + a * ldy, n_valid);
 }
 
 // NA activation rows [i0, i0 + NA) against a repacked panel (n_super super-blocks).
-template <DType T, int NA>
+template <DType T, int kDigits, int NA>
 void panel_pass(const PanelSuperBlock* panel, const Activations& x, int64_t i0, float* y, int64_t ldy, int n_valid) {
   using K = KPanel<T>;
+  constexpr int kChains = kChainsPerDigit<kDigits>;
   constexpr int kPerGroup = K::kPerGroup;  // code vectors per group
   constexpr int kGroups = kCodeVectors / kPerGroup;
   const int64_t n_super = x.cols / kQK_K;
@@ -374,37 +415,52 @@ void panel_pass(const PanelSuperBlock* panel, const Activations& x, int64_t i0, 
     const PanelSuperBlock& p = panel[s];
     const int8_t* q[NA];
 #pragma GCC unroll 8
-    for (int a = 0; a < NA; ++a) q[a] = x.q8x256.qs + (i0 + a) * x.cols + s * kQK_K;
-    __m512i isum[NA];
+    for (int a = 0; a < NA; ++a) q[a] = x.q8x256.qs + (i0 + a) * kDigits * x.cols + s * kQK_K;
+    __m512i isum[NA][kDigits];
 #pragma GCC unroll 8
-    for (int a = 0; a < NA; ++a) isum[a] = _mm512_setzero_si512();
+    for (int a = 0; a < NA; ++a)
+#pragma GCC unroll 2
+      for (int d = 0; d < kDigits; ++d) isum[a][d] = _mm512_setzero_si512();
     for (int g = 0; g < kGroups; ++g) {
-      __m512i part[NA][2];
+      __m512i part[NA][kDigits][kChains];
 #pragma GCC unroll 8
-      for (int a = 0; a < NA; ++a) part[a][0] = part[a][1] = _mm512_setzero_si512();
+      for (int a = 0; a < NA; ++a)
+#pragma GCC unroll 2
+        for (int d = 0; d < kDigits; ++d)
+#pragma GCC unroll 2
+          for (int c = 0; c < kChains; ++c) part[a][d][c] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-      for (int kk = 0; kk < kPerGroup; ++kk) {  // two dependency chains per row (kk % 2)
+      for (int kk = 0; kk < kPerGroup; ++kk) {
         const int k = g * kPerGroup + kk;
         const __m512i z = _mm512_load_si512(&p.z[k]);
 #pragma GCC unroll 8
-        for (int a = 0; a < NA; ++a) part[a][kk % 2] = _mm512_dpbusd_epi32(part[a][kk % 2], z, broadcast_dword(q[a] + 4 * k));
+        for (int a = 0; a < NA; ++a)
+#pragma GCC unroll 2
+          for (int d = 0; d < kDigits; ++d) {
+            __m512i& chain = part[a][d][kk % kChains];
+            chain = _mm512_dpbusd_epi32(chain, z, broadcast_dword(q[a] + d * x.cols + 4 * k));
+          }
       }
 #pragma GCC unroll 8
       for (int a = 0; a < NA; ++a)
-        isum[a] = _mm512_add_epi32(isum[a], _mm512_mullo_epi32(_mm512_add_epi32(part[a][0], part[a][1]), p.sc[g]));
+#pragma GCC unroll 2
+        for (int d = 0; d < kDigits; ++d) {
+          const __m512i dot = kChains == 2 ? _mm512_add_epi32(part[a][d][0], part[a][d][kChains - 1]) : part[a][d][0];
+          isum[a][d] = _mm512_add_epi32(isum[a][d], _mm512_mullo_epi32(dot, p.sc[g]));
+        }
     }
 #pragma GCC unroll 8
     for (int a = 0; a < NA; ++a) {
       const int64_t i = i0 + a;
-      acc[a] = finish_super_block<K::kMins>(p, isum[a], x.q8x256.bsums + i * n_groups16 + s * 16,
-                                            x.q8x256.d[i * n_super + s], acc[a]);
+      acc[a] = finish_super_block<K::kMins, kDigits>(p, isum[a], x.q8x256.bsums + i * kDigits * n_groups16 + s * 16,
+                                                     n_groups16, x.q8x256.d[i * n_super + s], acc[a]);
     }
   }
 #pragma GCC unroll 8
   for (int a = 0; a < NA; ++a) store_panel(acc[a], y + (i0 + a) * ldy, n_valid);
 }
 
-template <DType T>
+template <DType T, int kDigits>
 void kquant_panels(const WeightRows& w, const Activations& x, float* y, int64_t ldy) {
   using K = KPanel<T>;
   const int64_t n_super = x.cols / kQK_K;
@@ -422,9 +478,9 @@ void kquant_panels(const WeightRows& w, const Activations& x, float* y, int64_t 
       const uint8_t* next = w.data + static_cast<size_t>(r0 + kPanel) * w.row_stride;
       const size_t next_bytes = next_rows > 0 ? static_cast<size_t>(next_rows) * w.row_stride : 0;
       switch (x.n) {
-        case 1: panel_fused<T, 1>(rows, x, y + r0, ldy, n_valid, next, next_bytes); break;
-        case 2: panel_fused<T, 2>(rows, x, y + r0, ldy, n_valid, next, next_bytes); break;
-        default: panel_fused<T, 3>(rows, x, y + r0, ldy, n_valid, next, next_bytes); break;
+        case 1: panel_fused<T, kDigits, 1>(rows, x, y + r0, ldy, n_valid, next, next_bytes); break;
+        case 2: panel_fused<T, kDigits, 2>(rows, x, y + r0, ldy, n_valid, next, next_bytes); break;
+        default: panel_fused<T, kDigits, 3>(rows, x, y + r0, ldy, n_valid, next, next_bytes); break;
       }
       continue;
     }
@@ -432,27 +488,31 @@ void kquant_panels(const WeightRows& w, const Activations& x, float* y, int64_t 
     constexpr int kRows = 4;  // activation rows per pass over the panel
     for (int64_t i0 = 0; i0 < x.n; i0 += kRows) {
       switch (x.n - i0 < kRows ? x.n - i0 : kRows) {
-        case 1: panel_pass<T, 1>(panel, x, i0, y + r0, ldy, n_valid); break;
-        case 2: panel_pass<T, 2>(panel, x, i0, y + r0, ldy, n_valid); break;
-        case 3: panel_pass<T, 3>(panel, x, i0, y + r0, ldy, n_valid); break;
-        default: panel_pass<T, kRows>(panel, x, i0, y + r0, ldy, n_valid); break;
+        case 1: panel_pass<T, kDigits, 1>(panel, x, i0, y + r0, ldy, n_valid); break;
+        case 2: panel_pass<T, kDigits, 2>(panel, x, i0, y + r0, ldy, n_valid); break;
+        case 3: panel_pass<T, kDigits, 3>(panel, x, i0, y + r0, ldy, n_valid); break;
+        default: panel_pass<T, kDigits, kRows>(panel, x, i0, y + r0, ldy, n_valid); break;
       }
     }
+  }
+}
+
+template <int kDigits>
+Kernel find(DType t) {
+  switch (t) {
+    case DType::Q2_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q2_K, kDigits>};
+    case DType::Q3_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q3_K, kDigits>};
+    case DType::Q4_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q4_K, kDigits>};
+    case DType::Q5_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q5_K, kDigits>};
+    case DType::Q6_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q6_K, kDigits>};
+    default: return {};
   }
 }
 
 }  // namespace
 
 Kernel avx512_find_kquant_kernel(DType t, int digits) {
-  if (digits != 1) return {};  // TODO
-  switch (t) {
-    case DType::Q2_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q2_K>};
-    case DType::Q3_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q3_K>};
-    case DType::Q4_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q4_K>};
-    case DType::Q5_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q5_K>};
-    case DType::Q6_K: return {ActFormat::kQ8x256, kquant_panels<DType::Q6_K>};
-    default: return {};
-  }
+  return digits == 2 ? find<2>(t) : find<1>(t);
 }
 
 }  // namespace tern::cpu::detail

@@ -1,8 +1,11 @@
-// AVX2 level: legacy-quant kernels (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against q8x32 activations.
+// AVX2 level: legacy-quant kernels (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against x32 activations of 1
+// or 2 digits (matmul_kernels.h).
 //
 // Block by block, per output: the 32 codes meet the 32 activation bytes in vpmaddubsw + vpmaddwd
 // (8 int32 lanes), then acc = fma(float(dot), broadcast(d * d_a), acc) and, in a scalar
-// accumulator, off = fma(m, s, off). Result hsum(acc) + off.
+// accumulator, off = fma(m, s, off). Result hsum(acc) + off. With two digits the int16 pair sums
+// of the hi digit are weighted by 255 in vpmaddwd, so dot = 255 * dot(hi) + dot(lo) stays exact
+// per lane (|dot| <= 4 * 255 * 32512).
 // Codes are unsigned (u8 operand of maddubs): q4 0..15, q5 0..31, with x = d * u + m
 // (q4_0: m = -8d, q5_0: m = -16d). q8_0 keeps signed codes via maddubs(|q|, sign(a, q)); its
 // pair sums stay below 2 * 128 * 127, inside int16.
@@ -82,7 +85,7 @@ struct Legacy<DType::Q8_0> {
   static float offset(const uint8_t*, float) { return 0.0f; }
 };
 
-template <DType T>
+template <DType T, int kDigits>
 struct LegacyKernel {
   using L = Legacy<T>;
   const WeightRows& w;
@@ -118,18 +121,27 @@ struct LegacyKernel {
 #pragma GCC unroll 8
       for (int a = 0; a < NA; ++a) {
         const int64_t i = i0 + a;
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8x32.qs + i * x.cols + b * kQK));
+        __m256i q[kDigits];
+#pragma GCC unroll 2
+        for (int k = 0; k < kDigits; ++k)
+          q[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8x32.qs + (i * kDigits + k) * x.cols + b * kQK));
         const float da = x.q8x32.ds[(i * n_blocks + b) * 2];
         const float sa = x.q8x32.ds[(i * n_blocks + b) * 2 + 1];
 #pragma GCC unroll 8
         for (int c = 0; c < NW; ++c) {
-          __m256i pairs;
-          if constexpr (L::kSigned) {
-            pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(codes[c]), _mm256_sign_epi8(q, codes[c]));
-          } else {
-            pairs = _mm256_maddubs_epi16(codes[c], q);
+          __m256i pairs[kDigits];
+#pragma GCC unroll 2
+          for (int k = 0; k < kDigits; ++k) {
+            if constexpr (L::kSigned) {
+              pairs[k] = _mm256_maddubs_epi16(_mm256_abs_epi8(codes[c]), _mm256_sign_epi8(q[k], codes[c]));
+            } else {
+              pairs[k] = _mm256_maddubs_epi16(codes[c], q[k]);
+            }
           }
-          const __m256 dot = _mm256_cvtepi32_ps(pair_sums(pairs));
+          __m256i dot32 = pair_sums(pairs[kDigits - 1]);
+          if constexpr (kDigits == 2)
+            dot32 = _mm256_add_epi32(_mm256_madd_epi16(pairs[0], _mm256_set1_epi16(kDigitBase)), dot32);
+          const __m256 dot = _mm256_cvtepi32_ps(dot32);
           acc[a][c] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d[c] * da), acc[a][c]);
           if constexpr (!L::kSigned) off[a][c] = std::fma(m[c], sa, off[a][c]);
         }
@@ -142,23 +154,25 @@ struct LegacyKernel {
   }
 };
 
-template <DType T>
+template <DType T, int kDigits>
 void gemm_legacy(const WeightRows& w, const Activations& x, float* y, int64_t ldy) {
-  run_tiles<2, 2, 4>(LegacyKernel<T>{w, x, y, ldy}, w.n_rows, x.n);
+  run_tiles<2, 2, 4>(LegacyKernel<T, kDigits>{w, x, y, ldy}, w.n_rows, x.n);
+}
+
+template <int kDigits>
+Kernel find(DType t) {
+  switch (t) {
+    case DType::Q4_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_0, kDigits>};
+    case DType::Q4_1: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_1, kDigits>};
+    case DType::Q5_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q5_0, kDigits>};
+    case DType::Q5_1: return {ActFormat::kQ8x32, gemm_legacy<DType::Q5_1, kDigits>};
+    case DType::Q8_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q8_0, kDigits>};
+    default: return {};
+  }
 }
 
 }  // namespace
 
-Kernel avx2_find_legacy_kernel(DType t, int digits) {
-  if (digits != 1) return {};  // TODO
-  switch (t) {
-    case DType::Q4_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_0>};
-    case DType::Q4_1: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_1>};
-    case DType::Q5_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q5_0>};
-    case DType::Q5_1: return {ActFormat::kQ8x32, gemm_legacy<DType::Q5_1>};
-    case DType::Q8_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q8_0>};
-    default: return {};
-  }
-}
+Kernel avx2_find_legacy_kernel(DType t, int digits) { return digits == 2 ? find<2>(t) : find<1>(t); }
 
 }  // namespace tern::cpu::detail

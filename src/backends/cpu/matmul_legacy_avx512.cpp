@@ -1,10 +1,12 @@
-// AVX-512 (VNNI) level: legacy-quant kernels (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against q8x32
-// activations.
+// AVX-512 (VNNI) level: legacy-quant kernels (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against x32
+// activations of 1 or 2 digits (matmul_kernels.h).
 //
 // Every legacy block decodes as x = d * u + m with an unsigned code u (q4: 0..15, q5: 0..31,
 // q8_0: q + 128) and a per-block offset m (q4_0: -8d, q5_0: -16d, q8_0: -128d, q4_1/q5_1: the
 // stored min). A block's dot with activation block (d_a, q, s = d_a * sum q) is therefore
 //   (d * d_a) * isum + m * s,   isum = sum(u * q), exact in int32 (what vpdpbusd computes).
+// With two digits, isum = 255 * sum(u * hi) + sum(u * lo): two vpdpbusd passes over the same
+// codes, combined exactly (|isum| <= 32 * 255 * 32512 < 2^31); the float steps do not change.
 //
 // Panels: 16 weight rows are computed together, one per vector lane (lane L holds panel row
 // lane_row(L), the order a 4x4 transpose leaves; matmul_panel_avx512.h). Per block, the rows' codes are transposed so
@@ -167,10 +169,10 @@ inline void load_panel_block(const PanelRows& rows, int64_t b, PanelBlock& out) 
   }
 }
 
-// The per-output sequence for one block and one activation row (see the file comment).
+// sum(u * q) of one block against one activation digit (32 int8 at q).
 // kHighTimes16: z[4..7] hold 16 * code, so their partial sum is divided back (exactly).
 template <bool kHighTimes16>
-[[gnu::always_inline]] inline __m512 block_step(const PanelBlock& pb, const int8_t* q, float da, float sa, __m512 acc) {
+[[gnu::always_inline]] inline __m512i digit_isum(const PanelBlock& pb, const int8_t* q) {
   // Two dependency chains (codes 0-15 and 16-31): one chain of eight would be latency-bound.
   __m512i isum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
 #pragma GCC unroll 8
@@ -180,15 +182,29 @@ template <bool kHighTimes16>
     isum[k / 4] = _mm512_dpbusd_epi32(isum[k / 4], pb.z[k], _mm512_set1_epi32(word));
   }
   const __m512i high = kHighTimes16 ? _mm512_srai_epi32(isum[1], 4) : isum[1];
-  const __m512i total = _mm512_add_epi32(isum[0], high);  // exact
+  return _mm512_add_epi32(isum[0], high);  // exact
+}
+
+// The per-output sequence for one block and one activation row (see the file comment): q is the
+// block's first digit, later digits follow `plane_stride` bytes apart.
+template <bool kHighTimes16, int kDigits>
+[[gnu::always_inline]] inline __m512 block_step(const PanelBlock& pb, const int8_t* q, int64_t plane_stride, float da,
+                                                float sa, __m512 acc) {
+  __m512i total = digit_isum<kHighTimes16>(pb, q);
+  if constexpr (kDigits == 2) {
+    static_assert(kDigitBase == 255);
+    total = _mm512_sub_epi32(_mm512_slli_epi32(total, 8), total);  // 255 * hi part, exact
+    total = _mm512_add_epi32(total, digit_isum<kHighTimes16>(pb, q + plane_stride));
+  }
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(pb.d, _mm512_set1_ps(da)), acc);
   return _mm512_fmadd_ps(pb.m, _mm512_set1_ps(sa), acc);
 }
 
+
 // Decode: NA (<= kFusedMaxRows) activation rows, each block transposed in registers and used once.
 // Meanwhile the next panel's bytes [next, next + next_bytes) are prefetched, a slice per block:
 // the 16 interleaved row streams of a panel defeat the hardware prefetchers on cold weights.
-template <DType T, int NA>
+template <DType T, int kDigits, int NA>
 void panel_fused(const PanelRows& rows, const Activations& x, int64_t i0, float* y, int64_t ldy, int n_valid,
                  const uint8_t* next, size_t next_bytes) {
   const int64_t n_blocks = x.cols / kQK;
@@ -205,7 +221,8 @@ void panel_fused(const PanelRows& rows, const Activations& x, int64_t i0, float*
     for (int a = 0; a < NA; ++a) {
       const int64_t i = i0 + a;
       const float* ds = x.q8x32.ds + (i * n_blocks + b) * 2;
-      acc[a] = block_step<Legacy<T>::kHighTimes16>(pb, x.q8x32.qs + i * x.cols + b * kQK, ds[0], ds[1], acc[a]);
+      acc[a] = block_step<Legacy<T>::kHighTimes16, kDigits>(pb, x.q8x32.qs + i * kDigits * x.cols + b * kQK, x.cols,
+                                                             ds[0], ds[1], acc[a]);
     }
   }
 #pragma GCC unroll 4
@@ -214,7 +231,7 @@ void panel_fused(const PanelRows& rows, const Activations& x, int64_t i0, float*
 
 // Prefill: the panel is transposed once into scratch, then activation rows [i0, i0 + NA) pass
 // over it.
-template <DType T, int NA>
+template <DType T, int kDigits, int NA>
 void panel_rows_pass(const PanelBlock* panel, const Activations& x, int64_t i0, float* y, int64_t ldy, int n_valid) {
   const int64_t n_blocks = x.cols / kQK;
   __m512 acc[NA];
@@ -226,14 +243,15 @@ void panel_rows_pass(const PanelBlock* panel, const Activations& x, int64_t i0, 
     for (int a = 0; a < NA; ++a) {
       const int64_t i = i0 + a;
       const float* ds = x.q8x32.ds + (i * n_blocks + b) * 2;
-      acc[a] = block_step<Legacy<T>::kHighTimes16>(pb, x.q8x32.qs + i * x.cols + b * kQK, ds[0], ds[1], acc[a]);
+      acc[a] = block_step<Legacy<T>::kHighTimes16, kDigits>(pb, x.q8x32.qs + i * kDigits * x.cols + b * kQK, x.cols,
+                                                             ds[0], ds[1], acc[a]);
     }
   }
 #pragma GCC unroll 8
   for (int a = 0; a < NA; ++a) store_panel(acc[a], y + (i0 + a) * ldy, n_valid);
 }
 
-template <DType T>
+template <DType T, int kDigits>
 void gemm_legacy(const WeightRows& w, const Activations& x, float* y, int64_t ldy) {
   const int64_t n_blocks = x.cols / kQK;
   const int64_t n = x.n;
@@ -252,9 +270,9 @@ void gemm_legacy(const WeightRows& w, const Activations& x, float* y, int64_t ld
     static_assert(kFusedMaxRows == 3);
     if (n <= kFusedMaxRows) {
       switch (n) {
-        case 1: panel_fused<T, 1>(rows, x, 0, y_panel, ldy, n_valid, next, next_bytes); break;
-        case 2: panel_fused<T, 2>(rows, x, 0, y_panel, ldy, n_valid, next, next_bytes); break;
-        default: panel_fused<T, 3>(rows, x, 0, y_panel, ldy, n_valid, next, next_bytes); break;
+        case 1: panel_fused<T, kDigits, 1>(rows, x, 0, y_panel, ldy, n_valid, next, next_bytes); break;
+        case 2: panel_fused<T, kDigits, 2>(rows, x, 0, y_panel, ldy, n_valid, next, next_bytes); break;
+        default: panel_fused<T, kDigits, 3>(rows, x, 0, y_panel, ldy, n_valid, next, next_bytes); break;
       }
       continue;
     }
@@ -263,27 +281,31 @@ void gemm_legacy(const WeightRows& w, const Activations& x, float* y, int64_t ld
     constexpr int kRows = 4;  // activation rows per pass over the panel
     for (int64_t i0 = 0; i0 < n; i0 += kRows) {
       switch (n - i0 < kRows ? n - i0 : kRows) {
-        case 1: panel_rows_pass<T, 1>(blocks, x, i0, y_panel, ldy, n_valid); break;
-        case 2: panel_rows_pass<T, 2>(blocks, x, i0, y_panel, ldy, n_valid); break;
-        case 3: panel_rows_pass<T, 3>(blocks, x, i0, y_panel, ldy, n_valid); break;
-        default: panel_rows_pass<T, kRows>(blocks, x, i0, y_panel, ldy, n_valid); break;
+        case 1: panel_rows_pass<T, kDigits, 1>(blocks, x, i0, y_panel, ldy, n_valid); break;
+        case 2: panel_rows_pass<T, kDigits, 2>(blocks, x, i0, y_panel, ldy, n_valid); break;
+        case 3: panel_rows_pass<T, kDigits, 3>(blocks, x, i0, y_panel, ldy, n_valid); break;
+        default: panel_rows_pass<T, kDigits, kRows>(blocks, x, i0, y_panel, ldy, n_valid); break;
       }
     }
+  }
+}
+
+template <int kDigits>
+Kernel find(DType t) {
+  switch (t) {
+    case DType::Q4_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_0, kDigits>};
+    case DType::Q4_1: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_1, kDigits>};
+    case DType::Q5_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q5_0, kDigits>};
+    case DType::Q5_1: return {ActFormat::kQ8x32, gemm_legacy<DType::Q5_1, kDigits>};
+    case DType::Q8_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q8_0, kDigits>};
+    default: return {};
   }
 }
 
 }  // namespace
 
 Kernel avx512_find_legacy_kernel(DType t, int digits) {
-  if (digits != 1) return {};  // TODO
-  switch (t) {
-    case DType::Q4_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_0>};
-    case DType::Q4_1: return {ActFormat::kQ8x32, gemm_legacy<DType::Q4_1>};
-    case DType::Q5_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q5_0>};
-    case DType::Q5_1: return {ActFormat::kQ8x32, gemm_legacy<DType::Q5_1>};
-    case DType::Q8_0: return {ActFormat::kQ8x32, gemm_legacy<DType::Q8_0>};
-    default: return {};
-  }
+  return digits == 2 ? find<2>(t) : find<1>(t);
 }
 
 }  // namespace tern::cpu::detail
