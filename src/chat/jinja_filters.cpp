@@ -2,6 +2,7 @@
 // defaults. Filters jinja2 has that chat templates do not use (urlize, wordwrap, ...) are known
 // names that fail when applied, so a template using one gets a clear "unsupported" error.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -511,6 +512,16 @@ Value f_attr(Interpreter& in, const Value& input, CallArgs& args) {
   return in.get_attr(input, name.as_string());
 }
 
+Value f_format(Interpreter& in, const Value& input, CallArgs& args) {
+  // jinja2: "%s, %s" | format(a, b) is "%s, %s" % (a, b); keyword arguments fill %(name)s.
+  if (!args.named.empty()) {
+    Object mapping;
+    for (const auto& [k, v] : args.named) mapping.set(k, v);
+    return Value(printf_format(in, str_of(input), Value::object(std::move(mapping))));
+  }
+  return Value(printf_format(in, str_of(input), Value::tuple(args.positional)));
+}
+
 Value f_wordcount(Interpreter&, const Value& input, CallArgs&) {
   int64_t n = 0;
   bool in_word = false;
@@ -531,7 +542,7 @@ constexpr FilterEntry kFilters[] = {
     {"abs", f_abs},          {"attr", f_attr},         {"batch", f_batch},          {"capitalize", f_capitalize},
     {"center", f_center},    {"count", f_length},      {"d", f_default},            {"default", f_default},
     {"dictsort", f_dictsort}, {"e", f_escape},         {"escape", f_escape},        {"filesizeformat", nullptr},
-    {"first", f_first},      {"float", f_float},       {"forceescape", nullptr},   {"format", nullptr},
+    {"first", f_first},      {"float", f_float},       {"forceescape", nullptr},   {"format", f_format},
     {"groupby", nullptr},    {"indent", f_indent},     {"int", f_int},              {"items", f_items},
     {"join", f_join},        {"last", f_last},         {"length", f_length},        {"list", f_list},
     {"lower", f_lower},      {"map", f_map},           {"max", f_max},              {"min", f_min},

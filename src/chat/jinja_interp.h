@@ -123,6 +123,9 @@ void add_globals(Object* globals);
 int compare_values(Interpreter& in, const Value& a, const Value& b, const char* op);
 // Python str() with Markup-free semantics (what `|string` and `~` produce).
 std::string to_str(const Value& v);
+// Python's printf-style `fmt % args` (also the `format` filter): %s %r %d %i %x %o %c %f %e %g
+// with flags, width and precision, %(name)s from a dict, %%.
+std::string printf_format(Interpreter& in, const std::string& fmt, const Value& args);
 }  // namespace jinja
 
 }  // namespace tern::chat

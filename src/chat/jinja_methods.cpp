@@ -369,6 +369,101 @@ Value call_list_method(Interpreter& in, const Value& obj, const std::string& nam
 
 }  // namespace
 
+std::string printf_format(Interpreter& in, const std::string& fmt, const Value& args) {
+  // Python's `fmt % args`: a tuple supplies the positional values, a dict the %(name)s ones,
+  // anything else is the single value.
+  std::vector<Value> values;
+  if (args.is_array() && args.as_array_data().is_tuple) {
+    values = args.as_array();
+  } else {
+    values.push_back(args);
+  }
+  size_t next = 0;
+  bool used_mapping = false;
+  std::string out;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out.push_back(fmt[i]);
+      continue;
+    }
+    if (++i >= fmt.size()) in.fail("ValueError: incomplete format");
+    const Value* value = nullptr;
+    if (fmt[i] == '(') {
+      const size_t close = fmt.find(')', i);
+      if (close == std::string::npos || !args.is_object()) in.fail("TypeError: format requires a mapping");
+      const std::string key = fmt.substr(i + 1, close - i - 1);
+      value = args.as_object().find(key);
+      if (value == nullptr) in.fail("KeyError: '" + key + "'");
+      used_mapping = true;
+      i = close + 1;
+    }
+    std::string flags;
+    while (i < fmt.size() && std::string_view("-+ 0#").find(fmt[i]) != std::string_view::npos) flags += fmt[i++];
+    size_t width = 0;
+    while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') width = std::min<size_t>(width * 10 + (fmt[i++] - '0'), 4096);
+    int precision = -1;
+    if (i < fmt.size() && fmt[i] == '.') {
+      precision = 0;
+      while (++i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') precision = std::min(precision * 10 + (fmt[i] - '0'), 400);
+    }
+    if (i >= fmt.size()) in.fail("ValueError: incomplete format");
+    const char conv = fmt[i];
+    if (conv == '%') {
+      out.push_back('%');
+      continue;
+    }
+    if (value == nullptr) {
+      if (next >= values.size()) in.fail("TypeError: not enough arguments for format string");
+      value = &values[next++];
+    }
+    std::string piece;
+    if (conv == 's' || conv == 'r' || conv == 'a') {
+      piece = conv == 's' ? to_str(*value) : repr(*value);
+      if (precision >= 0) {
+        const std::vector<size_t> offs = utf8::offsets(piece);
+        if (static_cast<size_t>(precision) + 1 < offs.size()) piece.resize(offs[static_cast<size_t>(precision)]);
+      }
+    } else if (std::string_view("diouxXcfFeEgG").find(conv) != std::string_view::npos) {
+      if (!value->is_number()) {
+        in.fail(std::string("TypeError: %") + conv + " format: a real number is required, not " + type_name(*value));
+      }
+      char buf[512];
+      const std::string cspec = "%" + flags + (precision >= 0 ? "." + std::to_string(precision) : "");
+      if (conv == 'c') {
+        utf8::append(&piece, static_cast<char32_t>(value->as_number()));
+      } else if (std::string_view("diouxX").find(conv) != std::string_view::npos) {
+        const double d = value->as_number();
+        const long long v = value->is_float() ? static_cast<long long>(d) : static_cast<long long>(value->is_int() ? value->as_int() : value->as_bool());
+        std::snprintf(buf, sizeof(buf), (cspec + "ll" + (conv == 'i' || conv == 'u' ? 'd' : conv)).c_str(), v);
+        piece = buf;
+      } else {
+        std::snprintf(buf, sizeof(buf), (cspec + conv).c_str(), value->as_number());
+        piece = buf;
+      }
+    } else {
+      in.fail(std::string("ValueError: unsupported format character '") + conv + "'");
+    }
+    const size_t len = utf8::length(piece);
+    if (width > len) {
+      const bool left = flags.find('-') != std::string::npos;
+      const bool zeros = !left && flags.find('0') != std::string::npos && conv != 's' && conv != 'r';
+      const std::string pad(width - len, zeros ? '0' : ' ');
+      if (left) {
+        piece += pad;
+      } else if (zeros && !piece.empty() && (piece[0] == '-' || piece[0] == '+' || piece[0] == ' ')) {
+        piece = piece.substr(0, 1) + pad + piece.substr(1);
+      } else {
+        piece = pad + piece;
+      }
+    }
+    out += piece;
+  }
+  if (!used_mapping && next < values.size()) {
+    in.fail("TypeError: not all arguments converted during string formatting");
+  }
+  return out;
+}
+
 Value bind_method(Interpreter& in, const Value& obj, const std::string& name) {
   const std::set<std::string, std::less<>>* methods = nullptr;
   const char* type = nullptr;

@@ -177,7 +177,7 @@ Value arithmetic(Interpreter& in, const std::string& op, const Value& a, const V
     if ((a.is_string() || a.is_array()) && (b.is_int() || b.is_bool())) return repeat(in, a, as_int64(b));
     if ((b.is_string() || b.is_array()) && (a.is_int() || a.is_bool())) return repeat(in, b, as_int64(a));
   }
-  if (op == "%" && a.is_string()) in.fail("unsupported construct: printf-style string formatting with '%'");
+  if (op == "%" && a.is_string()) return Value(jinja::printf_format(in, a.as_string(), b));
   std::string ta = type_name(a), tb = type_name(b);
   in.fail("TypeError: unsupported operand type(s) for " + op + ": '" + ta.substr(0, ta.find(' ')) + "' and '" +
           tb.substr(0, tb.find(' ')) + "'");

@@ -3,6 +3,7 @@
 // Result through every one of the ~30 mutually recursive grammar functions would hide the grammar.
 #include "chat/jinja_parser.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <set>
 
