@@ -1,7 +1,10 @@
 // matmul_bench: speed of cpu::matmul against the machine's measured limits.
 //
-//   matmul_bench [--threads=1,2] [--isa=scalar|avx2|avx512] [--reps=N] [--quick] [--hot] [--cpu-time]
+//   matmul_bench [--threads=1,2] [--isa=scalar|avx2|avx512] [--act-bits=8|16] [--reps=N] [--quick] [--hot]
+//                [--cpu-time]
 //
+// --act-bits: activation precision of the quantized kernels (matmul.h ActBits; default: the
+// library default, or TERN_CPU_ACT_BITS if set).
 // --hot: decode weights are not rotated (cache-resident): the kernels' compute speed, an upper
 // bound for the memory-bound numbers. --cpu-time: time the calling thread's CPU time instead of
 // wall time (use with --threads=1 on a busy machine).
@@ -44,6 +47,7 @@ using cpu::Isa;
 struct Options {
   std::vector<int> threads = {1, 2};
   Isa isa = cpu::active_isa();
+  cpu::ActBits act_bits = cpu::act_bits_from_env(cpu::kDefaultActBits);
   int reps = 21;
   bool quick = false;
   bool hot = false;       // decode weights stay cache-resident
@@ -213,8 +217,9 @@ constexpr Shape kSmolHead = {"output", DType::Q8_0, 49152, 576};
 constexpr size_t kColdBytes = size_t{400} << 20;
 
 void bench_decode(const Options& o, const std::vector<double>& peak) {
-  std::printf("\n== decode: n = 1 matvec, weights %s (isa %s) ==\n",
-              o.hot ? "cache-resident (--hot)" : "streamed from memory", std::string(cpu::isa_name(o.isa)).c_str());
+  std::printf("\n== decode: n = 1 matvec, weights %s (isa %s, %s-bit activations) ==\n",
+              o.hot ? "cache-resident (--hot)" : "streamed from memory", std::string(cpu::isa_name(o.isa)).c_str(),
+              std::string(cpu::act_bits_name(o.act_bits)).c_str());
   std::printf("%-18s %-5s %13s %3s %10s %9s %7s %8s\n", "case", "type", "rows x cols", "thr", "median_us", "GB/s",
               "%peak", "GOP/s");
   std::vector<Shape> shapes(std::begin(kSmolShapes), std::end(kSmolShapes));
@@ -228,7 +233,7 @@ void bench_decode(const Options& o, const std::vector<double>& peak) {
       size_t copy = 0;
       const int reps = std::max<int>(o.reps, static_cast<int>(2 * w.copies.size()));
       const double t = median_seconds(reps, [&] {
-        cpu::matmul_isa(o.isa, w.tensor(copy), x.data(), 1, y.data(), pool);
+        cpu::matmul_isa(o.isa, w.tensor(copy), x.data(), 1, y.data(), pool, o.act_bits);
         copy = (copy + 1) % w.copies.size();
       });
       const double gbps = w.bytes_per_copy / t * 1e-9;
@@ -267,8 +272,8 @@ void bench_model(const Options& o, const std::vector<double>& peak, const ModelW
   for (size_t ti = 0; ti < o.threads.size(); ++ti) {
     ThreadPool pool(o.threads[ti]);
     const double t = median_seconds(o.reps, [&] {
-      for (const WeightSet& w : m.layers) cpu::matmul_isa(o.isa, w.tensor(0), x.data(), 1, y.data(), pool);
-      cpu::matmul_isa(o.isa, m.head.tensor(0), x.data(), 1, y.data(), pool);
+      for (const WeightSet& w : m.layers) cpu::matmul_isa(o.isa, w.tensor(0), x.data(), 1, y.data(), pool, o.act_bits);
+      cpu::matmul_isa(o.isa, m.head.tensor(0), x.data(), 1, y.data(), pool, o.act_bits);
     });
     const double gbps = m.total_bytes / t * 1e-9;
     std::printf("%3d %10.3f %9.1f %9.1f %6.0f%%\n", o.threads[ti], t * 1e3, 1.0 / t, gbps, 100.0 * gbps / peak[ti]);
@@ -294,7 +299,8 @@ void bench_prefill(const Options& o, const ModelWeights& m) {
       std::vector<float> y(static_cast<size_t>(n * s.rows));
       for (int threads : o.threads) {
         ThreadPool pool(threads);
-        const double t = median_seconds(reps, [&] { cpu::matmul_isa(o.isa, w.tensor(0), x.data(), n, y.data(), pool); });
+        const double t =
+            median_seconds(reps, [&] { cpu::matmul_isa(o.isa, w.tensor(0), x.data(), n, y.data(), pool, o.act_bits); });
         std::printf("%-18s %-5s %6lld x %-5lld %4lld %3d %10.3f %8.1f\n", s.name, std::string(dtype_name(s.dtype)).c_str(),
                     static_cast<long long>(s.rows), static_cast<long long>(s.cols), static_cast<long long>(n), threads,
                     t * 1e3, 2.0 * n * s.rows * s.cols / t * 1e-9);
@@ -313,8 +319,8 @@ void bench_prefill(const Options& o, const ModelWeights& m) {
     for (int threads : o.threads) {
       ThreadPool pool(threads);
       const double t = median_seconds(reps, [&] {
-        for (const WeightSet& w : m.layers) cpu::matmul_isa(o.isa, w.tensor(0), x.data(), n, y.data(), pool);
-        cpu::matmul_isa(o.isa, m.head.tensor(0), x.data(), 1, y.data(), pool);
+        for (const WeightSet& w : m.layers) cpu::matmul_isa(o.isa, w.tensor(0), x.data(), n, y.data(), pool, o.act_bits);
+        cpu::matmul_isa(o.isa, m.head.tensor(0), x.data(), 1, y.data(), pool, o.act_bits);
       });
       const double ops = layer_ops * kSmolLayers * n + ops_per_token * 1e9;
       std::printf("%-34s %4lld %3d %10.2f %9.1f %8.1f\n", "", static_cast<long long>(n), threads, t * 1e3, n / t,
@@ -342,6 +348,8 @@ bool parse(int argc, char** argv, Options& o) {
         return false;
       }
       o.isa = *isa;
+    } else if (a == "--act-bits=8" || a == "--act-bits=16") {
+      o.act_bits = a == "--act-bits=8" ? cpu::ActBits::k8 : cpu::ActBits::k16;
     } else if (a.rfind("--reps=", 0) == 0) {
       o.reps = std::max(3, std::stoi(a.substr(7)));
     } else if (a == "--quick") {
@@ -351,7 +359,9 @@ bool parse(int argc, char** argv, Options& o) {
     } else if (a == "--cpu-time") {
       o.cpu_time = true;
     } else {
-      std::fprintf(stderr, "usage: matmul_bench [--threads=1,2] [--isa=scalar|avx2|avx512] [--reps=N] [--quick] [--hot] [--cpu-time]\n");
+      std::fprintf(stderr,
+                   "usage: matmul_bench [--threads=1,2] [--isa=scalar|avx2|avx512] [--act-bits=8|16] [--reps=N] [--quick] "
+                   "[--hot] [--cpu-time]\n");
       return false;
     }
   }

@@ -185,8 +185,22 @@ template <bool kHighTimes16>
   return _mm512_add_epi32(isum[0], high);  // exact
 }
 
+// load_panel_block with every code unscaled (q4's high nibbles shifted down once per panel rather
+// than their sums once per activation row and digit): the prefill form, measured ~6% faster there.
+template <DType T>
+inline void load_plain_panel_block(const PanelRows& rows, int64_t b, PanelBlock& out) {
+  load_panel_block<T>(rows, b, out);
+  if constexpr (Legacy<T>::kHighTimes16) {
+    // 16 * code >> 4 per 16-bit lane: the high byte's zero low nibble is what shifts into the
+    // low byte, so every byte becomes its own code.
+#pragma GCC unroll 4
+    for (int k = kCodeVectors / 2; k < kCodeVectors; ++k) out.z[k] = _mm512_srli_epi16(out.z[k], 4);
+  }
+}
+
 // The per-output sequence for one block and one activation row (see the file comment): q is the
-// block's first digit, later digits follow `plane_stride` bytes apart.
+// block's first digit, later digits follow `plane_stride` bytes apart. The integer work depends on
+// the code form (kHighTimes16); the float steps do not.
 template <bool kHighTimes16, int kDigits>
 [[gnu::always_inline]] inline __m512 block_step(const PanelBlock& pb, const int8_t* q, int64_t plane_stride, float da,
                                                 float sa, __m512 acc) {
@@ -229,8 +243,8 @@ void panel_fused(const PanelRows& rows, const Activations& x, int64_t i0, float*
   for (int a = 0; a < NA; ++a) store_panel(acc[a], y + (i0 + a) * ldy, n_valid);
 }
 
-// Prefill: the panel is transposed once into scratch, then activation rows [i0, i0 + NA) pass
-// over it.
+// Prefill: the panel is transposed once into scratch (codes unscaled: see load_plain_panel_block),
+// then activation rows [i0, i0 + NA) pass over it.
 template <DType T, int kDigits, int NA>
 void panel_rows_pass(const PanelBlock* panel, const Activations& x, int64_t i0, float* y, int64_t ldy, int n_valid) {
   const int64_t n_blocks = x.cols / kQK;
@@ -243,8 +257,8 @@ void panel_rows_pass(const PanelBlock* panel, const Activations& x, int64_t i0, 
     for (int a = 0; a < NA; ++a) {
       const int64_t i = i0 + a;
       const float* ds = x.q8x32.ds + (i * n_blocks + b) * 2;
-      acc[a] = block_step<Legacy<T>::kHighTimes16, kDigits>(pb, x.q8x32.qs + i * kDigits * x.cols + b * kQK, x.cols,
-                                                             ds[0], ds[1], acc[a]);
+      acc[a] = block_step<false, kDigits>(pb, x.q8x32.qs + i * kDigits * x.cols + b * kQK, x.cols, ds[0], ds[1],
+                                             acc[a]);
     }
   }
 #pragma GCC unroll 8
@@ -277,7 +291,7 @@ void gemm_legacy(const WeightRows& w, const Activations& x, float* y, int64_t ld
       continue;
     }
     PanelBlock* blocks = panel.reserve(static_cast<size_t>(n_blocks));
-    for (int64_t b = 0; b < n_blocks; ++b) load_panel_block<T>(rows, b, blocks[b]);
+    for (int64_t b = 0; b < n_blocks; ++b) load_plain_panel_block<T>(rows, b, blocks[b]);
     constexpr int kRows = 4;  // activation rows per pass over the panel
     for (int64_t i0 = 0; i0 < n; i0 += kRows) {
       switch (n - i0 < kRows ? n - i0 : kRows) {
