@@ -9,11 +9,13 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
@@ -36,6 +38,22 @@ namespace {
 
 // How long a blocked write may wait for a client that stopped reading.
 constexpr std::chrono::seconds kSendTimeout{30};
+// Oversized bodies up to this size are read and dropped before the 413 goes out: clients send the
+// whole body before they read the answer, and closing on unread data would reset the connection
+// and lose the answer.
+constexpr uint64_t kMaxDrainBytes = 64ull << 20;
+
+void drain_body(tcp::socket& socket, boost::beast::flat_buffer& buffer, uint64_t n_bytes) {
+  const uint64_t buffered = std::min<uint64_t>(n_bytes, buffer.size());
+  buffer.consume(static_cast<size_t>(buffered));
+  uint64_t left = n_bytes - buffered;
+  std::vector<char> scratch(64 << 10);
+  boost::beast::error_code ec;
+  while (left > 0 && !ec) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(left, scratch.size()));
+    left -= socket.read_some(net::buffer(scratch.data(), want), ec);
+  }
+}
 
 void set_socket_timeout(int fd, int option, std::chrono::seconds t) {
   timeval tv{};
@@ -165,7 +183,9 @@ void HttpServer::Impl::serve_connection(tcp::socket socket) {
   while (!stopping) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(options.max_header_bytes);
-    parser.body_limit(options.max_body_bytes);
+    // note: Beast refuses a declared Content-Length over the body limit while reading the head,
+    // before we know the path; the limit is set after the head so that the 413 can be answered.
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     http::read_header(socket, buffer, parser, ec);
     if (ec) break;  // closed, timed out, woken by stop(), or a malformed request head
     set_busy(fd, true);
@@ -182,11 +202,13 @@ void HttpServer::Impl::serve_connection(tcp::socket socket) {
     req.declared_body_bytes = declared ? *declared : 0;
     if (declared && *declared > options.max_body_bytes) {
       req.body_too_large = true;
+      if (*declared <= kMaxDrainBytes) drain_body(socket, buffer, *declared);
     } else {
       if (const std::string* expect = req.header("expect"); expect && lower(*expect) == "100-continue") {
         http::response<http::empty_body> cont{http::status::continue_, 11};
         http::write(socket, cont, ec);
       }
+      parser.body_limit(options.max_body_bytes);
       http::read(socket, buffer, parser, ec);
       if (ec == http::error::body_limit) {
         req.body_too_large = true;  // chunked request bodies are only measured while reading

@@ -189,8 +189,14 @@ ApiOr<BuiltPrompt> build_prompt(const GenerationSpec& spec, const ChatFormat& fo
   const std::string_view rendered = text.value();
   out.parser.starts_in_reasoning = out.parser.reasoning && (ends_with(rendered, "<think>") || ends_with(rendered, "<think>\n"));
   if (force_call) {
-    out.forced_output = forced_call_opening(
-        format.tool_format, spec.tool_choice.mode == ToolChoiceMode::kNamed ? spec.tool_choice.name : std::string());
+    // "required" with a single tool can only mean that tool: name it, so a small model cannot
+    // invent another name.
+    std::string name = spec.tool_choice.name;
+    if (spec.tool_choice.mode == ToolChoiceMode::kRequired && spec.tools.as_array().size() == 1) {
+      const chat::Value* fn = spec.tools.as_array()[0].get("function");
+      if (fn != nullptr) name = string_field(*fn, "name");
+    }
+    out.forced_output = forced_call_opening(format.tool_format, name);
   }
   out.tokens = tokenizer.encode(text.value() + out.forced_output, /*add_bos_eos=*/false, /*parse_special=*/true);
   if (out.tokens.empty()) return invalid_field("messages", "expected a conversation, got an empty prompt");
