@@ -16,7 +16,7 @@ struct CpuBackendOptions {
   bool reference = false;  // run the reference kernels only (tests)
   // 8 or 16: precision of the activations that meet quantized weights in the fast matmul (matmul.h,
   // ActBits). The environment variable TERN_CPU_ACT_BITS=8|16 overrides it (benchmarks).
-  int activation_bits = 8;
+  int activation_bits = 16;
 };
 
 class CpuBackend final : public Backend {
