@@ -42,7 +42,7 @@ enum class ActBits : uint8_t {
   k8 = 8,    // int8 per block: fastest; on SmolLM2-135M Q4_1 the logits move by up to ~1
   k16 = 16,  // two int8 digits per element, ~2^-15 relative per block: close to the reference
 };
-constexpr ActBits kDefaultActBits = ActBits::k8;
+constexpr ActBits kDefaultActBits = ActBits::k16;
 
 // `requested`, unless the environment sets TERN_CPU_ACT_BITS=8 or 16 (benchmarks, A/B runs);
 // any other value is ignored with a warning on stderr.
