@@ -319,7 +319,8 @@ void bench_prefill(const Options& o, const ModelWeights& m) {
     for (int threads : o.threads) {
       ThreadPool pool(threads);
       const double t = median_seconds(reps, [&] {
-        for (const WeightSet& w : m.layers) cpu::matmul_isa(o.isa, w.tensor(0), x.data(), n, y.data(), pool, o.act_bits);
+        for (const WeightSet& w : m.layers)
+          cpu::matmul_isa(o.isa, w.tensor(0), x.data(), n, y.data(), pool, o.act_bits);
         cpu::matmul_isa(o.isa, m.head.tensor(0), x.data(), 1, y.data(), pool, o.act_bits);
       });
       const double ops = layer_ops * kSmolLayers * n + ops_per_token * 1e9;

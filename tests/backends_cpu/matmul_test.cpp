@@ -355,7 +355,8 @@ TEST_P(MatmulTypes, PaddedUnalignedRowStride) {
     for (ActBits bits : kAllModes) {
       std::vector<float> y(5 * 9, NAN);
       matmul_isa(isa, w.tensor, x.data(), 5, y.data(), pool2_, bits);
-      expect_close_to_reference(w.tensor, x, 5, y, bits, std::string(isa_name(isa)) + " " + mode_name(bits) + " padded stride");
+      expect_close_to_reference(w.tensor, x, 5, y, bits,
+                                std::string(isa_name(isa)) + " " + mode_name(bits) + " padded stride");
     }
   }
 }

@@ -118,7 +118,8 @@ void quantize_x32(const float* x, int64_t cols, int8_t* qs, float* ds) {
     const float d = quantize_block<kDigits>(x + b * kQ8x32Block, kQ8x32Block, qs + b * kQ8x32Block, cols, chunks);
     int32_t sum = 0;  // sum(q), exact (see matmul_float_avx512.cpp)
     for (int k = 0; k < kDigits; ++k) {
-      const __m256i c = _mm256_add_epi32(_mm256_add_epi32(chunks[k][0], chunks[k][1]), _mm256_add_epi32(chunks[k][2], chunks[k][3]));
+      const __m256i c =
+          _mm256_add_epi32(_mm256_add_epi32(chunks[k][0], chunks[k][1]), _mm256_add_epi32(chunks[k][2], chunks[k][3]));
       sum = sum * kDigitBase + hsum_epi32(c);
     }
     ds[2 * b] = d;

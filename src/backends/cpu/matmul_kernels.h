@@ -8,14 +8,20 @@
 // Every level's quantizer writes bitwise the same bytes as the scalar one, so a level without a
 // kernel for some dtype can borrow a lower level's kernel on the same activations.
 //
-// Quantized activations are integers q = rne(x / d) per block, stored as D int8 digits in balanced
-// base 255: q = 255 * hi + lo for D = 2 (the 16-bit mode), q = the one digit for D = 1 (the 8-bit
-// mode). Every digit lies in [-127, 127], the range the int8 kernels were built for (vpdpbusd,
-// maddubs saturation bounds, the AVX2 sign trick), so a 16-bit dot product is two exact int8 dot
-// products of the same weight codes: dot(u, q) = 255 * dot(u, hi) + dot(u, lo).
-//   D = 1: d = amax / 127,   |q| <= 127    (relative step 2^-7 of the block's amax)
-//   D = 2: d = amax / 32512, |q| <= 32512  (= 255 * 127 + 127; relative step ~2^-15)
+// Quantized activations are integers q = rne(x * q_max / amax) per block (amax = the block's
+// largest |x|, scale d = amax / q_max), stored as D int8 digits in balanced base 255:
+// q = 255 * hi + lo for D = 2 (the 16-bit mode), q = the one digit for D = 1 (the 8-bit mode).
+// Every digit lies in [-127, 127], the range the int8 kernels were built for (vpdpbusd, maddubs
+// saturation bounds, the AVX2 sign trick), so a 16-bit dot product is two exact int8 dot products
+// of the same weight codes: dot(u, q) = 255 * dot(u, hi) + dot(u, lo).
+//   D = 1: q_max = 127    (a step of ~2^-7 of the block's amax)
+//   D = 2: q_max = 32512  (= 255 * 127 + 127; a step of ~2^-15 of amax)
 // Digit planes of row i: qs + (D * i + k) * cols for digit k (most significant first).
+// note: why digits rather than int16 activations against weight codes widened to int16
+// (vpdpwssd / vpmaddwd): the multiply instructions per block are the same (a zmm vpdpwssd does 32
+// multiply-adds, vpdpbusd 64), but the digits need no widening of codes (16 more vector ops per
+// 32-element block in decode), keep the repacked prefill panels at 8 bits, and reuse every weight
+// decoder and overflow bound, so every weight type has 16-bit kernels at every level.
 //   x32  (legacy quants):  per 32 elements the scale d and s = d * sum(q), the term a weight block's
 //                          offset multiplies. d and s are stored interleaved ({d, s} per block) so
 //                          that one vector load pairs with the {d, m} fp16 pairs at the head of

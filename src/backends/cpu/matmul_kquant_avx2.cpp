@@ -198,7 +198,8 @@ struct KQuantKernel {
             for (int d = 0; d < kDigits; ++d) {
               const int8_t* digit = x.q8x256.qs + ((i0 + a) * kDigits + d) * x.cols;
               const __m256i q = load32(reinterpret_cast<const uint8_t*>(digit + s * kQK_K + 32 * k));
-              isum[a][c][d] = _mm256_add_epi32(isum[a][c][d], _mm256_madd_epi16(_mm256_maddubs_epi16(codes, q), scales));
+              const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, q), scales);
+              isum[a][c][d] = _mm256_add_epi32(isum[a][c][d], dot);
             }
         }
 #pragma GCC unroll 8

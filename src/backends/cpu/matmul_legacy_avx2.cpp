@@ -123,8 +123,10 @@ struct LegacyKernel {
         const int64_t i = i0 + a;
         __m256i q[kDigits];
 #pragma GCC unroll 2
-        for (int k = 0; k < kDigits; ++k)
-          q[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8x32.qs + (i * kDigits + k) * x.cols + b * kQK));
+        for (int k = 0; k < kDigits; ++k) {
+          const int8_t* digit = x.q8x32.qs + (i * kDigits + k) * x.cols + b * kQK;
+          q[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(digit));
+        }
         const float da = x.q8x32.ds[(i * n_blocks + b) * 2];
         const float sa = x.q8x32.ds[(i * n_blocks + b) * 2 + 1];
 #pragma GCC unroll 8
