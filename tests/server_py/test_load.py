@@ -84,11 +84,15 @@ def test_concurrent_streams_and_stable_memory(small_kv_server):
     load_round(server)
     assert metric(server, "tern_kv_evictions_total") > 0
     load_round(server)
+    load_round(server)
     rss_before = server.rss_kib()
     load_round(server)
+    load_round(server)
     rss_after = server.rss_kib()
-    # A round that keeps memory the previous identical round did not is leaking per request.
-    assert rss_after - rss_before < 8 * 1024, (rss_before, rss_after)
+    # Identical rounds after warm-up: memory that keeps growing round after round is a leak. The
+    # first rounds are excluded because glibc hands the 16 client threads' allocations to new
+    # malloc arenas as threads first touch them (seen: ~28 MiB of one-off growth in round 3).
+    assert rss_after - rss_before < 16 * 1024, (rss_before, rss_after)
     assert metric(server, "tern_http_generations_active") == 0
     assert metric(server, "tern_queue_depth") == 0
 
