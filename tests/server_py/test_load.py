@@ -18,8 +18,16 @@ REQUESTS_PER_CLIENT = 2
 
 
 def one_client(server, index, results):
-    oa = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=300)
-    an = anthropic.Anthropic(base_url=server.base_url, api_key="unused", max_retries=0, timeout=300)
+    # Clients close their connections when done. An idle keep-alive connection holds a server
+    # thread, and with it that thread's caches (the tokenizer's per-thread word cache is 1 MiB),
+    # until it times out; SDK clients left to the garbage collector keep theirs open, and the
+    # server's RSS then follows the number of open connections, not the requests served.
+    with openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=300) as oa, \
+            anthropic.Anthropic(base_url=server.base_url, api_key="unused", max_retries=0, timeout=300) as an:
+        run_requests(server, index, oa, an, results)
+
+
+def run_requests(server, index, oa, an, results):
     system = "You are load-test client %d. Be brief." % (index % 4)  # four shared prefixes
     for r in range(REQUESTS_PER_CLIENT):
         question = "Question %d from client %d: what is %d + %d?" % (r, index, index, r)
@@ -93,6 +101,11 @@ def test_concurrent_streams_and_stable_memory(small_kv_server):
     # first rounds are excluded because glibc hands the 16 client threads' allocations to new
     # malloc arenas as threads first touch them (seen: ~28 MiB of one-off growth in round 3).
     assert rss_after - rss_before < 16 * 1024, (rss_before, rss_after)
+    # Every connection the clients closed is gone on the server too (threads and all).
+    deadline = time.time() + 10
+    while metric(server, "tern_http_connections_open") > 1 and time.time() < deadline:
+        time.sleep(0.1)
+    assert metric(server, "tern_http_connections_open") <= 1  # the one asking
     assert metric(server, "tern_http_generations_active") == 0
     assert metric(server, "tern_queue_depth") == 0
 
