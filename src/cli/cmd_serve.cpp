@@ -175,7 +175,8 @@ int serve(const ServeArgs& a) {
   while (server.n_active_requests() > 0 && std::chrono::steady_clock::now() < deadline) {
     if (wait_signal(signals, std::chrono::milliseconds(100))) break;  // a second signal: stop now
   }
-  engine.shutdown(/*drain=*/false);  // what still runs ends with a "shutting down" event
+  server.cancel_all();  // what still runs ends with a "shutting down" event
+  engine.shutdown(/*drain=*/false);
   http_thread.join();
   std::fprintf(stderr, "tern serve: stopped\n");
   return 0;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <ctime>
+#include <optional>
 
 #include "server/anthropic.h"
 #include "server/generation.h"
@@ -94,7 +95,7 @@ std::string Server::models_json() const {
 std::string Server::metrics_text() const {
   ServerGauges g;
   g.open_connections = http_ ? http_->n_open_connections() : 0;
-  g.active_requests = active_requests_.load();
+  g.active_requests = n_active_requests();
   return render_metrics(engine_->metrics(), counters_, g);
 }
 
@@ -189,58 +190,91 @@ void Server::serve_generation(Route route, const HttpRequest& req, HttpResponder
   ApiOr<std::unique_ptr<Generation>> started = Generation::start(*engine_, std::move(prompt.value()), spec.params);
   if (!started.is_ok()) return send_error(route, started.error(), out);
   Generation& gen = *started.value();
-  ++active_requests_;
-  struct Active {
-    std::atomic<int>* n;
-    ~Active() { --*n; }
-  } active{&active_requests_};
+  ActiveGeneration registered(*this, gen);
 
   ResponseMeta meta;
   meta.id = (anthropic ? "msg_" : route == Route::kCompletions ? "cmpl-" : "chatcmpl-") + random_id(24);
   meta.model = spec.model;
   meta.created = unix_seconds();
-  std::vector<GenEvent> events;
-
   if (spec.stream) {
     std::unique_ptr<StreamEncoder> enc = anthropic ? anthropic_stream(meta)
                                          : route == Route::kCompletions ? openai_completion_stream(meta, spec.include_usage)
                                                                         : openai_chat_stream(meta, spec.include_usage);
     counters_.count(route_label(static_cast<int>(route)), 200);
-    if (!out.begin_stream(200)) return gen.cancel();
-    auto last_write = Clock::now();
-    for (bool more = true; more;) {
-      events.clear();
-      more = gen.poll(&events, kPollInterval);
-      std::string chunk;
-      for (const GenEvent& e : events) chunk += enc->encode(e);
-      if (chunk.empty() && Clock::now() - last_write > kKeepAliveInterval) chunk = enc->keepalive();
-      if (!chunk.empty()) {
-        if (!out.write(chunk)) return gen.cancel();
-        last_write = Clock::now();
-      } else if (more && out.client_gone()) {
-        return gen.cancel();
-      }
-    }
-    return out.end_stream();
+    return stream_to(gen, *enc, out);
   }
+  std::optional<GenEvent> failed;
+  std::optional<Completion> completion = collect(gen, out, &failed);
+  if (failed) return send_error(route, failed->error, out);
+  if (!completion) return;  // the client left
+  if (completion->finish.reason == FinishReason::kCancelled) {
+    return send_error(route, make_error(503, "server_error", "generation stopped: the server is shutting down", "", "shutting_down"), out);
+  }
+  Json response = anthropic                       ? anthropic_response(*completion, meta)
+                  : route == Route::kCompletions ? openai_completion_response(*completion, meta)
+                                                  : openai_chat_response(*completion, meta);
+  send_json(route, 200, response.dump(-1, ' ', false, Json::error_handler_t::replace), out);
+}
 
+void Server::stream_to(Generation& gen, StreamEncoder& enc, HttpResponder& out) {
+  if (!out.begin_stream(200)) return gen.cancel();
+  std::vector<GenEvent> events;
+  auto last_write = Clock::now();
+  for (bool more = true; more;) {
+    events.clear();
+    more = gen.poll(&events, kPollInterval);
+    std::string chunk;
+    for (const GenEvent& e : events) chunk += enc.encode(e);
+    if (chunk.empty() && Clock::now() - last_write > kKeepAliveInterval) chunk = enc.keepalive();
+    if (!chunk.empty()) {
+      if (!out.write(chunk)) return gen.cancel();
+      last_write = Clock::now();
+    } else if (more && out.client_gone()) {
+      return gen.cancel();
+    }
+  }
+  out.end_stream();
+}
+
+std::optional<Completion> Server::collect(Generation& gen, HttpResponder& out, std::optional<GenEvent>* failed) {
   Completion completion;
+  std::vector<GenEvent> events;
   for (bool more = true; more;) {
     events.clear();
     more = gen.poll(&events, kPollInterval);
     for (const GenEvent& e : events) {
-      if (e.kind == GenEvent::Kind::kError) return send_error(route, e.error, out);
+      if (e.kind == GenEvent::Kind::kError) {
+        *failed = e;
+        return std::nullopt;
+      }
       accumulate(completion, e);
     }
-    if (more && events.empty() && out.client_gone()) return gen.cancel();
+    if (more && events.empty() && out.client_gone()) {
+      gen.cancel();
+      return std::nullopt;
+    }
   }
-  if (completion.finish.reason == FinishReason::kCancelled) {
-    return send_error(route, make_error(503, "server_error", "generation stopped: the server is shutting down", "", "shutting_down"), out);
-  }
-  Json response = anthropic                       ? anthropic_response(completion, meta)
-                  : route == Route::kCompletions ? openai_completion_response(completion, meta)
-                                                  : openai_chat_response(completion, meta);
-  send_json(route, 200, response.dump(-1, ' ', false, Json::error_handler_t::replace), out);
+  return completion;
+}
+
+Server::ActiveGeneration::ActiveGeneration(Server& server, Generation& gen) : server_(&server), gen_(&gen) {
+  std::lock_guard<std::mutex> lock(server_->active_mutex_);
+  server_->active_.insert(gen_);
+}
+
+Server::ActiveGeneration::~ActiveGeneration() {
+  std::lock_guard<std::mutex> lock(server_->active_mutex_);
+  server_->active_.erase(gen_);
+}
+
+int Server::n_active_requests() const {
+  std::lock_guard<std::mutex> lock(active_mutex_);
+  return static_cast<int>(active_.size());
+}
+
+void Server::cancel_all() {
+  std::lock_guard<std::mutex> lock(active_mutex_);
+  for (Generation* g : active_) g->cancel();
 }
 
 }  // namespace tern::server

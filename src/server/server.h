@@ -6,12 +6,15 @@
 // GET /v1/models, /v1/models/{id}, /health, /metrics.
 //
 // Shutdown: stop() stops accepting and closes idle connections; requests in flight keep going.
-// Engine::shutdown(false) then ends what is still running, and those streams close with an
-// explicit error event ("the server is shutting down") rather than silently.
+// cancel_all() then ends what is still running, and those streams close with an explicit error
+// event ("the server is shutting down") rather than silently.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -21,8 +24,11 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/prompt_builder.h"
+#include "server/stream_encoder.h"
 
 namespace tern::server {
+
+class Generation;
 
 struct ServerOptions {
   std::string model_id;                    // the name GET /v1/models lists
@@ -40,7 +46,10 @@ class Server {
   int port() const;
   void run();       // serves until stop(); returns once every connection has closed
   void stop();      // thread-safe
-  int n_active_requests() const { return active_requests_.load(); }
+  // Generations in flight (queued or running), and a way to end them all: each ends with the
+  // dialect's "shutting down" event. Thread-safe.
+  int n_active_requests() const;
+  void cancel_all();
 
   // Answers one request (the HTTP layer's handler; tests call it with a fake responder).
   void handle(const HttpRequest& req, HttpResponder& out);
@@ -48,9 +57,22 @@ class Server {
 
  private:
   enum class Route { kChatCompletions, kCompletions, kMessages, kCountTokens, kModels, kModel, kHealth, kMetrics, kUnknown };
-  struct Call;
+  // Registers a generation for cancel_all() while it is being served.
+  class ActiveGeneration {
+   public:
+    ActiveGeneration(Server& server, Generation& gen);
+    ~ActiveGeneration();
+
+   private:
+    Server* server_;
+    Generation* gen_;
+  };
 
   void serve_generation(Route route, const HttpRequest& req, HttpResponder& out);
+  // Pumps events to a Server-Sent Events stream until the end or until the client leaves.
+  void stream_to(Generation& gen, StreamEncoder& enc, HttpResponder& out);
+  // Waits for the whole answer; nullopt when the client left or (with *failed set) it failed.
+  std::optional<Completion> collect(Generation& gen, HttpResponder& out, std::optional<GenEvent>* failed);
   void send_error(Route route, const ApiError& e, HttpResponder& out);
   void send_json(Route route, int status, std::string body, HttpResponder& out);
   bool authorized(const HttpRequest& req) const;
@@ -62,7 +84,8 @@ class Server {
   ServerOptions options_;
   std::unique_ptr<HttpServer> http_;
   RequestCounters counters_;
-  std::atomic<int> active_requests_{0};
+  mutable std::mutex active_mutex_;
+  std::unordered_set<Generation*> active_;
   std::atomic<bool> stopping_{false};
 };
 
