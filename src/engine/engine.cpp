@@ -117,6 +117,14 @@ void Engine::serve(EngineRequest& request) {
     const bool was_cancelled = request.cancel && request.cancel->load();
     ++(was_cancelled ? metrics_.requests_cancelled : metrics_.requests_failed);
     EngineEvent e;
+    if (was_cancelled) {
+      // Cancelled before the first token (during prefill): still a normal end, as documented.
+      e.kind = EngineEvent::Kind::kFinished;
+      e.stats.prompt_tokens = static_cast<int>(request.prompt.size());
+      e.stats.stop_reason = StopReason::kCancelled;
+      emit(std::move(e));
+      return;
+    }
     e.kind = EngineEvent::Kind::kError;
     e.text = result.status().message();
     emit(std::move(e));

@@ -114,5 +114,21 @@ TEST_F(EngineTest, RefusesOversizedPromptsAndFullQueues) {
   EXPECT_EQ(b->events.back().kind, EngineEvent::Kind::kFinished);
 }
 
+TEST_F(EngineTest, CancelBeforeTheFirstTokenStillFinishesAsCancelled) {
+  // A request cancelled while (or before) its prompt is prefilled ends like any cancelled
+  // request: a kFinished event with stop reason cancelled, not an error.
+  Engine engine(*m_.model, *m_.kv, *tok_);
+  auto a = std::make_shared<Collected>();
+  EngineRequest r = make_request(chat("s", "Write a long story."), 16, a);
+  r.cancel = std::make_shared<std::atomic<bool>>(true);
+  ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+  a->done.get_future().wait();
+  ASSERT_FALSE(a->events.empty());
+  EXPECT_EQ(a->events.back().kind, EngineEvent::Kind::kFinished);
+  EXPECT_EQ(a->events.back().stats.stop_reason, StopReason::kCancelled);
+  EXPECT_EQ(a->events.back().stats.generated_tokens, 0);
+  EXPECT_EQ(engine.metrics().requests_cancelled.load(), 1);
+}
+
 }  // namespace
 }  // namespace tern
