@@ -8,10 +8,18 @@
 // anything computed earlier in the replay could have served: the ideal cache), TTFT, decode tok/s
 // and draft acceptance. The same sessions run twice in one process: tern as configured, then a
 // baseline with prefix reuse and speculation off; the ratios are reported.
+//
+// Drafters: none, ngram (prompt lookup), suffix (a suffix automaton over the prompt and every
+// earlier generation of the replay) and model (--draft-model, same tokenizer). Each is wrapped in
+// the speculation cost model (spec/cost_aware_drafter.h) unless --no-cost-model. A turn "quotes
+// its context" when at least half of its generated tokens close a 4-gram that occurs earlier in
+// the prompt or the output: the turns speculation is for.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <unordered_set>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,8 +27,11 @@
 #include "chat/json.h"
 #include "cli/commands.h"
 #include "cli/model_setup.h"
+#include "engine/draft_model_source.h"
 #include "engine/session.h"
+#include "spec/cost_aware_drafter.h"
 #include "spec/ngram_drafter.h"
+#include "spec/suffix_drafter.h"
 
 namespace tern::cli {
 namespace {
@@ -29,6 +40,8 @@ struct ReplayArgs {
   std::string model;
   std::string sessions_path;
   std::string drafter = "ngram";
+  std::string draft_model;  // --drafter model
+  bool cost_model = true;
   int max_tokens = 16;
   int n_sessions = 6;
   int threads = 0;
@@ -48,8 +61,37 @@ struct TurnRecord {
   int drafts_proposed = 0;
   int drafts_accepted = 0;
   int generated_tokens = 0;
+  double quoted_fraction = 0;  // generated tokens that close a 4-gram seen earlier in the context
   std::string text;
 };
+
+constexpr double kQuotingTurn = 0.5;  // quoted_fraction at which a turn counts as quoting
+
+// Fraction of generated tokens (from the 4th on) whose 4-gram ending there occurs earlier in
+// prompt + output: how much of the output copies its context.
+double quoted_fraction(const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated) {
+  constexpr size_t kGram = 4;
+  if (generated.size() < kGram) return 0.0;
+  std::vector<int32_t> all(prompt);
+  all.insert(all.end(), generated.begin(), generated.end());
+  auto key = [&](size_t end) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = end - kGram; i < end; ++i) h = (h ^ static_cast<uint32_t>(all[i])) * 1099511628211ull;
+    return h;
+  };
+  std::unordered_set<uint64_t> seen;
+  for (size_t e = kGram; e <= prompt.size(); ++e) seen.insert(key(e));
+  int quoted = 0, counted = 0;
+  for (size_t g = kGram - 1; g < generated.size(); ++g) {
+    const size_t end = prompt.size() + g + 1;
+    if (end < kGram) continue;
+    const uint64_t k = key(end);
+    quoted += seen.count(k) ? 1 : 0;
+    ++counted;
+    seen.insert(k);
+  }
+  return counted > 0 ? static_cast<double>(quoted) / counted : 0.0;
+}
 
 struct Conversation {
   std::string id;
@@ -87,14 +129,33 @@ struct PassResult {
   std::vector<TurnRecord> turns;
 };
 
-// One pass over every conversation. reuse=false, drafter=none gives the baseline.
-Result<PassResult> run_pass(LoadedModel& lm, const chat::ChatTemplate& tmpl, const std::vector<Conversation>& convs,
-                            const ReplayArgs& a, bool baseline) {
+// One pass over every conversation. reuse=false, drafter=none gives the baseline. draft may be
+// null unless a.drafter == "model".
+Result<PassResult> run_pass(LoadedModel& lm, LoadedModel* draft, const chat::ChatTemplate& tmpl,
+                            const std::vector<Conversation>& convs, const ReplayArgs& a, bool baseline) {
   PassResult result;
   const tok::Tokenizer& tok = *lm.tokenizer;
   std::vector<std::vector<int32_t>> computed;  // every token sequence resident in KV so far
+  auto corpus = std::make_shared<SuffixCorpus>();  // the suffix drafter's memory of the replay
   for (const Conversation& conv : convs) {
     Session session(*lm.model, *lm.kv, &tok);
+    // One drafter per conversation: the n-gram index is rebuilt from each prompt anyway, the
+    // suffix drafter shares the corpus, and the cost model keeps its estimates across turns.
+    NgramDrafter ngram;
+    SuffixDrafter suffix(corpus);
+    std::unique_ptr<DraftModelSource> model_source;
+    DraftSource* inner = nullptr;
+    if (!baseline) {
+      if (a.drafter == "ngram") inner = &ngram;
+      if (a.drafter == "suffix") inner = &suffix;
+      if (a.drafter == "model") {
+        model_source = std::make_unique<DraftModelSource>(*draft->model, *draft->kv, SamplerParams{});
+        inner = model_source.get();
+      }
+    }
+    std::unique_ptr<CostAwareDrafter> governed;
+    if (inner != nullptr && a.cost_model) governed = std::make_unique<CostAwareDrafter>(*inner);
+    DraftSource* drafter = governed ? governed.get() : inner;
     const auto& msgs = conv.messages.as_array();
     int turn = 0;
     for (size_t k = 1; k < msgs.size(); ++k) {
@@ -117,11 +178,10 @@ Result<PassResult> run_pass(LoadedModel& lm, const chat::ChatTemplate& tmpl, con
       for (const auto& seq : computed) reusable = std::max(reusable, common_prefix(seq, prompt));
       r.reusable_tokens = static_cast<int>(std::min(reusable, prompt.size() - 1));
 
-      NgramDrafter ngram;
       GenerateOptions o;
       o.max_tokens = a.max_tokens;
       o.reuse_prefix = !baseline;
-      o.drafter = (!baseline && a.drafter == "ngram") ? &ngram : nullptr;
+      o.drafter = drafter;
       TERN_ASSIGN_OR_RETURN(GenResult gen, session.generate(prompt, o));
       r.cached_tokens = gen.stats.cached_tokens;
       r.ttft_seconds = gen.stats.time_to_first_token_seconds;
@@ -131,6 +191,7 @@ Result<PassResult> run_pass(LoadedModel& lm, const chat::ChatTemplate& tmpl, con
       r.drafts_proposed = gen.stats.drafts_proposed;
       r.drafts_accepted = gen.stats.drafts_accepted;
       r.generated_tokens = gen.stats.generated_tokens;
+      r.quoted_fraction = quoted_fraction(prompt, gen.tokens);
       r.text = gen.text;
       computed.push_back(session.tokens());
       result.turns.push_back(std::move(r));
@@ -168,11 +229,14 @@ struct Totals {
   long prompt = 0, cached = 0, reusable = 0, generated = 0, proposed = 0, accepted = 0;
   double ttft = 0, decode_tps_sum = 0;
   int turns = 0;
+  double mean_decode() const { return turns ? decode_tps_sum / turns : 0.0; }
 };
 
-Totals total(const std::vector<TurnRecord>& turns) {
+template <typename Keep>
+Totals total(const std::vector<TurnRecord>& turns, Keep keep) {
   Totals t;
   for (const auto& r : turns) {
+    if (!keep(r)) continue;
     t.prompt += r.prompt_tokens;
     t.cached += r.cached_tokens;
     t.reusable += r.reusable_tokens;
@@ -184,6 +248,124 @@ Totals total(const std::vector<TurnRecord>& turns) {
     ++t.turns;
   }
   return t;
+}
+Totals total(const std::vector<TurnRecord>& turns) {
+  return total(turns, [](const TurnRecord&) { return true; });
+}
+
+// The issue's criteria, computed from the two passes (turn i of one is turn i of the other).
+struct Verdict {
+  double cached_over_reusable = 0;
+  int long_turns = 0, long_turns_fast = 0;  // turns past 2k context; those with TTFT speedup >= half the ideal
+  int quoting_turns = 0;
+  double quoting_decode_speedup = 0;       // mean tok/s on quoting turns, tern / baseline
+  double worst_session_decode_speedup = 0;  // min over sessions of mean decode tern / baseline
+};
+
+Verdict judge(const std::vector<TurnRecord>& turns, const std::vector<TurnRecord>& base,
+              const std::vector<std::string>& session_ids) {
+  Verdict v;
+  const Totals t = total(turns);
+  v.cached_over_reusable = t.reusable > 0 ? static_cast<double>(t.cached) / t.reusable : 1.0;
+  double q_tern = 0, q_base = 0;
+  for (size_t i = 0; i < turns.size() && i < base.size(); ++i) {
+    const TurnRecord& r = turns[i];
+    if (r.prompt_tokens > 2048) {
+      ++v.long_turns;
+      const double ideal = static_cast<double>(r.prompt_tokens) / std::max(1, r.prompt_tokens - r.reusable_tokens);
+      const double got = r.ttft_seconds > 0 ? base[i].ttft_seconds / r.ttft_seconds : 0.0;
+      v.long_turns_fast += got >= 0.5 * ideal ? 1 : 0;
+    }
+    if (r.quoted_fraction >= kQuotingTurn && r.decode_tokens_per_second > 0 && base[i].decode_tokens_per_second > 0) {
+      ++v.quoting_turns;
+      q_tern += r.decode_tokens_per_second;
+      q_base += base[i].decode_tokens_per_second;
+    }
+  }
+  v.quoting_decode_speedup = q_base > 0 ? q_tern / q_base : 0.0;
+  v.worst_session_decode_speedup = 0;
+  bool first = true;
+  for (const std::string& id : session_ids) {
+    auto in = [&id](const TurnRecord& r) { return r.session_id == id; };
+    const Totals ts = total(turns, in), tb = total(base, in);
+    if (ts.turns == 0 || tb.mean_decode() <= 0) continue;
+    const double ratio = ts.mean_decode() / tb.mean_decode();
+    v.worst_session_decode_speedup = first ? ratio : std::min(v.worst_session_decode_speedup, ratio);
+    first = false;
+  }
+  return v;
+}
+
+void print_json(const ReplayArgs& a, const std::string& model, const std::vector<TurnRecord>& turns,
+                const std::vector<TurnRecord>& base, const std::vector<std::string>& ids, const Verdict& v) {
+  std::printf("{\"model\": \"%s\", \"drafter\": \"%s\", \"cost_model\": %s, \"max_tokens\": %d, \"ctx\": %d, \"turns\": [\n",
+              json_escape(model).c_str(), a.drafter.c_str(), a.cost_model ? "true" : "false", a.max_tokens, a.ctx);
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const auto& r = turns[i];
+    const TurnRecord* b = i < base.size() ? &base[i] : nullptr;
+    std::printf(
+        "  {\"session\": \"%s\", \"turn\": %d, \"prompt_tokens\": %d, \"cached_tokens\": %d, \"reusable_tokens\": %d, "
+        "\"ttft_s\": %.4f, \"baseline_ttft_s\": %.4f, \"decode_tok_s\": %.2f, \"baseline_decode_tok_s\": %.2f, "
+        "\"drafts_proposed\": %d, \"drafts_accepted\": %d, \"generated_tokens\": %d, \"quoted_fraction\": %.3f, "
+        "\"text\": \"%s\"}%s\n",
+        json_escape(r.session_id).c_str(), r.turn, r.prompt_tokens, r.cached_tokens, r.reusable_tokens, r.ttft_seconds,
+        b ? b->ttft_seconds : 0.0, r.decode_tokens_per_second, b ? b->decode_tokens_per_second : 0.0, r.drafts_proposed,
+        r.drafts_accepted, r.generated_tokens, r.quoted_fraction, json_escape(r.text).c_str(),
+        i + 1 < turns.size() ? "," : "");
+  }
+  std::printf("],\n \"sessions\": [\n");
+  for (size_t s = 0; s < ids.size(); ++s) {
+    auto in = [&](const TurnRecord& r) { return r.session_id == ids[s]; };
+    const Totals t = total(turns, in), b = total(base, in);
+    std::printf("  {\"session\": \"%s\", \"turns\": %d, \"prompt_tokens\": %ld, \"cached_tokens\": %ld, "
+                "\"reusable_tokens\": %ld, \"ttft_s\": %.3f, \"baseline_ttft_s\": %.3f, \"mean_decode_tok_s\": %.2f, "
+                "\"baseline_mean_decode_tok_s\": %.2f, \"drafts_proposed\": %ld, \"drafts_accepted\": %ld}%s\n",
+                json_escape(ids[s]).c_str(), t.turns, t.prompt, t.cached, t.reusable, t.ttft, b.ttft, t.mean_decode(),
+                b.mean_decode(), t.proposed, t.accepted, s + 1 < ids.size() ? "," : "");
+  }
+  const Totals t = total(turns), b = total(base);
+  std::printf("],\n \"total\": {\"turns\": %d, \"prompt_tokens\": %ld, \"cached_tokens\": %ld, \"reusable_tokens\": %ld, "
+              "\"ttft_s\": %.3f, \"baseline_ttft_s\": %.3f, \"mean_decode_tok_s\": %.2f, "
+              "\"baseline_mean_decode_tok_s\": %.2f, \"drafts_proposed\": %ld, \"drafts_accepted\": %ld, "
+              "\"cached_over_reusable\": %.4f, \"long_turns\": %d, \"long_turns_ttft_ok\": %d, \"quoting_turns\": %d, "
+              "\"quoting_decode_speedup\": %.3f, \"worst_session_decode_speedup\": %.3f}}\n",
+              t.turns, t.prompt, t.cached, t.reusable, t.ttft, b.ttft, t.mean_decode(), b.mean_decode(), t.proposed,
+              t.accepted, v.cached_over_reusable, v.long_turns, v.long_turns_fast, v.quoting_turns,
+              v.quoting_decode_speedup, v.worst_session_decode_speedup);
+}
+
+void print_tables(const std::vector<TurnRecord>& turns, const std::vector<TurnRecord>& base,
+                  const std::vector<std::string>& ids, const Verdict& v) {
+  std::printf("| session | turn | prompt | cached | reusable | TTFT s | base TTFT s | decode tok/s | base decode | accepted/proposed | quoted |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const auto& r = turns[i];
+    const TurnRecord* br = i < base.size() ? &base[i] : nullptr;
+    std::printf("| %s | %d | %d | %d | %d | %.3f | %.3f | %.1f | %.1f | %d/%d | %.2f |\n", r.session_id.c_str(), r.turn,
+                r.prompt_tokens, r.cached_tokens, r.reusable_tokens, r.ttft_seconds, br ? br->ttft_seconds : 0.0,
+                r.decode_tokens_per_second, br ? br->decode_tokens_per_second : 0.0, r.drafts_accepted,
+                r.drafts_proposed, r.quoted_fraction);
+  }
+  std::printf("\n| session | turns | prompt | cached | reusable | TTFT s | base TTFT s | decode tok/s | base decode | accepted/proposed |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& id : ids) {
+    auto in = [&id](const TurnRecord& r) { return r.session_id == id; };
+    const Totals t = total(turns, in), b = total(base, in);
+    std::printf("| %s | %d | %ld | %ld | %ld | %.2f | %.2f | %.1f | %.1f | %ld/%ld |\n", id.c_str(), t.turns, t.prompt,
+                t.cached, t.reusable, t.ttft, b.ttft, t.mean_decode(), b.mean_decode(), t.accepted, t.proposed);
+  }
+  const Totals t = total(turns), b = total(base);
+  std::printf("\n%d turns, %ld prompt tokens: cached %ld (%.1f%%), reusable %ld (%.1f%%), cached/reusable %.1f%%\n",
+              t.turns, t.prompt, t.cached, 100.0 * t.cached / std::max(1L, t.prompt), t.reusable,
+              100.0 * t.reusable / std::max(1L, t.prompt), 100.0 * v.cached_over_reusable);
+  std::printf("total TTFT %.2f s (baseline %.2f s, %.2fx faster); mean decode %.1f tok/s (baseline %.1f, %.2fx); "
+              "drafts %ld/%ld accepted\n",
+              t.ttft, b.ttft, t.ttft > 0 ? b.ttft / t.ttft : 0.0, t.mean_decode(), b.mean_decode(),
+              b.mean_decode() > 0 ? t.mean_decode() / b.mean_decode() : 0.0, t.accepted, t.proposed);
+  std::printf("turns past 2k tokens with TTFT speedup >= half the ideal: %d of %d; quoting turns: %d, decode "
+              "speedup there %.2fx; worst session decode speedup %.2fx\n",
+              v.long_turns_fast, v.long_turns, v.quoting_turns, v.quoting_decode_speedup,
+              v.worst_session_decode_speedup);
 }
 
 int run_replay(const ReplayArgs& a) {
@@ -197,6 +379,27 @@ int run_replay(const ReplayArgs& a) {
     return 1;
   }
   LoadedModel& lm = loaded.value();
+  std::optional<LoadedModel> draft;
+  if (a.drafter == "model") {
+    if (a.draft_model.empty()) {
+      std::fprintf(stderr, "tern bench replay: --drafter model needs --draft-model PATH\n");
+      return 1;
+    }
+    ModelSetupOptions ds = so;
+    ds.path = a.draft_model;
+    ds.need_tokenizer = false;
+    auto d = load_for_inference(ds);
+    if (!d.is_ok()) {
+      std::fprintf(stderr, "tern bench replay: draft model: %s\n", d.status().message().c_str());
+      return 1;
+    }
+    if (d.value().model->config().n_vocab != lm.model->config().n_vocab) {
+      std::fprintf(stderr, "tern bench replay: the draft model's vocabulary has %d tokens, the model's %d: they must share the tokenizer\n",
+                   d.value().model->config().n_vocab, lm.model->config().n_vocab);
+      return 1;
+    }
+    draft = std::move(d.value());
+  }
   auto source = lm.file->get_string("tokenizer.chat_template");
   if (!source.is_ok()) {
     std::fprintf(stderr, "tern bench replay: the model has no chat template: %s\n", source.status().message().c_str());
@@ -214,7 +417,7 @@ int run_replay(const ReplayArgs& a) {
     std::fprintf(stderr, "tern bench replay: %s\n", convs.status().message().c_str());
     return 1;
   }
-  auto tern_pass = run_pass(lm, tmpl.value(), convs.value(), a, false);
+  auto tern_pass = run_pass(lm, draft ? &*draft : nullptr, tmpl.value(), convs.value(), a, false);
   if (!tern_pass.is_ok()) {
     std::fprintf(stderr, "tern bench replay: %s\n", tern_pass.status().message().c_str());
     return 1;
@@ -225,7 +428,7 @@ int run_replay(const ReplayArgs& a) {
     KvPoolConfig kc = lm.kv->config();
     lm.kv.reset();
     lm.kv = std::move(KvPool::create(*lm.backend, kc)).value();
-    auto base = run_pass(lm, tmpl.value(), convs.value(), a, true);
+    auto base = run_pass(lm, nullptr, tmpl.value(), convs.value(), a, true);
     if (!base.is_ok()) {
       std::fprintf(stderr, "tern bench replay: %s\n", base.status().message().c_str());
       return 1;
@@ -233,44 +436,16 @@ int run_replay(const ReplayArgs& a) {
     base_turns = std::move(base.value().turns);
   }
   const auto& turns = tern_pass.value().turns;
-  const Totals t = total(turns), b = total(base_turns);
+  std::vector<std::string> ids;
+  for (const auto& c : convs.value())
+    if (std::any_of(turns.begin(), turns.end(), [&c](const TurnRecord& r) { return r.session_id == c.id; }))
+      ids.push_back(c.id);
+  const Verdict v = judge(turns, base_turns, ids);
   if (a.json) {
-    std::printf("{\"model\": \"%s\", \"drafter\": \"%s\", \"max_tokens\": %d, \"turns\": [\n",
-                json_escape(so.path).c_str(), a.drafter.c_str(), a.max_tokens);
-    for (size_t i = 0; i < turns.size(); ++i) {
-      const auto& r = turns[i];
-      const double base_ttft = i < base_turns.size() ? base_turns[i].ttft_seconds : 0.0;
-      std::printf(
-          "  {\"session\": \"%s\", \"turn\": %d, \"prompt_tokens\": %d, \"cached_tokens\": %d, \"reusable_tokens\": %d, "
-          "\"ttft_s\": %.4f, \"baseline_ttft_s\": %.4f, \"decode_tok_s\": %.2f, \"drafts_proposed\": %d, "
-          "\"drafts_accepted\": %d, \"generated_tokens\": %d, \"text\": \"%s\"}%s\n",
-          json_escape(r.session_id).c_str(), r.turn, r.prompt_tokens, r.cached_tokens, r.reusable_tokens,
-          r.ttft_seconds, base_ttft, r.decode_tokens_per_second, r.drafts_proposed, r.drafts_accepted,
-          r.generated_tokens, json_escape(r.text).c_str(), i + 1 < turns.size() ? "," : "");
-    }
-    std::printf("],\n \"total\": {\"turns\": %d, \"prompt_tokens\": %ld, \"cached_tokens\": %ld, \"reusable_tokens\": %ld, "
-                "\"ttft_s\": %.3f, \"baseline_ttft_s\": %.3f, \"mean_decode_tok_s\": %.2f, "
-                "\"baseline_mean_decode_tok_s\": %.2f, \"drafts_proposed\": %ld, \"drafts_accepted\": %ld}}\n",
-                t.turns, t.prompt, t.cached, t.reusable, t.ttft, b.ttft, t.turns ? t.decode_tps_sum / t.turns : 0.0,
-                b.turns ? b.decode_tps_sum / b.turns : 0.0, t.proposed, t.accepted);
-    return 0;
+    print_json(a, so.path, turns, base_turns, ids, v);
+  } else {
+    print_tables(turns, base_turns, ids, v);
   }
-  std::printf("| session | turn | prompt | cached | reusable | TTFT s | base TTFT s | decode tok/s | base decode | accepted/proposed |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-  for (size_t i = 0; i < turns.size(); ++i) {
-    const auto& r = turns[i];
-    const TurnRecord* br = i < base_turns.size() ? &base_turns[i] : nullptr;
-    std::printf("| %s | %d | %d | %d | %d | %.3f | %.3f | %.1f | %.1f | %d/%d |\n", r.session_id.c_str(), r.turn,
-                r.prompt_tokens, r.cached_tokens, r.reusable_tokens, r.ttft_seconds, br ? br->ttft_seconds : 0.0,
-                r.decode_tokens_per_second, br ? br->decode_tokens_per_second : 0.0, r.drafts_accepted,
-                r.drafts_proposed);
-  }
-  std::printf("\n%d turns, %ld prompt tokens: cached %ld (%.1f%%), reusable %ld (%.1f%%), cached/reusable %.1f%%\n",
-              t.turns, t.prompt, t.cached, 100.0 * t.cached / std::max(1L, t.prompt), t.reusable,
-              100.0 * t.reusable / std::max(1L, t.prompt), 100.0 * t.cached / std::max(1L, t.reusable));
-  std::printf("total TTFT %.2f s (baseline %.2f s, %.2fx faster); mean decode %.1f tok/s (baseline %.1f); drafts %ld/%ld accepted\n",
-              t.ttft, b.ttft, t.ttft > 0 ? b.ttft / t.ttft : 0.0, t.turns ? t.decode_tps_sum / t.turns : 0.0,
-              b.turns ? b.decode_tps_sum / b.turns : 0.0, t.accepted, t.proposed);
   return 0;
 }
 
@@ -281,7 +456,10 @@ void register_bench_replay(CLI::App& bench, CommandRunner* runner) {
   auto* cmd = bench.add_subcommand("replay", "replay recorded agent sessions: prefix reuse, TTFT, decode, speculation");
   cmd->add_option("-m,--model", args->model, "GGUF model with a chat template (default: the default model)");
   cmd->add_option("--sessions", args->sessions_path, "sessions JSONL (default: ../shared/data/agentic/swe-sessions.jsonl)");
-  cmd->add_option("--drafter", args->drafter, "speculation: none or ngram")->check(CLI::IsMember({"none", "ngram"}));
+  cmd->add_option("--drafter", args->drafter, "speculation: none, ngram, suffix or model (default: ngram)")
+      ->check(CLI::IsMember({"none", "ngram", "suffix", "model"}));
+  cmd->add_option("--draft-model", args->draft_model, "GGUF draft model sharing the tokenizer (--drafter model)");
+  cmd->add_flag("!--no-cost-model", args->cost_model, "draft at full width always (no speculation cost model)");
   cmd->add_option("--max-tokens", args->max_tokens, "tokens generated per turn")->check(CLI::Range(1, 4096));
   cmd->add_option("--n-sessions", args->n_sessions, "sessions to replay, from the first")->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", args->threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
