@@ -1,6 +1,6 @@
 // CUDA matmul against matmul_ref (the CPU oracle) for every weight type, odd shapes (rows not a
-// multiple of the 8-row blocks, units not a multiple of the 64-unit steps, rows whose byte size
-// is not a multiple of 16), and n across the 4-row activation tiles; plus batch invariance:
+// multiple of the 8-row blocks, units not a multiple of the 128-unit steps or of the 4-unit lane
+// items, rows whose byte size is not a multiple of 16), and n across the 4-row activation tiles; plus batch invariance:
 // each row of a batched product is bitwise the row computed alone.
 //
 // Tolerances:
@@ -149,10 +149,11 @@ TEST_F(GpuMatmul, FloatTypes) {
 TEST_F(GpuMatmul, LegacyQuants) {
   uint32_t seed = 100;
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    // 544 = 17 units (odd, and 306-byte q4_0 rows); 2080 = 65 units (a 1-unit second step);
-    // 14336 = 7 steps (binary counter with three levels).
-    for (Case c : {Case{t, 1, 32}, Case{t, 13, 544}, Case{t, 33, 576}, Case{t, 17, 2080}, Case{t, 300, 4096},
-                   Case{t, 24, 14336}}) {
+    // Lane items of 4 units end with 1 (544 = 17 units, 306-byte q4_0 rows), 2 (576), 3 (224)
+    // valid units; 2080 = 65 units (a partial step); 14336 = 3.5 steps (binary counter with two
+    // levels and a partial last step).
+    for (Case c : {Case{t, 1, 32}, Case{t, 13, 544}, Case{t, 33, 576}, Case{t, 7, 224}, Case{t, 17, 2080},
+                   Case{t, 300, 4096}, Case{t, 24, 14336}}) {
       check(c, {1, 2, 4, 5, 9}, seed++);
     }
   }

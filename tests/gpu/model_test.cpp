@@ -236,6 +236,29 @@ TEST_F(GpuModel, GraphReplayEqualsEagerLaunches) {
   EXPECT_EQ(cuda::backend_stats(*eager.backend).steps_graph, 0);
 }
 
+// Programmatic dependent launch (on by default on sm_90) overlaps a kernel's start with its
+// predecessor's end; every kernel waits before it touches shared data, so the logits must be the
+// bits of plain stream-ordered launches, in graphs (decode) and eagerly (prefill).
+TEST_F(GpuModel, ProgrammaticLaunchEqualsPlainLaunches) {
+  for (const char* mix : {"q4_k_m", "q8_0", "f16"}) {
+    SCOPED_TRACE(mix);
+    auto file = synthesized("tiny-llama", mix);
+    ASSERT_NE(file, nullptr);
+    cuda::CudaBackendOptions plain_opts;
+    plain_opts.programmatic_launch = false;
+    Loaded pdl = load_on(file, gputest::make_cuda()), plain = load_on(file, gputest::make_cuda(plain_opts));
+    const int V = pdl.model->config().n_vocab;
+    auto ids = prompt_ids(40, V, 5);
+    EXPECT_TRUE(gputest::bitwise_equal(forward(pdl, ids), forward(plain, ids)));
+    int32_t next = ids.back();
+    for (int step = 0; step < 30; ++step) {
+      const auto a = forward(pdl, {next}), b = forward(plain, {next});
+      ASSERT_TRUE(gputest::bitwise_equal(a, b)) << "step " << step;
+      next = argmax(a.data(), V);
+    }
+  }
+}
+
 // The engine's invariants on the GPU: chunked prefill, prefix reuse and speculation change speed
 // only, never the logits or the greedy tokens.
 TEST_F(GpuModel, SessionInvariants) {

@@ -5,6 +5,7 @@
 #include "backends/cuda/attention.h"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/launch.cuh"
 
 namespace tern::cuda {
 namespace {
@@ -210,6 +211,7 @@ __device__ __forceinline__ void attend_tile(const AttentionArgs& a, const Shape&
 // Fused mode: block x = one tile, all its chunks. Split mode: block x = items
 // [x * items_per_block, ...) of the (tile, chunk) list, one partial each.
 __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionArgs a) {
+  pdl_enter();
   extern __shared__ __align__(16) float sm[];
   const Shape sh = shape_of(a);
   const DevicePlan& P = a.plan;
@@ -227,6 +229,7 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionArgs
 
 // Split mode: folds a (token, head)'s chunk partials in chunk order. One block per (token, head).
 __global__ void __launch_bounds__(kThreads) attention_merge_kernel(AttentionArgs a) {
+  pdl_enter();
   constexpr int kPerThread = kAttnMaxHeadDim / kThreads;
   const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
   const DevicePlan& P = a.plan;
@@ -282,17 +285,15 @@ size_t attention_smem_bytes(const AttentionArgs& a) {
   return floats * sizeof(float) + 2 * kAttnTileTokens * sizeof(int);
 }
 
-void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
+void launch_attention(const AttentionArgs& a, const LaunchEnv& env) {
   if (a.plan.n_tokens == 0) return;
   const Shape sh = shape_of(a);
   const int64_t blocks_x = a.split ? (a.plan.n_split_items + a.items_per_block - 1) / a.items_per_block : a.plan.n_tiles;
   const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(a.n_kv_heads * sh.n_slices));
-  attention_chunk_kernel<<<grid, kThreads, attention_smem_bytes(a), stream>>>(a);
-  TERN_CUDA_CHECK_LAUNCH();
+  launch_kernel(env, attention_chunk_kernel, grid, kThreads, attention_smem_bytes(a), a);
   if (a.split) {
-    attention_merge_kernel<<<dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)),
-                             kThreads, 0, stream>>>(a);
-    TERN_CUDA_CHECK_LAUNCH();
+    launch_kernel(env, attention_merge_kernel, dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)),
+                  kThreads, 0, a);
   }
 }
 

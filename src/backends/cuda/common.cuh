@@ -47,7 +47,7 @@ __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) { return *reinter
 
 // N 32-bit little-endian words starting at a 2-byte-aligned shared-memory address. Reads the
 // aligned words covering [p, p + 4N) plus one more, which must lie inside the buffer (the callers'
-// staging buffers keep 16 bytes of slack). 16-byte aligned addresses take 16-byte loads.
+// staging buffers keep 16 bytes of slack). 16- and 8-byte aligned addresses take vector loads.
 template <int N>
 __device__ __forceinline__ void load_words_2aligned(const uint8_t* p, uint32_t (&out)[N]) {
   const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
@@ -64,6 +64,17 @@ __device__ __forceinline__ void load_words_2aligned(const uint8_t* p, uint32_t (
       return;
     }
   }
+  if constexpr (N % 2 == 0) {
+    if ((addr & 7) == 0) {  // 8-byte loads (q8_0 / q4_0 lane items of 16-byte aligned rows)
+#pragma unroll
+      for (int k = 0; k < N / 2; ++k) {
+        const uint2 v = reinterpret_cast<const uint2*>(p)[k];
+        out[2 * k] = v.x;
+        out[2 * k + 1] = v.y;
+      }
+      return;
+    }
+  }
   const uint32_t* w = reinterpret_cast<const uint32_t*>(addr & ~uintptr_t{3});
   const uint32_t shift = static_cast<uint32_t>(addr & 2) * 8;  // 0 or 16 bits
   uint32_t prev = w[0];
@@ -73,6 +84,27 @@ __device__ __forceinline__ void load_words_2aligned(const uint8_t* p, uint32_t (
     out[i] = __funnelshift_r(prev, next, shift);
     prev = next;
   }
+}
+
+// Programmatic dependent launch (launch.cuh). Every kernel calls pdl_wait() before it touches
+// memory an earlier kernel of the stream writes or reads (its inputs, and its outputs: a
+// predecessor may still be reading them), and pdl_launch_dependents() once it has passed that
+// wait, so at most one kernel runs ahead of its predecessor. Both are no-ops for a kernel
+// launched without the attribute and on GPUs before sm_90.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+// Both, for kernels with nothing to do before their inputs are ready.
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait();
+  pdl_launch_dependents();
 }
 
 // Byte k (runtime, 0..11) of a 12-byte field held in three words, without indexing a register

@@ -4,6 +4,7 @@
 #include "backends/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -66,6 +67,13 @@ class PinnedBuffer {
   size_t bytes_ = 0;
 };
 
+// Programmatic dependent launch needs sm_90; TERN_CUDA_PDL=0 turns it off (A/B timing).
+bool use_pdl(const CudaBackendOptions& options, const cudaDeviceProp& prop) {
+  const char* env = std::getenv("TERN_CUDA_PDL");
+  const bool env_off = env != nullptr && std::strcmp(env, "0") == 0;
+  return options.programmatic_launch && !env_off && prop.major >= 9;
+}
+
 bool is_device(const Tensor& t) { return t.device == Device::kCuda; }
 int64_t f32_stride(const Tensor& t) { return static_cast<int64_t>(t.row_stride / sizeof(float)); }
 
@@ -76,7 +84,7 @@ class CudaBackend final : public Backend {
         n_sm_(prop.multiProcessorCount),
         max_smem_bytes_(static_cast<int>(prop.sharedMemPerBlockOptin)),
         stream_(stream),
-        queue_(std::make_shared<StepQueue>(stream, options.use_graphs)) {
+        queue_(std::make_shared<StepQueue>(stream, options.use_graphs, use_pdl(options, prop))) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
   }
   ~CudaBackend() override {

@@ -37,6 +37,9 @@ struct CudaBackendOptions {
   int device = 0;           // CUDA device ordinal
   bool use_graphs = true;   // replay repeated steps as CUDA graphs (off: launch every op eagerly)
   AttentionSplit attention_split = AttentionSplit::kAuto;
+  // Programmatic dependent launch on sm_90+: each kernel starts while its predecessor finishes
+  // (launch.cuh). Identical results; off, or TERN_CUDA_PDL=0, for A/B timing.
+  bool programmatic_launch = true;
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).

@@ -5,6 +5,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 
 namespace tern::cuda {
 namespace {
@@ -18,6 +19,7 @@ unsigned grid_for(int64_t work, int per_block = kThreads) {
 
 // One block per token; threads stride over the columns.
 __global__ void embed_kernel(EmbedArgs a) {
+  pdl_enter();
   const int t = blockIdx.x;
   const int32_t id = a.token_ids[t];
   const uint8_t* row = static_cast<const uint8_t*>(a.table) + static_cast<size_t>(id) * a.table_stride_bytes;
@@ -28,6 +30,7 @@ __global__ void embed_kernel(EmbedArgs a) {
 // One block per row. Sum of squares in double like the reference: each thread adds its strided
 // elements in order, then a fixed tree (warp butterflies, then the warps' sums in warp order).
 __global__ void rms_norm_kernel(RmsNormArgs a) {
+  pdl_enter();
   __shared__ double warp_sums[kThreads / 32];
   __shared__ float inv_shared;
   const int64_t r = blockIdx.x;
@@ -58,6 +61,7 @@ __global__ void rms_norm_kernel(RmsNormArgs a) {
 }
 
 __global__ void elementwise_kernel(ElementwiseArgs a) {
+  pdl_enter();
   const int64_t total = a.rows * a.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / a.cols, c = i % a.cols;
@@ -82,6 +86,7 @@ __global__ void elementwise_kernel(ElementwiseArgs a) {
 
 // One thread per (token, head, rotated pair).
 __global__ void rope_kernel(RopeArgs a) {
+  pdl_enter();
   const int half = a.n_rot / 2;
   const int64_t total = int64_t{a.n_tokens} * a.n_heads * half;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
@@ -104,6 +109,7 @@ __global__ void rope_kernel(RopeArgs a) {
 }
 
 __global__ void kv_write_kernel(KvWriteArgs a) {
+  pdl_enter();
   const int64_t total = int64_t{a.n_tokens} * a.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / a.cols, c = i % a.cols;
@@ -120,6 +126,7 @@ __global__ void kv_write_kernel(KvWriteArgs a) {
 }
 
 __global__ void gather_rows_kernel(GatherRowsArgs a) {
+  pdl_enter();
   const int64_t total = int64_t{a.n_rows} * a.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / a.cols, c = i % a.cols;
@@ -129,41 +136,35 @@ __global__ void gather_rows_kernel(GatherRowsArgs a) {
 
 }  // namespace
 
-void launch_embed(const EmbedArgs& a, cudaStream_t stream) {
+void launch_embed(const EmbedArgs& a, const LaunchEnv& env) {
   if (a.n_tokens == 0) return;
-  embed_kernel<<<a.n_tokens, kThreads, 0, stream>>>(a);
-  TERN_CUDA_CHECK_LAUNCH();
+  launch_kernel(env, embed_kernel, a.n_tokens, kThreads, 0, a);
 }
 
-void launch_rms_norm(const RmsNormArgs& a, cudaStream_t stream) {
+void launch_rms_norm(const RmsNormArgs& a, const LaunchEnv& env) {
   if (a.rows == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
-  TERN_CUDA_CHECK_LAUNCH();
+  launch_kernel(env, rms_norm_kernel, static_cast<unsigned>(a.rows), kThreads, 0, a);
 }
 
-void launch_elementwise(const ElementwiseArgs& a, cudaStream_t stream) {
+void launch_elementwise(const ElementwiseArgs& a, const LaunchEnv& env) {
   if (a.rows * a.cols == 0) return;
-  elementwise_kernel<<<grid_for(a.rows * a.cols), kThreads, 0, stream>>>(a);
-  TERN_CUDA_CHECK_LAUNCH();
+  launch_kernel(env, elementwise_kernel, grid_for(a.rows * a.cols), kThreads, 0, a);
 }
 
-void launch_rope(const RopeArgs& a, cudaStream_t stream) {
+void launch_rope(const RopeArgs& a, const LaunchEnv& env) {
   const int64_t total = int64_t{a.n_tokens} * a.n_heads * (a.n_rot / 2);
   if (total == 0) return;
-  rope_kernel<<<grid_for(total), kThreads, 0, stream>>>(a);
-  TERN_CUDA_CHECK_LAUNCH();
+  launch_kernel(env, rope_kernel, grid_for(total), kThreads, 0, a);
 }
 
-void launch_kv_write(const KvWriteArgs& a, cudaStream_t stream) {
+void launch_kv_write(const KvWriteArgs& a, const LaunchEnv& env) {
   if (a.n_tokens == 0) return;
-  kv_write_kernel<<<grid_for(a.n_tokens * a.cols), kThreads, 0, stream>>>(a);
-  TERN_CUDA_CHECK_LAUNCH();
+  launch_kernel(env, kv_write_kernel, grid_for(a.n_tokens * a.cols), kThreads, 0, a);
 }
 
-void launch_gather_rows(const GatherRowsArgs& a, cudaStream_t stream) {
+void launch_gather_rows(const GatherRowsArgs& a, const LaunchEnv& env) {
   if (a.n_rows == 0) return;
-  gather_rows_kernel<<<grid_for(a.n_rows * a.cols), kThreads, 0, stream>>>(a);
-  TERN_CUDA_CHECK_LAUNCH();
+  launch_kernel(env, gather_rows_kernel, grid_for(a.n_rows * a.cols), kThreads, 0, a);
 }
 
 }  // namespace tern::cuda

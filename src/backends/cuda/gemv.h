@@ -8,15 +8,17 @@
 // Quantized weights (q4_0, q4_1, q8_0, q4_k, q5_k, q6_k; gemv_quant.cu) work on the blocks as
 // stored. Each block quantizes its activation tile once to int8 with one float scale per
 // 32 elements (d = amax / 127, q = rint(x * 127 / amax)), then each warp streams its weight row
-// through shared memory (cp.async, two stages of 2048 elements) and takes integer dot products
+// through shared memory (cp.async, 2-4 stages of 4096 elements) and takes integer dot products
 // (dp4a). The canonical order of a row's float sum — fixed here so that a later tensor-core
 // kernel can reproduce it bit for bit — is:
 //   1. unit u = 32 consecutive elements. c_u is a float expression of the exact integer dot
 //      products of the unit and the block scales (per type, in gemv_quant.cu: unit_*()).
 //   2. y = perfect pairwise tree over c_0 .. c_{U-1}, zero-padded to a power of two
 //      ((c0 + c1) + (c2 + c3)) + ...; a missing leaf is 0 (x + 0 == x).
-// A warp realizes it as: lane l holds units 2l, 2l+1 of a 64-unit step (level 1), butterflies
-// over lanes (levels 2-6), then a binary counter over steps (levels 7+).
+// A warp realizes it as: lane l holds units 4l .. 4l+3 of a 128-unit step (levels 1-2),
+// butterflies over lanes (levels 3-7), then a binary counter over steps (levels 8+). (How a
+// warp cuts the tree into lanes and steps does not change it: 2-unit lane items and 64-unit
+// steps gave the same bits.)
 //
 // F32, F16 and BF16 weights (matmul.cu) multiply in fp32 without quantizing x: lane l owns
 // elements 8l .. 8l+7 of every 256-element chunk, accumulates them with fmaf in element order,
@@ -65,7 +67,7 @@ __device__ __forceinline__ MatRow mat_row(const MatmulArgs& a, int64_t gr) {
 
 // Launches the quantized kernel for a.dtype if it has one and the shape fits (decided for the
 // largest activation tile, so the answer never depends on n); false otherwise.
-bool launch_gemv_quant(const MatmulArgs& a, cudaStream_t stream);
+bool launch_gemv_quant(const MatmulArgs& a, const LaunchEnv& env);
 // Sets the quantized kernels' dynamic shared-memory limit (once per device).
 void init_gemv_quant(int max_smem_bytes);
 

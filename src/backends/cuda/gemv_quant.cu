@@ -1,11 +1,17 @@
 // Quantized GEMV/GEMM on GGUF blocks: q4_0, q4_1, q8_0, q4_k, q5_k, q6_k (gemv.h has the design
 // and the canonical summation order every kernel here follows).
 //
+// A lane item is 128 elements (four 32-element units) of one weight row, a step is 32 items
+// (4096 elements). Wide items amortize what does not scale with the data: the butterfly, the
+// binary counter, the pipeline bookkeeping, and for k-quants the scale decode (a q4_k lane takes
+// half a super-block, whose four scales and mins come out of three words with vector masks).
+//
 // Shared memory of a block:
-//   xq     [nt][n_groups * kGroupPitch] int8: the activation tile, 64 elements (two units) per
-//          group, each group padded to 80 bytes so 16-byte loads of 8 lanes hit distinct banks
-//   xd, xs [nt][n_units]: per-unit activation scale (float) and sum of the int8 values (int)
-//   stage  [warps][2][stage_pitch]: each warp's double-buffered copy of its weight row's step
+//   xq     [nt][n_groups * kGroupPitch] int8: the activation tile, 128 elements (four units) per
+//          group, each group padded to 144 bytes so 16-byte loads of 8 lanes hit distinct banks
+//   xd, xs [nt][unit_pitch]: per-unit activation scale (float) and sum of the int8 values (int)
+//   xh     [nt][2 * unit_pitch]: sums of each 16-element half of a unit (q6_k's sub-block offset)
+//   stage  [warps][stages][stage_pitch]: each warp's pipelined copies of its weight row's steps
 // A staged step starts at byte (src & 15) of its buffer, so the 16-byte cp.async copies stay
 // aligned whatever the row's alignment; the ragged head and tail go through 2-byte copies.
 #include <algorithm>
@@ -13,16 +19,17 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gemv.h"
+#include "backends/cuda/launch.cuh"
 
 namespace tern::cuda {
 namespace {
 
-constexpr int kStepElems = 2048;
+constexpr int kItemUnits = 4;
+constexpr int kStepElems = 4096;
 constexpr int kStepUnits = kStepElems / 32;
-constexpr int kGroupPitch = 80;
-constexpr int kLevels = 6;  // binary counter depth: up to 2^6 - 1 steps (cols < 129024)
+constexpr int kGroupPitch = 144;
+constexpr int kLevels = 6;  // binary counter depth: up to 2^6 - 1 steps (cols < 258048)
 constexpr int kMaxSteps = (1 << kLevels) - 1;
-constexpr int kStages = 4;  // weight steps in flight per warp: three loading while one computes
 
 template <DType T>
 struct QType;
@@ -34,15 +41,23 @@ template <> struct QType<DType::Q5_K> { static constexpr int kBlockElems = 256, 
 template <> struct QType<DType::Q6_K> { static constexpr int kBlockElems = 256, kBlockBytes = 210; };
 
 template <DType T>
-constexpr int step_bytes() {
+__host__ __device__ constexpr int step_bytes() {
   return kStepElems / QType<T>::kBlockElems * QType<T>::kBlockBytes;
 }
 
-constexpr int round16(int b) { return (b + 15) / 16 * 16; }
+// Weight steps each warp keeps in its pipeline: about 10 KB per warp (several loads in flight
+// while one step computes), which leaves room for two blocks per SM at 14336 columns.
+template <DType T>
+__host__ __device__ constexpr int stages() {
+  return step_bytes<T>() * 4 <= 10240 ? 4 : (step_bytes<T>() * 3 <= 10240 ? 3 : 2);
+}
+
+__host__ __device__ constexpr int round16(int b) { return (b + 15) / 16 * 16; }
 
 struct SmemLayout {
   int row_pitch;    // bytes of one quantized activation row
-  int d_off, s_off, stage_off;
+  int unit_pitch;   // units of one row of xd / xs (a multiple of 4: 16-byte loads)
+  int d_off, s_off, h_off, stage_off;
   int stage_pitch;  // bytes of one stage buffer
   int total;
 };
@@ -51,13 +66,15 @@ template <DType T>
 __host__ __device__ SmemLayout smem_layout(int cols, int nt_alloc) {
   SmemLayout l;
   const int n_units = cols / 32;
-  l.row_pitch = (n_units + 1) / 2 * kGroupPitch;
+  l.row_pitch = (n_units + kItemUnits - 1) / kItemUnits * kGroupPitch;
+  l.unit_pitch = (n_units + kItemUnits - 1) / kItemUnits * kItemUnits;
   l.d_off = nt_alloc * l.row_pitch;
-  l.s_off = l.d_off + round16(nt_alloc * n_units * 4);
-  l.stage_off = l.s_off + round16(nt_alloc * n_units * 4);
+  l.s_off = l.d_off + round16(nt_alloc * l.unit_pitch * 4);
+  l.h_off = l.s_off + round16(nt_alloc * l.unit_pitch * 4);
+  l.stage_off = l.h_off + round16(nt_alloc * l.unit_pitch * 8);
   // + 32: the up-to-14-byte alignment shift plus the one-word overread of load_words_2aligned.
   l.stage_pitch = round16(step_bytes<T>() + 32);
-  l.total = l.stage_off + kGemvWarps * kStages * l.stage_pitch;
+  l.total = l.stage_off + kGemvWarps * stages<T>() * l.stage_pitch;
   return l;
 }
 
@@ -101,15 +118,17 @@ struct XTile {
   const uint8_t* q;
   const float* d;
   const int* s;
+  const int* h;
   int row_pitch;
-  int n_units;
+  int unit_pitch;
 };
 
-// The 64 int8 values of group g (units 2g, 2g + 1) of tile row j, as 16 words.
-__device__ __forceinline__ void load_x_group(const XTile& x, int j, int g, uint32_t (&X)[16]) {
+// The 128 int8 values of group g (units 4g .. 4g + 3) of tile row j, as 32 words: unit k is
+// X[8k .. 8k + 8), its first 16 elements X[8k .. 8k + 4).
+__device__ __forceinline__ void load_x_group(const XTile& x, int j, int g, uint32_t (&X)[32]) {
   const uint4* p = reinterpret_cast<const uint4*>(x.q + j * x.row_pitch + g * kGroupPitch);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < 8; ++k) {
     const uint4 v = p[k];
     X[4 * k] = v.x;
     X[4 * k + 1] = v.y;
@@ -118,8 +137,26 @@ __device__ __forceinline__ void load_x_group(const XTile& x, int j, int g, uint3
   }
 }
 
+// Scales and int sums of the four units of group g of row j.
+__device__ __forceinline__ float4 x_scales(const XTile& x, int j, int g) {
+  return reinterpret_cast<const float4*>(x.d + j * x.unit_pitch)[g];
+}
+__device__ __forceinline__ int4 x_sums(const XTile& x, int j, int g) {
+  return reinterpret_cast<const int4*>(x.s + j * x.unit_pitch)[g];
+}
+
 __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
   return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
+}
+
+// Integer dot of 8 weight words (32 elements, each byte one signed or small unsigned value) with
+// unit X[8k .. 8k + 8).
+template <int K>
+__device__ __forceinline__ int unit_dot(const uint32_t (&w)[8], const uint32_t (&X)[32]) {
+  int s = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s = dp4a(w[i], X[8 * K + i], s);
+  return s;
 }
 
 // --- canonical unit contributions (gemv.h, step 1) ---------------------------------------------
@@ -139,231 +176,263 @@ __device__ __forceinline__ float unit_kmin(float dl, float ml, float dx, int isu
                    __fmul_rn(__fmul_rn(ml, dx), static_cast<float>(xsum)));
 }
 
-// Sum of v over both units of a lane item; c1 only exists when has_u1.
-__device__ __forceinline__ float pair_sum(float c0, float c1, bool has_u1) { return has_u1 ? __fadd_rn(c0, c1) : c0; }
-
-// Scale and min j (0..7) of a q4_k / q5_k block from its 12 packed bytes in words h1..h3.
-__device__ __forceinline__ void scale_min_k4(uint32_t h1, uint32_t h2, uint32_t h3, int j, int* sc, int* m) {
-  if (j < 4) {
-    *sc = byte_of3(h1, h2, h3, j) & 63;
-    *m = byte_of3(h1, h2, h3, j + 4) & 63;
-  } else {
-    *sc = (byte_of3(h1, h2, h3, j + 4) & 0x0f) | ((byte_of3(h1, h2, h3, j - 4) >> 6) << 4);
-    *m = (byte_of3(h1, h2, h3, j + 4) >> 4) | ((byte_of3(h1, h2, h3, j) >> 6) << 4);
-  }
+// Levels 1-2 of the canonical tree inside a lane item. A unit past the end of the row (only
+// legacy types have partial items) is a zero leaf; its c may be garbage (stale staging bytes,
+// uninitialized scales), so it is replaced, never multiplied by zero.
+__device__ __forceinline__ float item_tree(float c0, float c1, float c2, float c3, int n_valid) {
+  c1 = n_valid > 1 ? c1 : 0.0f;
+  c2 = n_valid > 2 ? c2 : 0.0f;
+  c3 = n_valid > 3 ? c3 : 0.0f;
+  return __fadd_rn(__fadd_rn(c0, c1), __fadd_rn(c2, c3));
 }
 
-// --- per-type lane items: units u0 = 2g, u1 = 2g + 1, at lane's place in the staged step --------
+__device__ __forceinline__ float byte_to_float(uint32_t w, int k) { return static_cast<float>((w >> (8 * k)) & 0xffu); }
+
+// --- per-type lane items: units 4g .. 4g + 3 at lane's place in the staged step -----------------
 
 template <DType T>
-__device__ void item_dot(const uint8_t* wstep, int lane, bool has_u1, const XTile& x, int g, int nt,
+__device__ void item_dot(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
                          float (&v)[kGemvMaxXRows]);
 
-// Two 18-byte blocks: d, then 16 bytes of nibbles (element i low, i + 16 high).
-template <>
-__device__ void item_dot<DType::Q4_0>(const uint8_t* wstep, int lane, bool has_u1, const XTile& x, int g, int nt,
-                                      float (&v)[kGemvMaxXRows]) {
-  uint32_t w[9];
-  load_words_2aligned<9>(wstep + lane * 36, w);
-  const float d0 = half_bits_to_float(w[0] & 0xffffu), d1 = half_bits_to_float(w[4] >> 16);
-  uint32_t q0[4], q1[4];
+// Block k of a legacy lane item whose blocks are 2 mod 4 bytes long (q4_0: 18, q8_0: 34): its
+// f16 scale and its N quant words, out of the item's words w (block k starts at byte k * B).
+template <int B, int K, int N, int W>
+__device__ __forceinline__ void legacy_block(const uint32_t (&w)[W], float* d, uint32_t (&q)[N]) {
+  constexpr int off = K * B, w0 = off / 4;
+  if constexpr (off % 4 == 0) {  // scale in the low half of w0, quants start 2 bytes in
+    *d = half_bits_to_float(w[w0] & 0xffffu);
+#pragma unroll
+    for (int i = 0; i < N; ++i) q[i] = __funnelshift_r(w[w0 + i], w[w0 + i + 1], 16);
+  } else {  // scale in the high half of w0, quants word-aligned after it
+    *d = half_bits_to_float(w[w0] >> 16);
+#pragma unroll
+    for (int i = 0; i < N; ++i) q[i] = w[w0 + 1 + i];
+  }
+}
+
+// Block k of a q4_0 item (d, then 16 bytes of nibbles: element i low, i + 16 high), unpacked to
+// one byte per element.
+template <int K>
+__device__ __forceinline__ void q40_block(const uint32_t (&w)[18], float* d, uint32_t (&q)[8]) {
+  uint32_t raw[4];
+  legacy_block<18, K, 4>(w, d, raw);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    q0[i] = __funnelshift_r(w[i], w[i + 1], 16);
-    q1[i] = w[5 + i];
+    q[i] = raw[i] & 0x0f0f0f0fu;
+    q[4 + i] = (raw[i] >> 4) & 0x0f0f0f0fu;
   }
+}
+
+// Four 18-byte blocks.
+template <>
+__device__ void item_dot<DType::Q4_0>(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
+                                      float (&v)[kGemvMaxXRows]) {
+  uint32_t w[18];
+  load_words_2aligned<18>(wstep + lane * 72, w);
+  float d[4];
+  uint32_t q[4][8];
+  q40_block<0>(w, &d[0], q[0]);
+  q40_block<1>(w, &d[1], q[1]);
+  q40_block<2>(w, &d[2], q[2]);
+  q40_block<3>(w, &d[3], q[3]);
 #pragma unroll
   for (int j = 0; j < kGemvMaxXRows; ++j) {
     if (j >= nt) break;
-    uint32_t X[16];
+    uint32_t X[32];
     load_x_group(x, j, g, X);
-    const int base = j * x.n_units + 2 * g;
-    int s0 = 0, s1 = 0;
+    const float4 dx = x_scales(x, j, g);
+    const int4 xs = x_sums(x, j, g);
+    v[j] = item_tree(unit_scaled(d[0], dx.x, unit_dot<0>(q[0], X) - 8 * xs.x),
+                     unit_scaled(d[1], dx.y, unit_dot<1>(q[1], X) - 8 * xs.y),
+                     unit_scaled(d[2], dx.z, unit_dot<2>(q[2], X) - 8 * xs.z),
+                     unit_scaled(d[3], dx.w, unit_dot<3>(q[3], X) - 8 * xs.w), n_valid);
+  }
+}
+
+// Four 20-byte blocks: d, m, 16 bytes of nibbles.
+template <>
+__device__ void item_dot<DType::Q4_1>(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
+                                      float (&v)[kGemvMaxXRows]) {
+  uint32_t w[20];
+  load_words_2aligned<20>(wstep + lane * 80, w);
+  float d[4], m[4];
+  uint32_t q[4][8];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    d[k] = half_bits_to_float(w[5 * k] & 0xffffu);
+    m[k] = half_bits_to_float(w[5 * k] >> 16);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      s0 = dp4a(q0[i] & 0x0f0f0f0fu, X[i], s0);
-      s0 = dp4a((q0[i] >> 4) & 0x0f0f0f0fu, X[4 + i], s0);
-      s1 = dp4a(q1[i] & 0x0f0f0f0fu, X[8 + i], s1);
-      s1 = dp4a((q1[i] >> 4) & 0x0f0f0f0fu, X[12 + i], s1);
+      q[k][i] = w[5 * k + 1 + i] & 0x0f0f0f0fu;
+      q[k][4 + i] = (w[5 * k + 1 + i] >> 4) & 0x0f0f0f0fu;
     }
-    const float c0 = unit_scaled(d0, x.d[base], s0 - 8 * x.s[base]);
-    const float c1 = has_u1 ? unit_scaled(d1, x.d[base + 1], s1 - 8 * x.s[base + 1]) : 0.0f;
-    v[j] = pair_sum(c0, c1, has_u1);
   }
-}
-
-// Two 20-byte blocks: d, m, 16 bytes of nibbles.
-template <>
-__device__ void item_dot<DType::Q4_1>(const uint8_t* wstep, int lane, bool has_u1, const XTile& x, int g, int nt,
-                                      float (&v)[kGemvMaxXRows]) {
-  uint32_t w[10];
-  load_words_2aligned<10>(wstep + lane * 40, w);
-  const float d0 = half_bits_to_float(w[0] & 0xffffu), m0 = half_bits_to_float(w[0] >> 16);
-  const float d1 = half_bits_to_float(w[5] & 0xffffu), m1 = half_bits_to_float(w[5] >> 16);
 #pragma unroll
   for (int j = 0; j < kGemvMaxXRows; ++j) {
     if (j >= nt) break;
-    uint32_t X[16];
+    uint32_t X[32];
     load_x_group(x, j, g, X);
-    const int base = j * x.n_units + 2 * g;
-    int s0 = 0, s1 = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      s0 = dp4a(w[1 + i] & 0x0f0f0f0fu, X[i], s0);
-      s0 = dp4a((w[1 + i] >> 4) & 0x0f0f0f0fu, X[4 + i], s0);
-      s1 = dp4a(w[6 + i] & 0x0f0f0f0fu, X[8 + i], s1);
-      s1 = dp4a((w[6 + i] >> 4) & 0x0f0f0f0fu, X[12 + i], s1);
-    }
-    const float c0 = unit_affine(d0, m0, x.d[base], s0, x.s[base]);
-    const float c1 = has_u1 ? unit_affine(d1, m1, x.d[base + 1], s1, x.s[base + 1]) : 0.0f;
-    v[j] = pair_sum(c0, c1, has_u1);
+    const float4 dx = x_scales(x, j, g);
+    const int4 xs = x_sums(x, j, g);
+    v[j] = item_tree(unit_affine(d[0], m[0], dx.x, unit_dot<0>(q[0], X), xs.x),
+                     unit_affine(d[1], m[1], dx.y, unit_dot<1>(q[1], X), xs.y),
+                     unit_affine(d[2], m[2], dx.z, unit_dot<2>(q[2], X), xs.z),
+                     unit_affine(d[3], m[3], dx.w, unit_dot<3>(q[3], X), xs.w), n_valid);
   }
 }
 
-// Two 34-byte blocks: d, 32 int8.
+// Four 34-byte blocks: d, 32 int8.
 template <>
-__device__ void item_dot<DType::Q8_0>(const uint8_t* wstep, int lane, bool has_u1, const XTile& x, int g, int nt,
+__device__ void item_dot<DType::Q8_0>(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
                                       float (&v)[kGemvMaxXRows]) {
-  uint32_t w[17];
-  load_words_2aligned<17>(wstep + lane * 68, w);
-  const float d0 = half_bits_to_float(w[0] & 0xffffu), d1 = half_bits_to_float(w[8] >> 16);
-  uint32_t q0[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) q0[i] = __funnelshift_r(w[i], w[i + 1], 16);
+  uint32_t w[34];
+  load_words_2aligned<34>(wstep + lane * 136, w);
+  float d[4];
+  uint32_t q[4][8];
+  legacy_block<34, 0, 8>(w, &d[0], q[0]);
+  legacy_block<34, 1, 8>(w, &d[1], q[1]);
+  legacy_block<34, 2, 8>(w, &d[2], q[2]);
+  legacy_block<34, 3, 8>(w, &d[3], q[3]);
 #pragma unroll
   for (int j = 0; j < kGemvMaxXRows; ++j) {
     if (j >= nt) break;
-    uint32_t X[16];
+    uint32_t X[32];
     load_x_group(x, j, g, X);
-    const int base = j * x.n_units + 2 * g;
-    int s0 = 0, s1 = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      s0 = dp4a(q0[i], X[i], s0);
-      s1 = dp4a(w[9 + i], X[8 + i], s1);
-    }
-    const float c0 = unit_scaled(d0, x.d[base], s0);
-    const float c1 = has_u1 ? unit_scaled(d1, x.d[base + 1], s1) : 0.0f;
-    v[j] = pair_sum(c0, c1, has_u1);
+    const float4 dx = x_scales(x, j, g);
+    v[j] = item_tree(unit_scaled(d[0], dx.x, unit_dot<0>(q[0], X)), unit_scaled(d[1], dx.y, unit_dot<1>(q[1], X)),
+                     unit_scaled(d[2], dx.z, unit_dot<2>(q[2], X)), unit_scaled(d[3], dx.w, unit_dot<3>(q[3], X)),
+                     n_valid);
   }
 }
 
-// q4_k / q5_k share everything but the fifth bit. A 256-element block is four lane items; item p
-// covers sub-blocks 2p (low nibbles of qs[32p .. 32p + 32)) and 2p + 1 (high nibbles).
+// q4_k / q5_k share everything but the fifth bit. Lane l takes half hh = l & 1 of super-block
+// l >> 1: sub-blocks 4hh .. 4hh + 3, i.e. the low and high nibbles of qs[64hh .. 64hh + 64).
 template <bool kFive>
 __device__ __forceinline__ void item_dot_k45(const uint8_t* wstep, int lane, const XTile& x, int g, int nt,
                                              float (&v)[kGemvMaxXRows]) {
   constexpr int kBlockBytes = kFive ? 176 : 144;
   constexpr int kQsOffset = kFive ? 48 : 16;
-  const int sb = lane >> 2, p = lane & 3;
-  const uint8_t* b = wstep + sb * kBlockBytes;
-  uint32_t h[4], q[8];
+  const int hh = lane & 1;
+  const uint8_t* b = wstep + (lane >> 1) * kBlockBytes;
+  uint32_t h[4], qs[16];
   load_words_2aligned<4>(b, h);
-  load_words_2aligned<8>(b + kQsOffset + 32 * p, q);
-  uint32_t lo[8], hi[8];
+  load_words_2aligned<16>(b + kQsOffset + 64 * hh, qs);
+  // The 6-bit scales and mins of sub-blocks 4hh + k, byte k of sc4 / m4 (the 12-byte packing of
+  // core/quant_ref_layout.h, four at a time).
+  const uint32_t sc4 = hh == 0 ? h[1] & 0x3f3f3f3fu : (h[3] & 0x0f0f0f0fu) | ((h[1] >> 2) & 0x30303030u);
+  const uint32_t m4 = hh == 0 ? h[2] & 0x3f3f3f3fu : ((h[3] >> 4) & 0x0f0f0f0fu) | ((h[2] >> 2) & 0x30303030u);
+  const float d = half_bits_to_float(h[0] & 0xffffu), dmin = half_bits_to_float(h[0] >> 16);
+  float dl[4], ml[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    dl[k] = __fmul_rn(d, byte_to_float(sc4, k));
+    ml[k] = __fmul_rn(dmin, byte_to_float(m4, k));
+  }
+  uint32_t q[4][8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    lo[i] = q[i] & 0x0f0f0f0fu;
-    hi[i] = (q[i] >> 4) & 0x0f0f0f0fu;
+    q[0][i] = qs[i] & 0x0f0f0f0fu;
+    q[1][i] = (qs[i] >> 4) & 0x0f0f0f0fu;
+    q[2][i] = qs[8 + i] & 0x0f0f0f0fu;
+    q[3][i] = (qs[8 + i] >> 4) & 0x0f0f0f0fu;
   }
   if constexpr (kFive) {
     uint32_t qh[8];
     load_words_2aligned<8>(b + 16, qh);
+    const int bit0 = 4 * hh;  // fifth bit of sub-block s is bit s of qh
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      lo[i] |= ((qh[i] >> (2 * p)) & 0x01010101u) << 4;
-      hi[i] |= ((qh[i] >> (2 * p + 1)) & 0x01010101u) << 4;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) q[k][i] |= ((qh[i] >> (bit0 + k)) & 0x01010101u) << 4;
     }
   }
-  const float d = half_bits_to_float(h[0] & 0xffffu), dmin = half_bits_to_float(h[0] >> 16);
-  int sc0, m0, sc1, m1;
-  scale_min_k4(h[1], h[2], h[3], 2 * p, &sc0, &m0);
-  scale_min_k4(h[1], h[2], h[3], 2 * p + 1, &sc1, &m1);
-  const float dl0 = __fmul_rn(d, static_cast<float>(sc0)), ml0 = __fmul_rn(dmin, static_cast<float>(m0));
-  const float dl1 = __fmul_rn(d, static_cast<float>(sc1)), ml1 = __fmul_rn(dmin, static_cast<float>(m1));
 #pragma unroll
   for (int j = 0; j < kGemvMaxXRows; ++j) {
     if (j >= nt) break;
-    uint32_t X[16];
+    uint32_t X[32];
     load_x_group(x, j, g, X);
-    const int base = j * x.n_units + 2 * g;
-    int s0 = 0, s1 = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      s0 = dp4a(lo[i], X[i], s0);
-      s1 = dp4a(hi[i], X[8 + i], s1);
-    }
-    v[j] = __fadd_rn(unit_kmin(dl0, ml0, x.d[base], s0, x.s[base]),
-                     unit_kmin(dl1, ml1, x.d[base + 1], s1, x.s[base + 1]));
+    const float4 dx = x_scales(x, j, g);
+    const int4 xs = x_sums(x, j, g);
+    v[j] = item_tree(unit_kmin(dl[0], ml[0], dx.x, unit_dot<0>(q[0], X), xs.x),
+                     unit_kmin(dl[1], ml[1], dx.y, unit_dot<1>(q[1], X), xs.y),
+                     unit_kmin(dl[2], ml[2], dx.z, unit_dot<2>(q[2], X), xs.z),
+                     unit_kmin(dl[3], ml[3], dx.w, unit_dot<3>(q[3], X), xs.w), kItemUnits);
   }
 }
 
 template <>
-__device__ void item_dot<DType::Q4_K>(const uint8_t* wstep, int lane, bool, const XTile& x, int g, int nt,
+__device__ void item_dot<DType::Q4_K>(const uint8_t* wstep, int lane, int, const XTile& x, int g, int nt,
                                       float (&v)[kGemvMaxXRows]) {
   item_dot_k45<false>(wstep, lane, x, g, nt, v);
 }
 
 template <>
-__device__ void item_dot<DType::Q5_K>(const uint8_t* wstep, int lane, bool, const XTile& x, int g, int nt,
+__device__ void item_dot<DType::Q5_K>(const uint8_t* wstep, int lane, int, const XTile& x, int g, int nt,
                                       float (&v)[kGemvMaxXRows]) {
   item_dot_k45<true>(wstep, lane, x, g, nt, v);
 }
 
-// q6_k: item p covers elements 64p .. 64p + 63 of the block: low 4 bits from ql[64h .. 64h + 64)
-// (h = p / 2; nibble p % 2), high 2 bits from qh[32h .. 32h + 32), and four int8 sub-block
-// scales. A unit's integer dot is sc_a * dot_a + sc_b * dot_b over its two 16-element halves,
-// each with q - 32 (|value| < 2^24, exact in float).
+// q6_k: lane l takes half hh = l & 1 of block l >> 1 (elements 128hh .. 128hh + 127). Unit k
+// (quadrant k of the half): low 4 bits from ql[64hh + 32(k & 1) ..] (nibble k >> 1), high 2 bits
+// from qh[32hh ..] (bits 2k, 2k + 1), and two int8 sub-block scales for its 16-element halves.
+// A unit's integer dot is sc_a * (dot_a - 32 sum_a) + sc_b * (dot_b - 32 sum_b) (sum_*: the
+// halves' activation sums; |value| < 2^24, exact in float).
 template <>
-__device__ void item_dot<DType::Q6_K>(const uint8_t* wstep, int lane, bool, const XTile& x, int g, int nt,
+__device__ void item_dot<DType::Q6_K>(const uint8_t* wstep, int lane, int, const XTile& x, int g, int nt,
                                       float (&v)[kGemvMaxXRows]) {
-  const int sb = lane >> 2, p = lane & 3, hh = p >> 1, shift = 4 * (p & 1);
-  const uint8_t* b = wstep + sb * 210;
-  uint32_t L[16], H[8], S[4];
+  const int hh = lane & 1;
+  const uint8_t* b = wstep + (lane >> 1) * 210;
+  uint32_t L[16], H[8], S[2];
   load_words_2aligned<16>(b + 64 * hh, L);
   load_words_2aligned<8>(b + 128 + 32 * hh, H);
-  load_words_2aligned<4>(b + 192, S);
+  load_words_2aligned<2>(b + 192 + 8 * hh, S);
   const float d = half_bits_to_float(load_u16(b + 208));
-  const uint32_t sw = p == 0 ? S[0] : (p == 1 ? S[1] : (p == 2 ? S[2] : S[3]));
-  const int sc0 = static_cast<int8_t>(sw & 0xffu), sc1 = static_cast<int8_t>((sw >> 8) & 0xffu);
-  const int sc2 = static_cast<int8_t>((sw >> 16) & 0xffu), sc3 = static_cast<int8_t>(sw >> 24);
-  uint32_t q0[8], q1[8];
+  int sc[8];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    sc[k] = static_cast<int8_t>((S[0] >> (8 * k)) & 0xffu);
+    sc[4 + k] = static_cast<int8_t>((S[1] >> (8 * k)) & 0xffu);
+  }
+  uint32_t q[4][8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    q0[i] = ((L[i] >> shift) & 0x0f0f0f0fu) | (((H[i] >> shift) & 0x03030303u) << 4);
-    q1[i] = ((L[8 + i] >> shift) & 0x0f0f0f0fu) | (((H[i] >> (shift + 2)) & 0x03030303u) << 4);
+    q[0][i] = (L[i] & 0x0f0f0f0fu) | ((H[i] << 4) & 0x30303030u);
+    q[1][i] = (L[8 + i] & 0x0f0f0f0fu) | ((H[i] << 2) & 0x30303030u);
+    q[2][i] = ((L[i] >> 4) & 0x0f0f0f0fu) | (H[i] & 0x30303030u);
+    q[3][i] = ((L[8 + i] >> 4) & 0x0f0f0f0fu) | ((H[i] >> 2) & 0x30303030u);
   }
 #pragma unroll
   for (int j = 0; j < kGemvMaxXRows; ++j) {
     if (j >= nt) break;
-    uint32_t X[16];
+    uint32_t X[32];
     load_x_group(x, j, g, X);
-    const int base = j * x.n_units + 2 * g;
-    int a0 = 0, b0 = 0, a1 = 0, b1 = 0, xa0 = 0, xb0 = 0, xa1 = 0, xb1 = 0;
+    const float4 dx = x_scales(x, j, g);
+    const int4* hp = reinterpret_cast<const int4*>(x.h + j * 2 * x.unit_pitch) + 2 * g;
+    const int4 h01 = hp[0], h23 = hp[1];
+    const int hs[8] = {h01.x, h01.y, h01.z, h01.w, h23.x, h23.y, h23.z, h23.w};
+    int isum[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      a0 = dp4a(q0[i], X[i], a0);
-      xa0 = dp4a(0x01010101u, X[i], xa0);
-      b0 = dp4a(q0[4 + i], X[4 + i], b0);
-      xb0 = dp4a(0x01010101u, X[4 + i], xb0);
-      a1 = dp4a(q1[i], X[8 + i], a1);
-      xa1 = dp4a(0x01010101u, X[8 + i], xa1);
-      b1 = dp4a(q1[4 + i], X[12 + i], b1);
-      xb1 = dp4a(0x01010101u, X[12 + i], xb1);
+    for (int k = 0; k < 4; ++k) {
+      int a = 0, c = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        a = dp4a(q[k][i], X[8 * k + i], a);
+        c = dp4a(q[k][4 + i], X[8 * k + 4 + i], c);
+      }
+      isum[k] = sc[2 * k] * (a - 32 * hs[2 * k]) + sc[2 * k + 1] * (c - 32 * hs[2 * k + 1]);
     }
-    const int i0 = sc0 * (a0 - 32 * xa0) + sc1 * (b0 - 32 * xb0);
-    const int i1 = sc2 * (a1 - 32 * xa1) + sc3 * (b1 - 32 * xb1);
-    v[j] = __fadd_rn(unit_scaled(d, x.d[base], i0), unit_scaled(d, x.d[base + 1], i1));
+    v[j] = item_tree(unit_scaled(d, dx.x, isum[0]), unit_scaled(d, dx.y, isum[1]), unit_scaled(d, dx.z, isum[2]),
+                     unit_scaled(d, dx.w, isum[3]), kItemUnits);
   }
 }
 
 // --- the kernel ---------------------------------------------------------------------------------
 
 // Quantizes the block's activation tile into shared memory: one thread per 32-element unit, so
-// the loads of a unit are independent and in flight together. amax and the int sum do not
+// the loads of a unit are independent and in flight together. amax and the int sums do not
 // depend on the order they are formed in.
 __device__ __forceinline__ void quantize_tile(const MatmulArgs& a, int64_t x0, int nt, const SmemLayout& l,
-                                              uint8_t* xq, float* xd, int* xs) {
+                                              uint8_t* xq, float* xd, int* xs, int* xh) {
   const int cols = static_cast<int>(a.cols), n_units = cols / 32;
   const bool aligned = (reinterpret_cast<uintptr_t>(a.x) & 15) == 0;
   for (int i = threadIdx.x; i < nt * n_units; i += blockDim.x) {
@@ -388,35 +457,39 @@ __device__ __forceinline__ void quantize_tile(const MatmulArgs& a, int64_t x0, i
     for (int k = 0; k < 32; ++k) amax = fmaxf(amax, fabsf(v[k]));
     const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
     uint32_t packed[8];
-    int qsum = 0;
+    int half_sum[2] = {0, 0};
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       uint32_t w = 0;
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
         const int q = __float2int_rn(__fmul_rn(v[4 * k + b], inv));
-        qsum += q;
+        half_sum[k / 4] += q;
         w |= (static_cast<uint32_t>(q) & 0xffu) << (8 * b);
       }
       packed[k] = w;
     }
-    uint4* dst = reinterpret_cast<uint4*>(xq + j * l.row_pitch + (u / 2) * kGroupPitch + (u % 2) * 32);
+    uint4* dst = reinterpret_cast<uint4*>(xq + j * l.row_pitch + (u / kItemUnits) * kGroupPitch +
+                                          (u % kItemUnits) * 32);
     dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
     dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
-    xd[j * n_units + u] = __fdiv_rn(amax, 127.0f);
-    xs[j * n_units + u] = qsum;
+    xd[j * l.unit_pitch + u] = __fdiv_rn(amax, 127.0f);
+    xs[j * l.unit_pitch + u] = half_sum[0] + half_sum[1];
+    xh[j * 2 * l.unit_pitch + 2 * u] = half_sum[0];
+    xh[j * 2 * l.unit_pitch + 2 * u + 1] = half_sum[1];
   }
 }
 
 // Grid: (activation tiles, row groups). Warp w of row group b owns weight rows
 // b * kGemvWarps + w + k * (gridDim.y * kGemvWarps), k = 0, 1, ...; it streams them step by step
-// through a kStages-deep cp.async pipeline that runs on across row boundaries, so the latency of
-// the first load is paid once per warp, not once per row.
+// through a stages<T>()-deep cp.async pipeline that runs on across row boundaries, so the latency
+// of the first load is paid once per warp, not once per row.
 template <DType T>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int kBlockElems = QType<T>::kBlockElems, kBlockBytes = QType<T>::kBlockBytes;
   constexpr int kFullStepBytes = step_bytes<T>();
+  constexpr int kStages = stages<T>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cols = static_cast<int>(a.cols);
   const int n_units = cols / 32;
@@ -427,7 +500,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs 
   uint8_t* xq = smem;
   float* xd = reinterpret_cast<float*>(smem + l.d_off);
   int* xs = reinterpret_cast<int*>(smem + l.s_off);
-
+  int* xh = reinterpret_cast<int*>(smem + l.h_off);
   const int64_t row_stride = int64_t{gridDim.y} * kGemvWarps;
   const int64_t first_row = int64_t{blockIdx.y} * kGemvWarps + warp;
   const int64_t total_rows = a.total_rows();
@@ -465,10 +538,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs 
     }
     cp_async_commit();
   }
-  quantize_tile(a, x0, nt, l, xq, xd, xs);
+  pdl_enter();  // x is the previous kernel's output
+  quantize_tile(a, x0, nt, l, xq, xd, xs, xh);
   __syncthreads();
   if (n_rows == 0) return;
-  const XTile x{xq, xd, xs, l.row_pitch, n_units};
+  const XTile x{xq, xd, xs, xh, l.row_pitch, l.unit_pitch};
 
   float stack[kGemvMaxXRows][kLevels];
 #pragma unroll
@@ -487,11 +561,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs 
     const int s = out.step;
     const uint8_t* src = out.row_w + static_cast<size_t>(s) * kFullStepBytes;
     const uint8_t* wstep = stage + out.slot * l.stage_pitch + (reinterpret_cast<uintptr_t>(src) & 15);
-    const int u0 = s * kStepUnits + 2 * lane;
+    const int u0 = s * kStepUnits + kItemUnits * lane;
     float v[kGemvMaxXRows];
 #pragma unroll
     for (int j = 0; j < kGemvMaxXRows; ++j) v[j] = 0.0f;
-    if (u0 < n_units) item_dot<T>(wstep, lane, u0 + 1 < n_units, x, u0 / 2, nt, v);
+    if (u0 < n_units) item_dot<T>(wstep, lane, min(kItemUnits, n_units - u0), x, u0 / kItemUnits, nt, v);
 #pragma unroll
     for (int j = 0; j < kGemvMaxXRows; ++j) {
       if (j < nt) {  // nt is uniform across the warp
@@ -534,7 +608,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs 
 }
 
 template <DType T>
-bool launch_typed(const MatmulArgs& a, cudaStream_t stream) {
+bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
   if (a.cols % QType<T>::kBlockElems != 0 || a.cols >= (int64_t{1} << 31)) return false;
   if ((a.cols + kStepElems - 1) / kStepElems > kMaxSteps) return false;
   // Eligibility is judged at the full tile so that it cannot depend on n (batch invariance).
@@ -549,21 +623,20 @@ bool launch_typed(const MatmulArgs& a, cudaStream_t stream) {
   if (x_tiles > (int64_t{1} << 31) - 1) return false;
   // x tiles vary fastest, so blocks sharing weight rows run together and re-read them from L2.
   const dim3 grid(static_cast<unsigned>(x_tiles), static_cast<unsigned>(row_blocks));
-  gemv_quant_kernel<T><<<grid, kGemvWarps * 32, l.total, stream>>>(a);
-  TERN_CUDA_CHECK_LAUNCH();
+  launch_kernel(env, gemv_quant_kernel<T>, grid, kGemvWarps * 32, static_cast<size_t>(l.total), a);
   return true;
 }
 
 }  // namespace
 
-bool launch_gemv_quant(const MatmulArgs& a, cudaStream_t stream) {
+bool launch_gemv_quant(const MatmulArgs& a, const LaunchEnv& env) {
   switch (a.dtype) {
-    case DType::Q4_0: return launch_typed<DType::Q4_0>(a, stream);
-    case DType::Q4_1: return launch_typed<DType::Q4_1>(a, stream);
-    case DType::Q8_0: return launch_typed<DType::Q8_0>(a, stream);
-    case DType::Q4_K: return launch_typed<DType::Q4_K>(a, stream);
-    case DType::Q5_K: return launch_typed<DType::Q5_K>(a, stream);
-    case DType::Q6_K: return launch_typed<DType::Q6_K>(a, stream);
+    case DType::Q4_0: return launch_typed<DType::Q4_0>(a, env);
+    case DType::Q4_1: return launch_typed<DType::Q4_1>(a, env);
+    case DType::Q8_0: return launch_typed<DType::Q8_0>(a, env);
+    case DType::Q4_K: return launch_typed<DType::Q4_K>(a, env);
+    case DType::Q5_K: return launch_typed<DType::Q5_K>(a, env);
+    case DType::Q6_K: return launch_typed<DType::Q6_K>(a, env);
     default: return false;
   }
 }

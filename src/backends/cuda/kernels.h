@@ -171,14 +171,22 @@ size_t attention_partials_bytes(const AttentionArgs& a);
 // Dynamic shared memory one attention block needs (must not exceed the device's opt-in limit).
 size_t attention_smem_bytes(const AttentionArgs& a);
 
-void launch_embed(const EmbedArgs& a, cudaStream_t stream);
-void launch_rms_norm(const RmsNormArgs& a, cudaStream_t stream);
-void launch_elementwise(const ElementwiseArgs& a, cudaStream_t stream);
-void launch_rope(const RopeArgs& a, cudaStream_t stream);
-void launch_kv_write(const KvWriteArgs& a, cudaStream_t stream);
-void launch_gather_rows(const GatherRowsArgs& a, cudaStream_t stream);
-void launch_matmul(const MatmulArgs& a, cudaStream_t stream);
-void launch_attention(const AttentionArgs& a, cudaStream_t stream);
+// Where and how a launcher enqueues its kernels.
+struct LaunchEnv {
+  cudaStream_t stream;
+  // Programmatic dependent launch (launch.cuh): each kernel may start while its predecessor on
+  // the stream finishes. Only on sm_90+; results are identical either way.
+  bool pdl;
+};
+
+void launch_embed(const EmbedArgs& a, const LaunchEnv& env);
+void launch_rms_norm(const RmsNormArgs& a, const LaunchEnv& env);
+void launch_elementwise(const ElementwiseArgs& a, const LaunchEnv& env);
+void launch_rope(const RopeArgs& a, const LaunchEnv& env);
+void launch_kv_write(const KvWriteArgs& a, const LaunchEnv& env);
+void launch_gather_rows(const GatherRowsArgs& a, const LaunchEnv& env);
+void launch_matmul(const MatmulArgs& a, const LaunchEnv& env);
+void launch_attention(const AttentionArgs& a, const LaunchEnv& env);
 
 // True for every weight dtype launch_matmul / launch_embed accept.
 bool matmul_supports(DType t);

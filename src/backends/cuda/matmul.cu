@@ -4,6 +4,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/gemv.h"
+#include "backends/cuda/launch.cuh"
 #include "core/check.h"
 
 namespace tern::cuda {
@@ -33,6 +34,7 @@ __device__ __forceinline__ void load8(DType t, const uint8_t* p, float (&w)[8]) 
 
 // F32 / F16 / BF16 rows, 16-byte aligned, cols % 8 == 0. Warp per weight row.
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_float_kernel(MatmulArgs a) {
+  pdl_enter();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t gr = int64_t{blockIdx.y} * kGemvWarps + warp;
   if (gr >= a.total_rows()) return;
@@ -74,6 +76,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_float_kernel(MatmulArgs 
 
 // Any type dequant_element knows; warp per weight row, lane l owns elements l, l + 32, ...
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_generic_kernel(MatmulArgs a) {
+  pdl_enter();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t gr = int64_t{blockIdx.y} * kGemvWarps + warp;
   if (gr >= a.total_rows()) return;
@@ -110,21 +113,20 @@ bool float_rows_aligned(const MatmulArgs& a) {
 
 bool matmul_supports(DType t) { return dequant_element_supports(t); }
 
-void launch_matmul(const MatmulArgs& a, cudaStream_t stream) {
+void launch_matmul(const MatmulArgs& a, const LaunchEnv& env) {
   if (a.n == 0 || a.total_rows() == 0) return;
   // The kernel choice depends on the weight alone (dtype, shape, alignment), never on n: every
   // n takes the same arithmetic for a given row (batch invariance).
-  if (launch_gemv_quant(a, stream)) return;
+  if (launch_gemv_quant(a, env)) return;
   const int64_t row_blocks = (a.total_rows() + kGemvWarps - 1) / kGemvWarps;
   const int64_t x_tiles = (a.n + kGemvMaxXRows - 1) / kGemvMaxXRows;
   TERN_CHECK_MSG(row_blocks <= 65535, "matmul: too many weight rows for one launch");
   const dim3 grid(static_cast<unsigned>(x_tiles), static_cast<unsigned>(row_blocks));
   if (float_rows_aligned(a)) {
-    gemv_float_kernel<<<grid, kGemvWarps * 32, 0, stream>>>(a);
+    launch_kernel(env, gemv_float_kernel, grid, kGemvWarps * 32, 0, a);
   } else {
-    gemv_generic_kernel<<<grid, kGemvWarps * 32, 0, stream>>>(a);
+    launch_kernel(env, gemv_generic_kernel, grid, kGemvWarps * 32, 0, a);
   }
-  TERN_CUDA_CHECK_LAUNCH();
 }
 
 void init_matmul(int max_smem_bytes) { init_gemv_quant(max_smem_bytes); }

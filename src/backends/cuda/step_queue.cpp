@@ -17,7 +17,7 @@ const Args& args_of(const OpRecord& r) {
   return *reinterpret_cast<const Args*>(r.args);
 }
 
-void launch_one(const OpRecord& r, cudaStream_t s) {
+void launch_one(const OpRecord& r, const LaunchEnv& s) {
   switch (r.kind) {
     case OpKind::kEmbed: launch_embed(args_of<EmbedArgs>(r), s); return;
     case OpKind::kRmsNorm: launch_rms_norm(args_of<RmsNormArgs>(r), s); return;
@@ -38,7 +38,8 @@ StepQueue::~StepQueue() {
 }
 
 void StepQueue::launch_all(const std::vector<OpRecord>& ops) {
-  for (const OpRecord& r : ops) launch_one(r, stream_);
+  const LaunchEnv env{stream_, pdl_};
+  for (const OpRecord& r : ops) launch_one(r, env);
 }
 
 StepQueue::CachedGraph& StepQueue::capture(const std::vector<OpRecord>& ops) {

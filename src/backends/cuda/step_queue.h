@@ -35,7 +35,7 @@ static_assert(std::is_trivially_copyable_v<OpRecord>);
 
 class StepQueue {
  public:
-  StepQueue(cudaStream_t stream, bool use_graphs) : stream_(stream), use_graphs_(use_graphs) {}
+  StepQueue(cudaStream_t stream, bool use_graphs, bool pdl) : stream_(stream), use_graphs_(use_graphs), pdl_(pdl) {}
   ~StepQueue();
   StepQueue(const StepQueue&) = delete;
   StepQueue& operator=(const StepQueue&) = delete;
@@ -80,6 +80,7 @@ class StepQueue {
 
   cudaStream_t stream_;
   bool use_graphs_;
+  bool pdl_;  // programmatic dependent launch (launch.cuh)
   std::vector<OpRecord> pending_, previous_;
   std::vector<CachedGraph> graphs_;
   int64_t clock_ = 0;
