@@ -37,6 +37,7 @@ Result<std::unique_ptr<KvPool>> KvPool::create(Backend& backend, const KvPoolCon
     return error("kv cache: every size must be positive");
   std::unique_ptr<KvPool> pool(new KvPool());
   pool->config_ = config;
+  pool->backend_ = &backend;
   const int64_t rows = static_cast<int64_t>(config.n_blocks) * config.block_tokens;
   const int64_t cols = static_cast<int64_t>(config.n_kv_heads) * config.head_dim;
   const size_t bytes = row_bytes(config.dtype, cols) * static_cast<size_t>(rows);
@@ -84,6 +85,7 @@ void KvPool::unregister(int32_t b) {
   TERN_CHECK(it != index_.end() && it->second == b);
   index_.erase(it);
   s.registered = false;
+  s.keyed = false;
 }
 
 void KvPool::unregister_block(int32_t block) {
@@ -99,6 +101,8 @@ std::optional<int32_t> KvPool::allocate() {
   } else if (lru_head_ >= 0) {
     b = lru_head_;
     lru_remove(b);
+    // The content is still intact here: a tier takes its copy before the block is reused.
+    if (tiers_ && blocks_[b].keyed) tiers_->on_evicted(*this, b, blocks_[b].key);
     unregister(b);
     ++stats_.evictions;
   } else {
@@ -144,6 +148,81 @@ std::optional<int32_t> KvPool::acquire_cached(BlockHash hash) {
   ++s.refcount;
   ++stats_.hits_blocks;
   return b;
+}
+
+bool KvPool::register_block(int32_t block, const BlockKey& key) {
+  if (!register_block(block, key.hash)) return false;
+  BlockState& s = blocks_[block];
+  if (!s.keyed) {
+    s.keyed = true;
+    s.key = key;
+    if (tiers_) tiers_->on_registered(*this, block, key);
+  }
+  return true;
+}
+
+std::optional<int32_t> KvPool::acquire_cached(const BlockKey& key, bool* restored) {
+  if (restored != nullptr) *restored = false;
+  if (std::optional<int32_t> b = acquire_cached(key.hash)) return b;
+  if (!tiers_ || !tiers_->contains(key.hash)) return std::nullopt;  // a miss never evicts
+  const std::optional<int32_t> b = tiers_->restore(*this, key);
+  if (!b) return std::nullopt;
+  // Registering re-offers the block to write-behind, which skips it when the SSD already has it.
+  const bool registered = register_block(*b, key);
+  TERN_CHECK(registered);  // the index missed this hash a moment ago
+  ++stats_.restored_blocks;
+  if (restored != nullptr) *restored = true;
+  return b;
+}
+
+KvTierIdentity KvPool::tier_identity(const KvTierOptions& options) const {
+  KvTierIdentity id;
+  id.model_id = options.model_id;
+  id.model_fingerprint = options.model_fingerprint;
+  id.tokenizer_fingerprint = options.tokenizer_fingerprint;
+  id.dtype = config_.dtype;
+  id.n_layers = config_.n_layers;
+  id.n_kv_heads = config_.n_kv_heads;
+  id.head_dim = config_.head_dim;
+  id.block_tokens = config_.block_tokens;
+  return id;
+}
+
+void KvPool::enable_tiers(const KvTierOptions& options) {
+  tiers_.reset();  // finishes the old tiers' writes first
+  tiers_ = KvTiers::create(options, tier_identity(options));
+}
+
+Tensor KvPool::block_segment(int32_t block, int segment) const {
+  const KvLayerView& l = layers_[segment / 2];
+  const Tensor& t = segment % 2 == 0 ? l.k : l.v;
+  return t.slice_rows(static_cast<int64_t>(block) * config_.block_tokens, config_.block_tokens);
+}
+
+void KvPool::copy_block_to_host(int32_t block, uint8_t* dst) const {
+  for (int seg = 0; seg < 2 * config_.n_layers; ++seg) {
+    const Tensor t = block_segment(block, seg);
+    backend_->copy_to_host(t, dst);
+    dst += t.bytes();
+  }
+}
+
+void KvPool::copy_block_from_host(const uint8_t* src, int32_t block) {
+  for (int seg = 0; seg < 2 * config_.n_layers; ++seg) {
+    Tensor t = block_segment(block, seg);
+    backend_->copy_from_host(src, t);
+    src += t.bytes();
+  }
+}
+
+std::vector<HostSegment> KvPool::block_host_segments(int32_t block) const {
+  std::vector<HostSegment> segs;
+  if (backend_->device() != Device::kCpu) return segs;
+  for (int seg = 0; seg < 2 * config_.n_layers; ++seg) {
+    const Tensor t = block_segment(block, seg);
+    segs.push_back({t.data, t.bytes()});
+  }
+  return segs;
 }
 
 Status KvSequence::reserve(int n_tokens) {

@@ -13,6 +13,10 @@
 // allocate() takes a free block, else evicts the least recently used cached block. A registered
 // block is never written while registered (its content is its identity): a sequence writes only
 // into blocks it holds alone, unregistering one first when it trims into it.
+//
+// Tiers (kv_tiers.h, optional): blocks registered with their full BlockKey can move below the
+// device: write-behind to the SSD at registration, to host RAM on eviction, and back on a lookup
+// miss through acquire_cached(key). Blocks registered by hash alone stay device-only.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +27,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kv/block_key.h"
+#include "kv/kv_tiers.h"
 #include "ops/backend.h"
 
 namespace tern {
@@ -40,14 +46,8 @@ struct KvPoolStats {
   int64_t hits_blocks = 0;     // blocks found through the prefix index
   int64_t evictions = 0;       // cached blocks evicted to make room
   int64_t registrations = 0;   // blocks registered in the index
+  int64_t restored_blocks = 0; // index misses served from a lower tier (host RAM or SSD)
 };
-
-using BlockHash = uint64_t;
-
-// Hash of a full block: chained on the parent's hash so a block's identity is its whole prefix.
-// `salt` separates namespaces (model fingerprint, tenant).
-BlockHash hash_block(BlockHash parent, std::span<const int32_t> tokens);
-BlockHash root_block_hash(uint64_t salt);
 
 class KvPool {
  public:
@@ -82,6 +82,27 @@ class KvPool {
   void unregister_block(int32_t block);
   // Finds the block registered under `hash` and takes a reference on it (reviving a cached one).
   std::optional<int32_t> acquire_cached(BlockHash hash);
+
+  // Tier-aware forms. register_block keeps the key so that the block can leave the device and
+  // come back; acquire_cached asks the tiers on an index miss and restores the block into a
+  // fresh one (registered under key.hash), setting *restored.
+  bool register_block(int32_t block, const BlockKey& key);
+  std::optional<int32_t> acquire_cached(const BlockKey& key, bool* restored = nullptr);
+
+  // Attaches host-RAM / SSD tiers (replacing any). The pool supplies dtype and layout to the
+  // identity; unusable SSD directories are warned about and left out (never an error).
+  void enable_tiers(const KvTierOptions& options);
+  KvTiers* tiers() { return tiers_.get(); }
+  // The identity a tier's files must match, from the pool's layout and the given model identity.
+  KvTierIdentity tier_identity(const KvTierOptions& options) const;
+
+  // Block payload copies for the tiers, in file order (layer 0 K, layer 0 V, layer 1 K, ...).
+  size_t block_payload_bytes() const { return bytes_per_token() * static_cast<size_t>(config_.block_tokens); }
+  void copy_block_to_host(int32_t block, uint8_t* dst) const;
+  void copy_block_from_host(const uint8_t* src, int32_t block);
+  // The block's segments as host memory, when the pool lives in host memory (CPU backend);
+  // empty otherwise.
+  std::vector<HostSegment> block_host_segments(int32_t block) const;
   // True if `hash` is registered (no reference taken).
   bool contains(BlockHash hash) const { return index_.count(hash) != 0; }
 
@@ -91,12 +112,17 @@ class KvPool {
     bool registered = false;
     BlockHash hash = 0;
     int32_t lru_prev = -1, lru_next = -1;  // cached blocks only; head = least recently used
+    bool keyed = false;  // key is valid: the block may move to a lower tier
+    BlockKey key;
   };
+  // Rows of `block` in layer l's K or V, in file order: segment 2l = K, 2l + 1 = V.
+  Tensor block_segment(int32_t block, int segment) const;
   void lru_push_back(int32_t b);
   void lru_remove(int32_t b);
   void unregister(int32_t b);
 
   KvPoolConfig config_;
+  Backend* backend_ = nullptr;
   std::vector<std::unique_ptr<Buffer>> buffers_;  // K and V per layer
   std::vector<KvLayerView> layers_;
   std::vector<BlockState> blocks_;
@@ -105,6 +131,7 @@ class KvPool {
   int n_cached_ = 0;
   std::unordered_map<BlockHash, int32_t> index_;
   KvPoolStats stats_;
+  std::unique_ptr<KvTiers> tiers_;  // last member: destroyed first, finishing queued SSD writes
 };
 
 // A sequence's view of the pool: its block table and token count. Trimming is truncating the
