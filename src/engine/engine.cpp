@@ -1,14 +1,64 @@
-// First implementation of the Engine: requests are served one at a time on the engine thread
-// (the KV pool's prefix index still shares every full block across requests). Continuous batching
-// of several requests per step replaces serve() next; the interface stays as it is.
+// The Engine's thread and scheduler (continuous batching; the policy is described in engine.h).
+// A step: reap cancelled requests, admit queued ones while the KV pool can hold them, plan (every
+// decoder's pending token + draft, oldest first, then prefill chunks within the token budget),
+// one forward, then each runner applies its logits. Events for a request are emitted in order on
+// this thread: kStarted (once its prefix is matched), kPrefillProgress*, kText*, then exactly one
+// of kFinished / kError.
 #include "engine/engine.h"
 
+#include <algorithm>
+#include <chrono>
+
+#include "engine/sequence_runner.h"
 #include "spec/ngram_drafter.h"
 
 namespace tern {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool is_set(const std::shared_ptr<std::atomic<bool>>& flag) {
+  return flag != nullptr && flag->load(std::memory_order_relaxed);
+}
+
+size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+int div_up(int a, int b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+struct Engine::Active {
+  EngineRequest request;
+  double submitted_s = 0, admitted_s = 0;
+  uint64_t rank = 0;  // admission order; preemption takes the highest
+  Session session;
+  NgramDrafter ngram;
+  GenerateOptions options;
+  SequenceRunner runner;
+  bool started = false;   // kStarted emitted
+  bool parked = false;    // preempted during this step: moves to preempted_ after it
+  bool planned = false;   // rows in this step's plan
+  bool over = false;      // finished or failed: removed after this step
+
+  Active(Engine& e, Queued&& q, const GenerateOptions& o)
+      : request(std::move(q.request)),
+        submitted_s(q.submitted_s),
+        admitted_s(now_seconds()),
+        session(*e.model_, *e.pool_, e.tokenizer_, SessionOptions{request.params.cache_salt, true}),
+        options(o),
+        runner(session, request.prompt, options) {}
+};
 
 Engine::Engine(Model& model, KvPool& pool, const tok::Tokenizer& tokenizer, EngineOptions options)
     : model_(&model), pool_(&pool), tokenizer_(&tokenizer), options_(options) {
+  options_.max_running = std::max(1, options_.max_running);
   metrics_.kv_blocks_free = pool.n_available_blocks();
   thread_ = std::thread([this] { run(); });
 }
@@ -23,17 +73,17 @@ Status Engine::submit(EngineRequest request) {
     return error("prompt too long: " + std::to_string(request.prompt.size()) + " tokens, the context holds " +
                  std::to_string(n_ctx) + " (and at least one token must be generated)");
   const int bt = pool_->config().block_tokens;
-  if ((need + bt - 1) / bt > pool_->n_blocks())
+  if (div_up(need, bt) > pool_->n_blocks())
     return error("prompt too long for the KV cache: " + std::to_string(request.prompt.size()) + " tokens need " +
-                 std::to_string((need + bt - 1) / bt) + " blocks, the pool has " + std::to_string(pool_->n_blocks()));
+                 std::to_string(div_up(need, bt)) + " blocks, the pool has " + std::to_string(pool_->n_blocks()));
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return error("server is shutting down");
   if (static_cast<int>(queue_.size()) >= options_.max_queued) {
     ++metrics_.requests_rejected;
     return error("server busy: " + std::to_string(queue_.size()) + " requests queued (the limit)");
   }
-  queue_.push_back(std::move(request));
-  metrics_.queue_depth = static_cast<int>(queue_.size());
+  queue_.push_back(Queued{std::move(request), now_seconds()});
+  metrics_.queue_depth = static_cast<int>(queue_.size()) + n_preempted_;
   wake_.notify_one();
   return Status::ok();
 }
@@ -51,99 +101,328 @@ void Engine::shutdown(bool drain) {
 
 void Engine::run() {
   for (;;) {
-    EngineRequest request;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty() || (stopping_ && !drain_)) break;
-      request = std::move(queue_.front());
-      queue_.pop_front();
-      metrics_.queue_depth = static_cast<int>(queue_.size());
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !running_.empty() || !preempted_.empty(); });
+      if (stopping_ && !drain_) break;
+      if (stopping_ && queue_.empty() && running_.empty() && preempted_.empty()) break;
     }
-    serve(request);
+    step();
   }
-  // Whatever is still queued is refused.
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& r : queue_) {
+  // Not draining: running (and preempted) requests end as cancelled, queued ones are refused.
+  for (auto* list : {&running_, &preempted_}) {
+    for (auto& a : *list) {
+      a->runner.finish(StopReason::kCancelled);
+      finish(*a);
+    }
+    list->clear();
+  }
+  std::deque<Queued> refused;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    refused.swap(queue_);
+  }
+  for (auto& q : refused) {
     EngineEvent e;
     e.kind = EngineEvent::Kind::kError;
     e.text = "server shutting down";
-    if (r.on_event) r.on_event(std::move(e));
+    if (q.request.on_event) q.request.on_event(std::move(e));
   }
-  queue_.clear();
-  metrics_.queue_depth = 0;
+  update_gauges();
 }
 
-void Engine::serve(EngineRequest& request) {
-  auto emit = [&](EngineEvent&& e) {
-    if (request.on_event) request.on_event(std::move(e));
-  };
-  metrics_.running = 1;
-  EngineEvent started;
-  started.kind = EngineEvent::Kind::kStarted;
-  started.stats.prompt_tokens = static_cast<int>(request.prompt.size());
-  emit(std::move(started));
+void Engine::emit_started(Active& a) {
+  if (a.started) return;
+  a.started = true;
+  EngineEvent e;
+  e.kind = EngineEvent::Kind::kStarted;
+  e.stats = a.runner.stats();
+  e.stats.queue_seconds = a.admitted_s - a.submitted_s;
+  if (a.request.on_event) a.request.on_event(std::move(e));
+}
 
-  const RequestParams& p = request.params;
-  Session session(*model_, *pool_, tokenizer_, SessionOptions{p.cache_salt, true});
-  NgramDrafter ngram;
-  GenerateOptions o;
-  o.max_tokens = std::min(p.max_tokens, model_->n_ctx() - static_cast<int>(request.prompt.size()));
-  o.prefill_chunk_tokens = options_.prefill_chunk_tokens;
-  o.sampling = p.sampling;
-  o.stop_strings = p.stop_strings;
-  o.think_budget_tokens = p.think_budget_tokens;
-  o.drafter = p.speculate ? &ngram : nullptr;
-  o.cancel = request.cancel.get();
-  o.on_text = [&](std::string_view text) {
-    EngineEvent e;
-    e.kind = EngineEvent::Kind::kText;
-    e.text = std::string(text);
-    emit(std::move(e));
-  };
-  o.on_prefill_progress = [&](int done, int total) {
-    EngineEvent e;
-    e.kind = EngineEvent::Kind::kPrefillProgress;
-    e.done = done;
-    e.total = total;
-    emit(std::move(e));
-  };
-  auto result = session.generate(request.prompt, o);
-  metrics_.running = 0;
+void Engine::finish(Active& a) {
+  emit_started(a);
+  a.over = true;
+  GenResult& r = a.runner.result();
+  GenStats& s = r.stats;
+  s.queue_seconds = a.admitted_s - a.submitted_s;
+  if (s.time_to_first_token_seconds > 0) s.time_to_first_token_seconds += s.queue_seconds;
+  ++(s.stop_reason == StopReason::kCancelled ? metrics_.requests_cancelled : metrics_.requests_finished);
+  metrics_.prompt_tokens += s.prompt_tokens;
+  metrics_.cached_tokens += s.cached_tokens;
+  metrics_.generated_tokens += s.generated_tokens;
+  metrics_.drafts_proposed += s.drafts_proposed;
+  metrics_.drafts_accepted += s.drafts_accepted;
+  metrics_.prefill_seconds = metrics_.prefill_seconds + s.prefill_seconds;
+  metrics_.decode_seconds = metrics_.decode_seconds + s.decode_seconds;
+  EngineEvent e;
+  e.kind = EngineEvent::Kind::kFinished;
+  e.stats = s;
+  e.tokens = std::move(r.tokens);
+  if (a.request.on_event) a.request.on_event(std::move(e));
+  a.session.reset();  // the slot's KV goes back to the pool now, not when the Active is dropped
+}
+
+void Engine::fail(Active& a, const Status& status) {
+  emit_started(a);
+  a.over = true;
+  ++metrics_.requests_failed;
+  EngineEvent e;
+  e.kind = EngineEvent::Kind::kError;
+  e.text = status.message();
+  if (a.request.on_event) a.request.on_event(std::move(e));
+  a.session.reset();
+}
+
+void Engine::preempt(Active& a) {
+  a.runner.preempt();
+  a.parked = true;
+  ++metrics_.requests_preempted;
+}
+
+void Engine::reap_cancelled() {
+  for (auto* list : {&running_, &preempted_}) {
+    for (auto& a : *list) {
+      if (!is_set(a->request.cancel)) continue;
+      a->runner.finish(StopReason::kCancelled);
+      finish(*a);
+    }
+    std::erase_if(*list, [](const std::unique_ptr<Active>& a) { return a->over; });
+  }
+  std::vector<Queued> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (is_set(it->request.cancel)) {
+        cancelled.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // A request cancelled while queued ends like any cancelled one: started, then finished.
+  for (auto& q : cancelled) {
+    GenerateOptions none;
+    Active a(*this, std::move(q), none);
+    a.runner.finish(StopReason::kCancelled);
+    finish(a);
+  }
+}
+
+bool Engine::kv_admits(std::span<const int32_t> target) const {
+  if (running_.empty()) return true;  // alone it always fits: submit() checked the pool's size
+  const int bt = pool_->config().block_tokens;
+  // Blocks the running requests still need for their prompts, plus one each to grow into.
+  int headroom = 0;
+  size_t shared = 0;
+  for (const auto& r : running_) {
+    headroom += div_up(r->runner.tokens_to_prefill(), bt) + 1;
+    shared = std::max(shared, common_prefix(target, r->session.tokens()) / bt);
+  }
+  const int need = div_up(static_cast<int>(target.size()) + 1, bt) - static_cast<int>(shared);
+  return need + headroom <= pool_->n_available_blocks();
+}
+
+void Engine::admit() {
+  // Preempted requests first (they were admitted earlier), then the queue in order.
+  while (!preempted_.empty() && static_cast<int>(running_.size()) < options_.max_running &&
+         kv_admits(preempted_.front()->runner.target())) {
+    running_.push_back(std::move(preempted_.front()));
+    preempted_.erase(preempted_.begin());
+  }
+  std::sort(running_.begin(), running_.end(), [](const auto& a, const auto& b) { return a->rank < b->rank; });
+  if (!preempted_.empty()) return;  // no overtaking a preempted request
+  while (static_cast<int>(running_.size()) < options_.max_running) {
+    Queued q;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (queue_.empty() || !kv_admits(queue_.front().request.prompt)) return;
+      q = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const RequestParams& p = q.request.params;
+    GenerateOptions o;
+    o.max_tokens = std::min(p.max_tokens, model_->n_ctx() - static_cast<int>(q.request.prompt.size()));
+    o.prefill_chunk_tokens = options_.prefill_chunk_tokens;
+    o.sampling = p.sampling;
+    o.stop_strings = p.stop_strings;
+    o.think_budget_tokens = p.think_budget_tokens;
+    auto a = std::make_unique<Active>(*this, std::move(q), o);
+    a->rank = next_rank_++;
+    a->options.drafter = p.speculate ? &a->ngram : nullptr;
+    Active* raw = a.get();
+    a->options.on_text = [this, raw](std::string_view text) {
+      EngineEvent e;
+      e.kind = EngineEvent::Kind::kText;
+      e.text = std::string(text);
+      if (raw->request.on_event) raw->request.on_event(std::move(e));
+    };
+    a->options.on_prefill_progress = [raw](int done, int total) {
+      EngineEvent e;
+      e.kind = EngineEvent::Kind::kPrefillProgress;
+      e.done = done;
+      e.total = total;
+      if (raw->request.on_event) raw->request.on_event(std::move(e));
+    };
+    running_.push_back(std::move(a));
+  }
+}
+
+bool Engine::waits_for_shared_prefix(const Active& a) const {
+  const int bt = pool_->config().block_tokens;
+  const std::span<const int32_t> want = a.runner.target();
+  for (const auto& b : running_) {
+    if (b.get() == &a || b->parked || b->runner.phase() != SequenceRunner::Phase::kPrefill) continue;
+    const size_t reusable = std::min(common_prefix(want, b->runner.target()), want.size() - 1);
+    if (reusable / bt > b->session.tokens().size() / bt) return true;
+  }
+  return false;
+}
+
+void Engine::step() {
+  reap_cancelled();
+  admit();
+  begin_plan(plan_);
+  bool progressed = false;
+  int n_decoding = 0;
+  using Phase = SequenceRunner::Phase;
+
+  // Decoders, oldest first. One that cannot get a KV block preempts the youngest request that
+  // holds KV and has no rows in this plan yet (itself when there is none).
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Active& a = *running_[i];
+    if (a.runner.phase() != Phase::kDecode) continue;
+    for (;;) {
+      auto d = a.runner.plan_decode(plan_);
+      if (!d.is_ok()) {
+        fail(a, d.status());
+        break;
+      }
+      if (d.value() == SequenceRunner::DecodePlan::kPlanned) {
+        a.planned = true;
+        ++n_decoding;
+        break;
+      }
+      if (d.value() == SequenceRunner::DecodePlan::kFinished) {
+        finish(a);
+        progressed = true;
+        break;
+      }
+      Active* victim = nullptr;
+      for (size_t j = running_.size(); j-- > i + 1;) {
+        Active& v = *running_[j];
+        if (!v.parked && !v.over && !v.session.tokens().empty()) {
+          victim = &v;
+          break;
+        }
+      }
+      if (victim == nullptr) {
+        if (n_decoding > 0 || i + 1 < running_.size()) preempt(a);  // others go on; it resumes later
+        break;
+      }
+      preempt(*victim);
+    }
+  }
+
+  // Prefill chunks in admission order, prefill_chunk_tokens in all. When the pool is nearly
+  // full, decoders' growth comes first: a prefill would only be preempted again.
+  int budget = std::max(1, options_.prefill_chunk_tokens);
+  const bool pool_tight = n_decoding > 0 && pool_->n_available_blocks() <= n_decoding;
+  for (auto& ap : running_) {
+    Active& a = *ap;
+    if (budget <= 0 || pool_tight) break;
+    if (a.parked || a.over) continue;
+    if (a.runner.phase() == Phase::kSync) {
+      if (waits_for_shared_prefix(a)) continue;
+      Status s = a.runner.sync();
+      progressed = true;
+      if (!s.is_ok()) {
+        fail(a, s);
+        continue;
+      }
+      emit_started(a);
+      if (a.runner.done()) finish(a);
+    }
+    if (a.runner.phase() != Phase::kPrefill) continue;
+    auto n = a.runner.plan_prefill(plan_, budget);
+    if (!n.is_ok()) {
+      fail(a, n.status());
+      continue;
+    }
+    if (n.value() > 0) {
+      a.planned = true;
+      budget -= n.value();
+    }
+  }
+
+  if (plan_.n_tokens() > 0) {
+    logits_.resize(plan_.logit_rows.size() * static_cast<size_t>(model_->config().n_vocab));
+    model_->forward(plan_, *pool_, logits_.data());
+    ++metrics_.steps;
+    metrics_.step_tokens += plan_.n_tokens();
+    for (auto& ap : running_) {
+      Active& a = *ap;
+      if (!a.planned) continue;
+      a.planned = false;
+      Status s = a.runner.consume(logits_);
+      if (!s.is_ok()) {
+        fail(a, s);
+      } else if (a.runner.done()) {
+        finish(a);
+      }
+    }
+  } else if (!progressed && !running_.empty()) {
+    // Nothing could run: the pool is held by running requests. Free the youngest holder; when the
+    // oldest is alone and still cannot grow, the pool is its context limit.
+    Active* victim = nullptr;
+    for (size_t j = running_.size(); j-- > 1;) {
+      Active& v = *running_[j];
+      if (!v.parked && !v.over && !v.session.tokens().empty()) {
+        victim = &v;
+        break;
+      }
+    }
+    if (victim != nullptr) {
+      preempt(*victim);
+    } else {
+      Active& a = *running_.front();
+      if (!a.parked && !a.over) {
+        if (a.runner.phase() == Phase::kDecode) {
+          a.runner.finish(StopReason::kContextFull);
+          finish(a);
+        } else {
+          fail(a, error("KV cache exhausted: " + std::to_string(a.runner.tokens_to_prefill()) +
+                        " prompt tokens still to compute and no block available in a pool of " +
+                        std::to_string(pool_->n_blocks()) + " (other sequences hold the rest)"));
+        }
+      }
+    }
+  }
+
+  // Preempted requests wait in preempted_ (by rank); finished ones are dropped.
+  for (auto& ap : running_) {
+    if (ap->parked && !ap->over) {
+      ap->parked = false;
+      preempted_.push_back(std::move(ap));
+    }
+  }
+  std::erase_if(running_, [](const std::unique_ptr<Active>& a) { return a == nullptr || a->over; });
+  std::sort(preempted_.begin(), preempted_.end(), [](const auto& a, const auto& b) { return a->rank < b->rank; });
+  update_gauges();
+}
+
+void Engine::update_gauges() {
+  metrics_.running = static_cast<int>(running_.size());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    n_preempted_ = static_cast<int>(preempted_.size());
+    metrics_.queue_depth = static_cast<int>(queue_.size()) + n_preempted_;
+  }
   metrics_.kv_blocks_used = pool_->n_used_blocks();
   metrics_.kv_blocks_free = pool_->n_available_blocks();
   metrics_.kv_evictions = pool_->stats().evictions;
-  if (!result.is_ok()) {
-    const bool was_cancelled = request.cancel && request.cancel->load();
-    ++(was_cancelled ? metrics_.requests_cancelled : metrics_.requests_failed);
-    EngineEvent e;
-    if (was_cancelled) {
-      // Cancelled before the first token (during prefill): still a normal end, as documented.
-      e.kind = EngineEvent::Kind::kFinished;
-      e.stats.prompt_tokens = static_cast<int>(request.prompt.size());
-      e.stats.stop_reason = StopReason::kCancelled;
-      emit(std::move(e));
-      return;
-    }
-    e.kind = EngineEvent::Kind::kError;
-    e.text = result.status().message();
-    emit(std::move(e));
-    return;
-  }
-  GenResult& r = result.value();
-  ++(r.stats.stop_reason == StopReason::kCancelled ? metrics_.requests_cancelled : metrics_.requests_finished);
-  metrics_.prompt_tokens += r.stats.prompt_tokens;
-  metrics_.cached_tokens += r.stats.cached_tokens;
-  metrics_.generated_tokens += r.stats.generated_tokens;
-  metrics_.drafts_proposed += r.stats.drafts_proposed;
-  metrics_.drafts_accepted += r.stats.drafts_accepted;
-  metrics_.prefill_seconds = metrics_.prefill_seconds + r.stats.prefill_seconds;
-  metrics_.decode_seconds = metrics_.decode_seconds + r.stats.decode_seconds;
-  EngineEvent e;
-  e.kind = EngineEvent::Kind::kFinished;
-  e.stats = r.stats;
-  e.tokens = std::move(r.tokens);
-  emit(std::move(e));
 }
 
 }  // namespace tern

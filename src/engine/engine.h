@@ -2,11 +2,18 @@
 // submit native EngineRequests and receive EngineEvents; nothing below server/ sees JSON.
 //
 // Scheduling (continuous batching): each step the engine thread builds one BatchPlan holding a
-// decode token (or a speculative verify window) for every running request plus, token budget
-// permitting, a prefill chunk of one admitted request, so a long prompt never stalls the others.
-// Every request's prompt is matched against the KV pool's prefix index, so requests sharing a
-// system prompt and tools reuse each other's blocks. Because every kernel is batch-invariant, a
-// request's greedy tokens do not depend on what it was batched with.
+// decode token (or a speculative verify window) for every running request plus prefill chunks
+// of admitted ones, prefill_chunk_tokens in all, so a long prompt never stalls the others; one
+// forward, and each request's SequenceRunner (engine/sequence_runner.h) takes its logits.
+// Every request's prompt is matched against the KV pool's prefix index when its prefill starts
+// (after any running request that is computing the same prefix has registered it), so requests
+// sharing a system prompt and tools reuse each other's blocks. Because every kernel is
+// batch-invariant, a request's greedy tokens do not depend on what it was batched with.
+//
+// KV memory: a request is admitted (up to max_running) while the pool's available blocks cover
+// its prompt's unshared blocks plus what the running ones still need for theirs. When a step
+// cannot get a block for a running sequence anyway, the youngest request is preempted: its KV is
+// released (full blocks stay cached in the index) and it resumes later where it was, bit for bit.
 #pragma once
 
 #include <atomic>
@@ -16,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +32,7 @@
 #include "engine/session.h"
 #include "kv/kv_pool.h"
 #include "models/model.h"
+#include "ops/batch_plan.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {
@@ -74,6 +83,7 @@ struct EngineMetrics {
   std::atomic<int64_t> requests_failed{0};
   std::atomic<int64_t> requests_rejected{0};
   std::atomic<int64_t> requests_cancelled{0};
+  std::atomic<int64_t> requests_preempted{0};  // preemptions (KV pool full); a request may count twice
   std::atomic<int64_t> prompt_tokens{0};
   std::atomic<int64_t> cached_tokens{0};
   std::atomic<int64_t> generated_tokens{0};
@@ -82,7 +92,9 @@ struct EngineMetrics {
   std::atomic<double> prefill_seconds{0};
   std::atomic<double> decode_seconds{0};
   std::atomic<int> queue_depth{0};
-  std::atomic<int> running{0};
+  std::atomic<int> running{0};                 // requests holding a slot (prefilling or decoding)
+  std::atomic<int64_t> steps{0};               // forward passes
+  std::atomic<int64_t> step_tokens{0};         // tokens over all forward passes (mean batch = /steps)
   std::atomic<int> kv_blocks_used{0};
   std::atomic<int> kv_blocks_free{0};
   std::atomic<int64_t> kv_evictions{0};
@@ -106,8 +118,28 @@ class Engine {
   const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
 
  private:
+  struct Queued {
+    EngineRequest request;
+    double submitted_s = 0;  // steady clock
+  };
+  struct Active;  // an admitted request: its Session, drafter, options and SequenceRunner
+
   void run();
-  void serve(EngineRequest& request);
+  // One scheduler step: reap cancellations, admit, plan, forward, apply. Engine thread only.
+  void step();
+  void reap_cancelled();
+  void admit();
+  // Whether the pool can take a request whose KV must hold `target` next to the running ones.
+  bool kv_admits(std::span<const int32_t> target) const;
+  // Whether `a` should wait before matching its prompt: a running request is still computing
+  // blocks of the same prefix, which `a` can reuse once they are registered.
+  bool waits_for_shared_prefix(const Active& a) const;
+  // Releases a's KV; it resumes from preempted_ later.
+  void preempt(Active& a);
+  void emit_started(Active& a);
+  void finish(Active& a);                      // kFinished with the runner's result
+  void fail(Active& a, const Status& status);  // kError
+  void update_gauges();
 
   Model* model_;
   KvPool* pool_;
@@ -117,9 +149,18 @@ class Engine {
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<EngineRequest> queue_;
+  std::deque<Queued> queue_;  // guarded by mutex_
+  int n_preempted_ = 0;       // guarded by mutex_: preempted_.size() for the queue-depth gauge
   bool stopping_ = false;
   bool drain_ = false;
+
+  // Engine thread only.
+  std::vector<std::unique_ptr<Active>> running_;    // by admission rank, oldest first
+  std::vector<std::unique_ptr<Active>> preempted_;  // by admission rank; resumed first
+  uint64_t next_rank_ = 0;
+  BatchPlan plan_;
+  std::vector<float> logits_;  // [plan_.logit_rows.size(), n_vocab]
+
   std::thread thread_;
 };
 

@@ -5,6 +5,8 @@
 //   2. trims to it (never writing into a block another sequence may share);
 //   3. prefills the new suffix in chunks, cancellable between chunks, with progress;
 //   4. decodes, verifying drafts from a DraftSource in one batched forward when one is given.
+// The steps themselves live in SequenceRunner (engine/sequence_runner.h), which the Engine's
+// scheduler also drives, many at once; generate() is a loop running one runner alone.
 // Greedy output does not depend on chunking, reuse or speculation: every kernel is
 // batch-invariant (docs/ARCHITECTURE.md). Full blocks are registered in the prefix index as soon
 // as they hold committed tokens.
@@ -55,13 +57,15 @@ struct GenerateOptions {
 struct GenStats {
   int prompt_tokens = 0;
   int cached_tokens = 0;      // prompt tokens whose KV was reused (own or shared blocks)
+  int restored_tokens = 0;    // of cached_tokens, those restored from host RAM or SSD (KV tiers)
   int generated_tokens = 0;
   int forwards = 0;
   int drafts_proposed = 0;
   int drafts_accepted = 0;
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
-  double time_to_first_token_seconds = 0.0;
+  double time_to_first_token_seconds = 0.0;  // Engine: from submit, so queue_seconds included
+  double queue_seconds = 0.0;                 // Engine: submit to admission; 0 for a Session
   StopReason stop_reason = StopReason::kNone;
 };
 
@@ -91,13 +95,25 @@ class Session {
   void reset();
 
  private:
-  // Runs `ids` at positions tokens_.size()...; keeps logits of the requested rows (all rows if
-  // all_logits, else the last). Appends ids to tokens_.
-  Status forward(std::span<const int32_t> ids, bool all_logits);
+  // The runner does the generation steps through the helpers below.
+  friend class SequenceRunner;
+
+  // Appends `ids` at positions tokens_.size()... as one more sequence of `plan` and reserves
+  // their KV; logits for every row if all_logits, else for the last. Errors: a token outside the
+  // vocabulary, the context or the KV pool overflowing (then nothing changes).
+  Status plan_rows(std::span<const int32_t> ids, bool all_logits, BatchPlan& plan);
+  // After the forward: the rows planned by plan_rows are in KV; last_row = the last row's logits.
+  void commit_rows(std::span<const int32_t> ids, std::span<const float> last_row);
+  // Tokens that can be appended before the KV pool runs out (own spare slots + available blocks).
+  int kv_room_tokens() const;
+  // Trims to the longest prefix of `prompt` that is cached (own tokens, then the prefix index
+  // when use_index) and returns its length. All of it, with last_logits_ valid, when the
+  // session already holds exactly `prompt`; otherwise at most prompt.size() - 1 (the last
+  // token is always computed, for its logits).
+  size_t match_prefix(std::span<const int32_t> prompt, bool use_index);
   // Drops tokens >= n (never leaves a shared/registered block to be written into).
   void truncate(size_t n);
   void register_full_blocks();
-  Status sync_prefix(std::span<const int32_t> prompt, const GenerateOptions& options, GenStats& stats);
 
   Model* model_;
   KvSequence kv_;
@@ -106,10 +122,11 @@ class Session {
   BlockHash root_hash_;
   std::vector<int32_t> tokens_;
   std::vector<BlockHash> hashes_;   // chain hash of each full block of tokens_
-  std::vector<float> logits_;       // [rows, n_vocab] from the last forward
+  std::vector<float> logits_;       // [rows, n_vocab] from generate()'s last forward
   std::vector<float> last_logits_;  // the logits after tokens_.back(), when valid
   bool last_logits_valid_ = false;
-  BatchPlan plan_;
+  int restored_tokens_ = 0;         // of match_prefix's result, tokens restored from a KV tier
+  BatchPlan plan_;                  // generate()'s step
 };
 
 }  // namespace tern
