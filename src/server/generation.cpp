@@ -58,7 +58,8 @@ Generation::~Generation() {
 
 void Generation::cancel() { cancel_->store(true); }
 
-ApiOr<std::unique_ptr<Generation>> Generation::start(Engine& engine, BuiltPrompt prompt, RequestParams params) {
+ApiOr<std::unique_ptr<Generation>> Generation::start(Engine& engine, BuiltPrompt prompt, RequestParams params,
+                                                     HistoryContext history) {
   const int n_ctx = engine.model().n_ctx();
   const int n_prompt = static_cast<int>(prompt.tokens.size());
   if (n_prompt + 1 > n_ctx) {
@@ -68,6 +69,7 @@ ApiOr<std::unique_ptr<Generation>> Generation::start(Engine& engine, BuiltPrompt
                      "context_length_exceeded");
   }
   std::unique_ptr<Generation> g(new Generation(engine.tokenizer(), std::move(prompt), std::move(params)));
+  g->history_ = history;
   EngineRequest r;
   r.prompt = g->prompt_.tokens;
   r.params = g->params_;
@@ -112,6 +114,7 @@ void Generation::emit_output(std::vector<chat::OutputEvent> events, std::vector<
     GenEvent g;
     g.kind = GenEvent::Kind::kOutput;
     g.output = std::move(o);
+    if (history_.memory != nullptr) accumulate(answer_, g);
     out->push_back(std::move(g));
   }
 }
@@ -155,6 +158,7 @@ void Generation::on_engine_event(EngineEvent&& e, std::vector<GenEvent>* out) {
       break;
     case EngineEvent::Kind::kFinished: {
       emit_output(parser_.finish(), out);
+      remember_turn(e);
       GenEvent g;
       g.kind = GenEvent::Kind::kFinished;
       g.finish = finish_info(e);
@@ -172,6 +176,13 @@ void Generation::on_engine_event(EngineEvent&& e, std::vector<GenEvent>* out) {
       break;
     }
   }
+}
+
+void Generation::remember_turn(const EngineEvent& finished) {
+  const StopReason why = finished.stats.stop_reason;
+  // A stop string ends the answer inside tokens that spell more than the client receives.
+  if (history_.memory == nullptr || (why != StopReason::kEndOfGeneration && why != StopReason::kMaxTokens)) return;
+  remember_answer(history_, prompt_, answer_, finished.tokens, *tokenizer_);
 }
 
 void accumulate(Completion& c, const GenEvent& e) {

@@ -23,7 +23,10 @@ class Generation {
  public:
   // Checks the prompt against the context (400 naming both sizes), then submits: 429 when the
   // engine's queue is full, 503 when it is shutting down.
-  static ApiOr<std::unique_ptr<Generation>> start(Engine& engine, BuiltPrompt prompt, RequestParams params);
+  // With history.memory set, an answer that ends naturally (end of turn or max_tokens) is
+  // remembered as a turn, so that the next request's prompt can splice its exact tokens.
+  static ApiOr<std::unique_ptr<Generation>> start(Engine& engine, BuiltPrompt prompt, RequestParams params,
+                                                  HistoryContext history = {});
   ~Generation();
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;
@@ -42,6 +45,7 @@ class Generation {
   void on_engine_event(EngineEvent&& e, std::vector<GenEvent>* out);
   void emit_output(std::vector<chat::OutputEvent> events, std::vector<GenEvent>* out);
   FinishInfo finish_info(const EngineEvent& e) const;
+  void remember_turn(const EngineEvent& finished);
 
   const tok::Tokenizer* tokenizer_;
   BuiltPrompt prompt_;
@@ -50,6 +54,8 @@ class Generation {
   std::shared_ptr<std::atomic<bool>> cancel_;
   chat::OutputParser parser_;
   std::string emitted_text_;  // what the engine streamed (stop strings held back)
+  HistoryContext history_;
+  Completion answer_;         // what the client receives, as it will send it back (history_ only)
   int n_good_calls_ = 0;      // tool calls that ended well
   bool finished_ = false;
 };

@@ -65,7 +65,36 @@ ApiOr<BuiltPrompt> build_raw(const GenerationSpec& spec, const tok::Tokenizer& t
   return out;
 }
 
+// The assistant messages of `original` (the request's, in chat form) that the turn memory knows,
+// as indices into `rendered` (the list given to the template: the same assistant messages in the
+// same order, with tool calls possibly inlined and a system message added).
+std::vector<HistoryHit> find_history(const chat::Value& original, const chat::Value& rendered, const HistoryContext& history) {
+  std::vector<HistoryHit> hits;
+  if (history.memory == nullptr) return hits;
+  std::vector<size_t> rendered_assistants;
+  for (size_t i = 0; i < rendered.as_array().size(); ++i)
+    if (string_field(rendered.as_array()[i], "role") == "assistant") rendered_assistants.push_back(i);
+  size_t n_seen = 0;
+  for (const chat::Value& m : original.as_array()) {
+    if (string_field(m, "role") != "assistant") continue;
+    const size_t ordinal = n_seen++;
+    if (ordinal >= rendered_assistants.size()) return {};  // not a 1:1 rewrite after all
+    HistoryHit hit;
+    hit.message_index = rendered_assistants[ordinal];
+    for (const MessageKey& k : lookup_keys(m)) {
+      for (auto& t : history.memory->find(history.scope, k)) hit.turns.push_back(std::move(t));
+    }
+    if (!hit.turns.empty()) hits.push_back(std::move(hit));
+  }
+  if (n_seen != rendered_assistants.size()) return {};
+  return hits;
+}
+
 }  // namespace
+
+uint64_t history_scope(uint64_t model_fingerprint, uint64_t cache_salt) {
+  return model_fingerprint ^ ((cache_salt + 1) * 0xff51afd7ed558ccdull);
+}
 
 Result<ChatFormat> ChatFormat::from_template(std::string_view source, std::string bos_token, std::string eos_token) {
   Result<chat::ChatTemplate> tmpl = chat::ChatTemplate::parse(source);
@@ -86,6 +115,11 @@ Result<ChatFormat> ChatFormat::from_template(std::string_view source, std::strin
     f.native_tools = f.native_tools && contains(source, "tool_call");
   }
   f.reasoning = contains(source, "<think>");
+  for (const char* marker : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>",
+                             "<|end_of_text|>", "</s>"}) {
+    if (contains(source, marker)) f.turn_end_markers.emplace_back(marker);
+  }
+  if (!f.eos_token.empty() && contains(source, "eos_token")) f.turn_end_markers.push_back(f.eos_token);
   return f;
 }
 
@@ -143,26 +177,25 @@ chat::Value inline_tool_messages(const chat::Value& messages) {
   return chat::Value::array(std::move(out));
 }
 
-ApiOr<BuiltPrompt> build_prompt(const GenerationSpec& spec, const ChatFormat& format, const tok::Tokenizer& tokenizer,
-                                const std::string& call_id_prefix) {
-  if (!spec.chat) return build_raw(spec, tokenizer);
-  const bool use_tools = spec.tools.is_array() && !spec.tools.as_array().empty() &&
-                         spec.tool_choice.mode != ToolChoiceMode::kNone;
-  const bool force_call = use_tools && (spec.tool_choice.mode == ToolChoiceMode::kRequired ||
-                                        spec.tool_choice.mode == ToolChoiceMode::kNamed);
+ApiOr<TemplateInput> template_input(const GenerationSpec& spec, const ChatFormat& format) {
+  TemplateInput in;
+  in.use_tools = spec.tools.is_array() && !spec.tools.as_array().empty() && spec.tool_choice.mode != ToolChoiceMode::kNone;
+  in.force_call = in.use_tools && (spec.tool_choice.mode == ToolChoiceMode::kRequired ||
+                                   spec.tool_choice.mode == ToolChoiceMode::kNamed);
   Result<chat::Value> messages = chat::from_openai_messages(spec.messages);
   if (!messages.is_ok()) return invalid_field("messages", messages.status().message());
+  in.messages = std::move(messages).value();
 
-  chat::ChatRequest req;
+  chat::ChatRequest& req = in.request;
   req.bos_token = format.bos_token;
   req.eos_token = format.eos_token;
   req.add_generation_prompt = true;
   if (format.native_tools) {
-    req.messages = messages.value();
-    if (use_tools) req.tools = spec.tools;
+    req.messages = in.messages;
+    if (in.use_tools) req.tools = spec.tools;
   } else {
-    chat::Value inlined = inline_tool_messages(messages.value());
-    if (use_tools) {
+    chat::Value inlined = inline_tool_messages(in.messages);
+    if (in.use_tools) {
       std::vector<chat::Value> items = inlined.as_array();
       const std::string tools_text = describe_tools(spec.tools);
       if (!items.empty() && string_field(items[0], "role") == "system") {
@@ -174,10 +207,24 @@ ApiOr<BuiltPrompt> build_prompt(const GenerationSpec& spec, const ChatFormat& fo
     }
     req.messages = inlined;
   }
-  std::optional<bool> thinking = spec.enable_thinking;
-  if (force_call && !thinking) thinking = false;  // the forced call opens the answer, not a <think> block
-  if (thinking) req.extra.set("enable_thinking", *thinking);
+  in.thinking = spec.enable_thinking;
+  if (in.force_call && !in.thinking) in.thinking = false;  // the forced call opens the answer, not a <think> block
+  if (in.thinking) req.extra.set("enable_thinking", *in.thinking);
+  return in;
+}
 
+ApiOr<BuiltPrompt> build_prompt(const GenerationSpec& spec, const ChatFormat& format, const tok::Tokenizer& tokenizer,
+                                const std::string& call_id_prefix, const HistoryContext& history) {
+  if (!spec.chat) return build_raw(spec, tokenizer);
+  ApiOr<TemplateInput> input = template_input(spec, format);
+  if (!input.is_ok()) return input.error();
+  const TemplateInput& in = input.value();
+  const chat::ChatRequest& req = in.request;
+  const bool use_tools = in.use_tools;
+  const bool force_call = in.force_call;
+  const std::optional<bool>& thinking = in.thinking;
+
+  const std::vector<HistoryHit> hits = find_history(in.messages, req.messages, history);
   Result<std::string> text = chat::apply_chat_template(format.tmpl, req);
   if (!text.is_ok()) return invalid_field("messages", "the model's chat template refused them: " + text.status().message());
 
@@ -198,9 +245,41 @@ ApiOr<BuiltPrompt> build_prompt(const GenerationSpec& spec, const ChatFormat& fo
     }
     out.forced_output = forced_call_opening(format.tool_format, name);
   }
-  out.tokens = tokenizer.encode(text.value() + out.forced_output, /*add_bos_eos=*/false, /*parse_special=*/true);
+  SplicedPrompt spliced = splice_history(text.value(), format.tmpl, req, hits, format.turn_end_markers, tokenizer);
+  out.tokens = std::move(spliced.tokens);
+  out.history = spliced.stats;
+  out.n_rendered_tokens = out.tokens.size();
+  out.rendered_tokens_hash = spliced.tokens_hash;
+  out.rendered_text_hash = hash_text(text.value());
+  out.rendered_text_bytes = text.value().size();
+  // note: the forced opening is tokenized on its own, so that the rendered conversation's tokens
+  // (which the next turn's prompt repeats) do not depend on it.
+  if (!out.forced_output.empty()) {
+    const std::vector<int32_t> forced = tokenizer.encode(out.forced_output, /*add_bos_eos=*/false, /*parse_special=*/true);
+    out.tokens.insert(out.tokens.end(), forced.begin(), forced.end());
+  }
   if (out.tokens.empty()) return invalid_field("messages", "expected a conversation, got an empty prompt");
   return out;
+}
+
+void remember_answer(const HistoryContext& history, const BuiltPrompt& prompt, const Completion& answer,
+                     std::span<const int32_t> generated, const tok::Tokenizer& tokenizer) {
+  if (history.memory == nullptr) return;
+  RememberedTurn turn;
+  turn.output_tokens.assign(prompt.tokens.begin() + static_cast<ptrdiff_t>(prompt.n_rendered_tokens), prompt.tokens.end());
+  turn.output_tokens.insert(turn.output_tokens.end(), generated.begin(), generated.end());
+  turn.prompt_tokens_hash = prompt.rendered_tokens_hash;
+  turn.prompt_text_hash = prompt.rendered_text_hash;
+  turn.prompt_text_bytes = prompt.rendered_text_bytes;
+  turn.has_reasoning = !answer.reasoning.empty();
+
+  std::vector<CallForKey> calls;
+  for (const ToolCall& c : answer.tool_calls) calls.push_back(CallForKey{c.name, c.arguments});
+  std::vector<MessageKey> keys = {message_key(answer.text, answer.reasoning, calls)};
+  if (!answer.reasoning.empty()) keys.push_back(message_key(answer.text, "", calls));
+  const std::string raw = prompt.forced_output + tokenizer.decode(generated, /*skip_special=*/true);
+  keys.push_back(message_key(raw, "", {}));
+  history.memory->remember(history.scope, keys, std::move(turn));
 }
 
 }  // namespace tern::server

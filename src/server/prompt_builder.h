@@ -10,6 +10,8 @@
 // it first), so the reply always starts as a call.
 #pragma once
 
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,8 @@
 #include "chat/output_parser.h"
 #include "core/status.h"
 #include "server/api_types.h"
+#include "server/history_splice.h"
+#include "server/turn_memory.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern::server {
@@ -29,6 +33,9 @@ struct ChatFormat {
   chat::OutputFormat tool_format = chat::OutputFormat::Hermes;  // how the model writes calls
   bool native_tools = false;  // the template renders `tools` (else they go into the system message)
   bool reasoning = false;     // the template knows <think> blocks
+  // Texts that end an assistant turn in this template (<|im_end|>, <|eot_id|>, <end_of_turn>,
+  // the eos token, ...): where a spliced turn's span ends.
+  std::vector<std::string> turn_end_markers;
 
   // Errors name the template problem (position and message from the Jinja parser).
   static Result<ChatFormat> from_template(std::string_view source, std::string bos_token, std::string eos_token);
@@ -40,12 +47,46 @@ struct BuiltPrompt {
   // before the generated text.
   std::string forced_output;
   chat::OutputParserOptions parser;
+
+  // For remembering the answer as a turn (turn_memory.h): the tokens before forced_output's are
+  // the rendered conversation, whose text and tokens are summarized here.
+  size_t n_rendered_tokens = 0;
+  uint64_t rendered_tokens_hash = kTokenHashSeed;
+  uint64_t rendered_text_hash = 0;
+  size_t rendered_text_bytes = 0;
+  SpliceStats history;  // remembered assistant turns spliced into `tokens`
 };
+
+// Where remembered turns come from; no memory = every message is re-tokenized.
+struct HistoryContext {
+  TurnMemory* memory = nullptr;
+  uint64_t scope = 0;  // model fingerprint and cache salt (history_scope)
+};
+
+uint64_t history_scope(uint64_t model_fingerprint, uint64_t cache_salt);
+
+// Files an answer in history.memory: `generated` are the tokens sampled after `prompt` (without
+// the end-of-turn token), `answer` what the client received from them. Keys: the answer as sent
+// back with its reasoning, without it, and as the model's raw text.
+void remember_answer(const HistoryContext& history, const BuiltPrompt& prompt, const Completion& answer,
+                     std::span<const int32_t> generated, const tok::Tokenizer& tokenizer);
+
+// What a chat request gives the template: messages in chat form (from_openai_messages), with
+// tool calls and results inlined and tools described in the system message for a template that
+// does not render tools; tools; flags.
+struct TemplateInput {
+  chat::Value messages;     // the request's messages in chat form, before inlining
+  chat::ChatRequest request;
+  bool use_tools = false;
+  bool force_call = false;  // tool_choice required or named
+  std::optional<bool> thinking;
+};
+ApiOr<TemplateInput> template_input(const GenerationSpec& spec, const ChatFormat& format);
 
 // call_id_prefix: unique per request, so tool call ids never repeat within a conversation.
 // Errors: the template refused the messages, a prompt that is empty, token ids out of range.
 ApiOr<BuiltPrompt> build_prompt(const GenerationSpec& spec, const ChatFormat& format, const tok::Tokenizer& tokenizer,
-                                const std::string& call_id_prefix);
+                                const std::string& call_id_prefix, const HistoryContext& history = {});
 
 // The system-message text that describes `tools` (an array of OpenAI function tools) to a model
 // whose template does not render them.

@@ -181,13 +181,15 @@ void Server::serve_generation(Route route, const HttpRequest& req, HttpResponder
   }
   const bool anthropic = route == Route::kMessages || route == Route::kCountTokens;
   const std::string call_prefix = (anthropic ? "toolu_" : "call_") + random_id(16) + "_";
-  ApiOr<BuiltPrompt> prompt = build_prompt(spec, format_, engine_->tokenizer(), call_prefix);
+  const HistoryContext history{&turn_memory_, history_scope(engine_->model().config().fingerprint, spec.params.cache_salt)};
+  ApiOr<BuiltPrompt> prompt = build_prompt(spec, format_, engine_->tokenizer(), call_prefix, history);
   if (!prompt.is_ok()) return send_error(route, prompt.error(), out);
   if (route == Route::kCountTokens) {
     return send_json(route, 200, Json{{"input_tokens", prompt.value().tokens.size()}}.dump(), out);
   }
 
-  ApiOr<std::unique_ptr<Generation>> started = Generation::start(*engine_, std::move(prompt.value()), spec.params);
+  ApiOr<std::unique_ptr<Generation>> started =
+      Generation::start(*engine_, std::move(prompt.value()), spec.params, spec.chat ? history : HistoryContext{});
   if (!started.is_ok()) return send_error(route, started.error(), out);
   Generation& gen = *started.value();
   ActiveGeneration registered(*this, gen);

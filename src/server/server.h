@@ -25,6 +25,7 @@
 #include "server/metrics.h"
 #include "server/prompt_builder.h"
 #include "server/stream_encoder.h"
+#include "server/turn_memory.h"
 
 namespace tern::server {
 
@@ -84,6 +85,7 @@ class Server {
   ServerOptions options_;
   std::unique_ptr<HttpServer> http_;
   RequestCounters counters_;
+  TurnMemory turn_memory_;  // generated turns, spliced back into later prompts
   mutable std::mutex active_mutex_;
   std::unordered_set<Generation*> active_;
   std::atomic<bool> stopping_{false};
