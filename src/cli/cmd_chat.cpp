@@ -12,6 +12,7 @@
 
 #include "chat/chat_template.h"
 #include "cli/commands.h"
+#include "cli/kv_tier_flags.h"
 #include "cli/model_setup.h"
 #include "engine/session.h"
 #include "spec/ngram_drafter.h"
@@ -40,6 +41,7 @@ struct ChatArgs {
   int threads = 0;
   int ctx = 8192;
   bool speculate = true;
+  KvTierArgs tiers;
 };
 
 chat::Value message(const std::string& role, const std::string& content) {
@@ -71,6 +73,12 @@ int run_chat(const ChatArgs& a) {
     std::fprintf(stderr, "tern chat: chat template: %s\n", tmpl.status().message().c_str());
     return 1;
   }
+  auto tiers = enable_kv_tiers(a.tiers, lm, *lm.kv);
+  if (!tiers.is_ok()) {
+    std::fprintf(stderr, "tern chat: %s\n", tiers.status().message().c_str());
+    return 2;
+  }
+  if (!tiers.value().empty()) std::fprintf(stderr, "tern chat: KV tiers: %s\n", tiers.value().c_str());
   const tok::Tokenizer& tok = *lm.tokenizer;
   Session session(*lm.model, *lm.kv, &tok);
   std::vector<chat::Value> history;
@@ -162,6 +170,7 @@ void register_chat(CLI::App& app, CommandRunner* runner) {
   cmd->add_option("-t,--threads", args->threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("-c,--ctx", args->ctx, "context size in tokens")->check(CLI::PositiveNumber);
   cmd->add_flag("!--no-speculate", args->speculate, "turn off n-gram speculative decoding");
+  add_kv_tier_flags(*cmd, args->tiers);
   cmd->callback([runner, args] { *runner = [args] { return run_chat(*args); }; });
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/kv_tier_flags.h"
 #include "cli/model_setup.h"
 #include "engine/engine.h"
 #include "server/server.h"
@@ -36,6 +37,7 @@ struct ServeArgs {
   int chunk = 512;
   double max_body_mb = 16;
   int shutdown_grace_s = 30;
+  KvTierArgs tiers;
 };
 
 // A size with an optional K/M/G suffix (powers of 1024; a trailing "B" or "iB" is allowed).
@@ -129,6 +131,13 @@ int serve(const ServeArgs& a) {
     return 1;
   }
 
+  auto tiers = enable_kv_tiers(a.tiers, lm, *pool.value());
+  if (!tiers.is_ok()) {
+    std::fprintf(stderr, "tern serve: %s\n", tiers.status().message().c_str());
+    return 2;
+  }
+  if (!tiers.value().empty()) std::fprintf(stderr, "tern serve: KV tiers: %s\n", tiers.value().c_str());
+
   auto embedded = lm.file->get_string_opt("tokenizer.chat_template");
   std::string template_source = embedded.is_ok() && embedded.value() ? *embedded.value() : std::string();
   if (template_source.empty()) {
@@ -197,6 +206,7 @@ void register_serve(CLI::App& app, CommandRunner* runner) {
   cmd->add_option("--queue", a->queue, "requests waiting beyond --parallel before 429s")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-c,--ctx", a->ctx, "context per request in tokens (0 = the model's own)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-mem", a->kv_mem, "KV cache size, e.g. 2G (default: --parallel full contexts)");
+  add_kv_tier_flags(*cmd, a->tiers);
   cmd->add_option("-t,--threads", a->threads, "compute threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--chunk", a->chunk, "prefill chunk in tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--max-body-mb", a->max_body_mb, "largest request body in MiB")->check(CLI::Range(0.001, 4096.0));

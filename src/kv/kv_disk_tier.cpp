@@ -290,6 +290,14 @@ void KvDiskTier::enqueue(KvBlobPtr blob) {
   work_cv_.notify_one();
 }
 
+KvBlobPtr KvDiskTier::queued(const BlockKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!pending_.count(key.hash)) return nullptr;
+  for (const KvBlobPtr& b : queue_)  // bounded by max_pending_bytes; a rare path
+    if (b->key == key) return b;
+  return nullptr;  // being written right now: read() finds it once renamed, else a miss
+}
+
 void KvDiskTier::flush() {
   std::unique_lock<std::mutex> lock(mu_);
   idle_cv_.wait(lock, [&] { return pending_.empty(); });

@@ -73,6 +73,8 @@ class KvDiskTier {
   // Queues a block for writing; never blocks. Dropped (counted) when writes are off, the queue
   // is over max_pending_bytes, or the block is already there.
   void enqueue(KvBlobPtr blob);
+  // A block still queued for writing (null if none): a restore serves it from memory.
+  KvBlobPtr queued(const BlockKey& key) const;
   // Reads the block for `key` into `dst` (segment sizes must match the identity's). False on a
   // miss or a bad file (then warned and deleted); dst may have been written either way.
   bool read(const BlockKey& key, std::span<const HostSegment> dst);

@@ -82,6 +82,14 @@ std::optional<int32_t> KvTiers::restore(KvPool& pool, const BlockKey& key) {
       ++stats_.restored_from_host_blocks;
     }
   }
+  if (!block && disk_) {
+    if (KvBlobPtr blob = disk_->queued(key)) {
+      block = pool.allocate();
+      if (!block) return std::nullopt;
+      pool.copy_block_from_host(blob->payload.data(), *block);
+      ++stats_.restored_from_host_blocks;  // it never left host memory
+    }
+  }
   if (!block && disk_ && disk_->contains(key.hash)) {
     block = pool.allocate();
     if (!block) return std::nullopt;
