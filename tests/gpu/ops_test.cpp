@@ -163,6 +163,53 @@ TEST_F(GpuOps, RopeMatchesReference) {
   }
 }
 
+// A layer's two ropes (q then k) share one launch; each tensor must come out bitwise as from its
+// own launch. Roping one tensor twice must not fuse (the second rotation reads the first's output).
+TEST_F(GpuOps, FusedRopesEqualSeparateOnes) {
+  Backend& b = *backend_;
+  const int head_dim = 64, n_rot = 64, q_heads = 9, k_heads = 3;
+  const std::vector<int32_t> positions = {0, 5, 77, 4095};
+  const int n = static_cast<int>(positions.size());
+  std::vector<float> inv(n_rot / 2);
+  for (int i = 0; i < n_rot / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / n_rot);
+  DeviceTensor dinv = gputest::device_copy(b, gputest::host_f32(inv, 1, n_rot / 2).t);
+  const RopeParams rope{n_rot, true, 1.0f, dinv.t};
+  BatchPlan plan;
+  plan.positions = positions;
+  plan.token_ids.assign(n, 0);
+  plan.seq_index.assign(n, 0);
+  plan.kv_slots.assign(n, 0);
+  plan.block_offsets = {0, 1};
+  plan.block_ids = {0};
+  const auto qv = gputest::random_floats(static_cast<size_t>(n * q_heads * head_dim), 21);
+  const auto kv = gputest::random_floats(static_cast<size_t>(n * k_heads * head_dim), 22);
+  auto upload = [&](const std::vector<float>& v, int heads) {
+    return gputest::device_copy(b, gputest::host_f32(v, n, int64_t{heads} * head_dim).t);
+  };
+  DeviceTensor q_fused = upload(qv, q_heads), k_fused = upload(kv, k_heads);
+  DeviceTensor q_alone = upload(qv, q_heads), k_alone = upload(kv, k_heads);
+  b.begin_step(plan);
+  b.rope(q_fused.t, q_heads, head_dim, rope);
+  b.rope(k_fused.t, k_heads, head_dim, rope);  // recorded back to back: one launch
+  const auto q1 = gputest::download(b, q_fused.t), k1 = gputest::download(b, k_fused.t);
+  b.begin_step(plan);
+  b.rope(q_alone.t, q_heads, head_dim, rope);
+  (void)gputest::download(b, q_alone.t);  // a sync point: separate launches
+  b.begin_step(plan);
+  b.rope(k_alone.t, k_heads, head_dim, rope);
+  EXPECT_TRUE(gputest::bitwise_equal(q1, gputest::download(b, q_alone.t)));
+  EXPECT_TRUE(gputest::bitwise_equal(k1, gputest::download(b, k_alone.t)));
+
+  // Twice on one tensor in one step equals twice in separate steps.
+  DeviceTensor twice = upload(kv, k_heads);
+  b.begin_step(plan);
+  b.rope(twice.t, k_heads, head_dim, rope);
+  b.rope(twice.t, k_heads, head_dim, rope);
+  b.begin_step(plan);
+  b.rope(k_alone.t, k_heads, head_dim, rope);  // k_alone already holds one rotation
+  EXPECT_TRUE(gputest::bitwise_equal(gputest::download(b, twice.t), gputest::download(b, k_alone.t)));
+}
+
 TEST_F(GpuOps, KvWriteAndGatherAreBitExact) {
   Backend& b = *backend_;
   const int64_t cols = 3 * 64, cache_rows = 8 * 16;

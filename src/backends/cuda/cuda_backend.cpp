@@ -74,6 +74,17 @@ bool use_pdl(const CudaBackendOptions& options, const cudaDeviceProp& prop) {
   return options.programmatic_launch && !env_off && prop.major >= 9;
 }
 
+// True when the float rows [a + r * a_stride, + a_cols) and [b + r * b_stride, + b_cols),
+// r < rows, lie in address ranges that do not overlap.
+bool disjoint_rows(const float* a, int64_t a_stride, int64_t a_cols, const float* b, int64_t b_stride, int64_t b_cols,
+                   int64_t rows) {
+  if (rows == 0) return true;
+  const auto begin_a = reinterpret_cast<uintptr_t>(a), begin_b = reinterpret_cast<uintptr_t>(b);
+  const uintptr_t end_a = begin_a + sizeof(float) * static_cast<uintptr_t>((rows - 1) * a_stride + a_cols);
+  const uintptr_t end_b = begin_b + sizeof(float) * static_cast<uintptr_t>((rows - 1) * b_stride + b_cols);
+  return end_a <= begin_b || end_b <= begin_a;
+}
+
 bool is_device(const Tensor& t) { return t.device == Device::kCuda; }
 int64_t f32_stride(const Tensor& t) { return static_cast<int64_t>(t.row_stride / sizeof(float)); }
 
@@ -257,6 +268,19 @@ class CudaBackend final : public Backend {
     require_plan("rope");
     TERN_CHECK_MSG(is_device(x) && is_device(rope.inv_freq), "rope: tensors must be on the CUDA device");
     TERN_CHECK(x.rows == plan_.n_tokens);
+    // The second rope of a layer (k after q) joins the first one's launch when it uses the same
+    // rotation and touches other memory: each element gets the same expression either way.
+    if (RopeArgs* prev = queue_->last_if<RopeArgs>(OpKind::kRope);
+        prev != nullptr && prev->x2 == nullptr && prev->n_tokens == plan_.n_tokens && prev->head_dim == head_dim &&
+        prev->n_rot == rope.n_rot && prev->neox == (rope.neox ? 1 : 0) && prev->mscale == rope.mscale &&
+        prev->inv_freq == rope.inv_freq.f32() && prev->positions == plan_.positions &&
+        disjoint_rows(prev->x, prev->x_stride, prev->n_heads * prev->head_dim, x.f32(), f32_stride(x),
+                      int64_t{n_heads} * head_dim, plan_.n_tokens)) {
+      prev->x2 = x.f32();
+      prev->x2_stride = f32_stride(x);
+      prev->n_heads2 = n_heads;
+      return;
+    }
     RopeArgs& a = queue_->push<RopeArgs>(OpKind::kRope);
     a.x = x.f32();
     a.x_stride = f32_stride(x);

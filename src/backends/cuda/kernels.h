@@ -86,9 +86,14 @@ struct ElementwiseArgs {
   int64_t rows, cols;
 };
 
+// Rotates x's n_heads heads and, when x2 is set (two ropes of one layer, q and k, fused into one
+// launch), x2's n_heads2 heads the same way.
 struct RopeArgs {
   float* x;
   int64_t x_stride;
+  float* x2;
+  int64_t x2_stride;
+  int n_heads2;
   int n_tokens, n_heads, head_dim, n_rot;
   int neox;  // int, not bool: no padding bytes inside the record
   float mscale;
