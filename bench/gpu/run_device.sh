@@ -5,7 +5,8 @@
 # gets a short summary.
 #
 #   OUT=/tmp/out BIN=.device/gpu bench/gpu/run_device.sh [tests] [sanitize] [bench-small]
-#       [bench-8b-q4k] [bench-8b-q8] [bench-8b-f16] [bench-long] [gemm]
+#       [bench-8b-q4k] [bench-8b-q8] [bench-8b-f16] [bench-long] [gemm] [profile-small] [profile-8b]
+# TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 BIN=${BIN:-.device/gpu}
@@ -76,6 +77,14 @@ PY
     bench-8b-q8) bench 8b-q8 150 --preset llama3-8b --mix q8_0 --ctx 1024 --prefill 512 ;;
     bench-8b-f16) bench 8b-f16 200 --preset llama3-8b --mix f16 --ctx 1024 --prefill 512 ;;
     bench-long) bench long 200 --preset llama3-8b --mix q4_k_m --ctx 32768 --prefill 4096 --decode-steps 32 ;;
+    profile-small | profile-8b)  # per-kernel device times of a decode step (ncu serializes kernels)
+      if [[ $step == profile-small ]]; then model=(--preset smollm2-135m --mix q4_1); else model=(--preset llama3-8b --mix q4_k_m); fi
+      echo "== ncu $step"
+      timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv "$BIN/gpu_bench" "${model[@]}" \
+        --ctx 64 --prefill "" --decode-steps 2 >"$OUT/ncu-$step.csv" 2>&1
+      echo "   (exit $?)"
+      python3 bench/gpu/ncu_step_summary.py "$OUT/ncu-$step.csv" | head -16
+      ;;
     *) echo "unknown step $step" ;;
   esac
 done
