@@ -16,7 +16,6 @@
 // the prompt or the output: the turns speculation is for.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <unordered_set>
 #include <memory>
 #include <optional>
@@ -25,6 +24,7 @@
 
 #include "chat/chat_template.h"
 #include "chat/json.h"
+#include "cli/agentic_sessions.h"
 #include "cli/commands.h"
 #include "cli/model_setup.h"
 #include "engine/draft_model_source.h"
@@ -93,31 +93,6 @@ double quoted_fraction(const std::vector<int32_t>& prompt, const std::vector<int
   return counted > 0 ? static_cast<double>(quoted) / counted : 0.0;
 }
 
-struct Conversation {
-  std::string id;
-  chat::Value messages;  // all recorded messages
-};
-
-Result<std::vector<Conversation>> read_sessions(const std::string& path, int limit) {
-  std::ifstream in(path);
-  if (!in) return error("cannot open sessions file '" + path + "'");
-  std::vector<Conversation> out;
-  std::string line;
-  int line_no = 0;
-  while (static_cast<int>(out.size()) < limit && std::getline(in, line)) {
-    ++line_no;
-    if (line.empty()) continue;
-    auto v = chat::parse_json(line);
-    if (!v.is_ok()) return error(path + ":" + std::to_string(line_no) + ": " + v.status().message());
-    const chat::Value* id = v.value().get("id");
-    const chat::Value* messages = v.value().get("messages");
-    if (id == nullptr || !id->is_string() || messages == nullptr || !messages->is_array())
-      return error(path + ":" + std::to_string(line_no) + ": expected {\"id\": string, \"messages\": [...]}");
-    out.push_back({id->as_string(), *messages});
-  }
-  return out;
-}
-
 size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t n = 0;
   const size_t m = std::min(a.size(), b.size());
@@ -156,18 +131,9 @@ Result<PassResult> run_pass(LoadedModel& lm, LoadedModel* draft, const chat::Cha
     std::unique_ptr<CostAwareDrafter> governed;
     if (inner != nullptr && a.cost_model) governed = std::make_unique<CostAwareDrafter>(*inner);
     DraftSource* drafter = governed ? governed.get() : inner;
-    const auto& msgs = conv.messages.as_array();
     int turn = 0;
-    for (size_t k = 1; k < msgs.size(); ++k) {
-      const chat::Value* role = msgs[k].get("role");
-      if (role == nullptr || !role->is_string() || role->as_string() != "user") continue;
-      chat::ChatRequest req;
-      req.messages = chat::Value::array(std::vector<chat::Value>(msgs.begin(), msgs.begin() + static_cast<std::ptrdiff_t>(k + 1)));
-      req.add_generation_prompt = true;
-      req.bos_token = std::string(tok.piece(tok.bos_id()));
-      req.eos_token = std::string(tok.piece(tok.eos_id()));
-      TERN_ASSIGN_OR_RETURN(std::string text, chat::apply_chat_template(tmpl, req));
-      const std::vector<int32_t> prompt = tok.encode(text, true, true);
+    for (const size_t k : user_turns(conv)) {
+      TERN_ASSIGN_OR_RETURN(const std::vector<int32_t> prompt, turn_prompt(tmpl, tok, conv, k));
       if (static_cast<int>(prompt.size()) + a.max_tokens > lm.model->n_ctx()) break;  // cut off at the context
 
       TurnRecord r;
@@ -400,18 +366,12 @@ int run_replay(const ReplayArgs& a) {
     }
     draft = std::move(d.value());
   }
-  auto source = lm.file->get_string("tokenizer.chat_template");
-  if (!source.is_ok()) {
-    std::fprintf(stderr, "tern bench replay: the model has no chat template: %s\n", source.status().message().c_str());
-    return 1;
-  }
-  auto tmpl = chat::ChatTemplate::parse(source.value());
+  auto tmpl = load_chat_template(*lm.file);
   if (!tmpl.is_ok()) {
-    std::fprintf(stderr, "tern bench replay: chat template: %s\n", tmpl.status().message().c_str());
+    std::fprintf(stderr, "tern bench replay: %s\n", tmpl.status().message().c_str());
     return 1;
   }
-  std::string path = a.sessions_path;
-  if (path.empty()) path = std::string(TERN_SOURCE_DIR) + "/../shared/data/agentic/swe-sessions.jsonl";
+  const std::string path = a.sessions_path.empty() ? default_sessions_path() : a.sessions_path;
   auto convs = read_sessions(path, a.n_sessions);
   if (!convs.is_ok()) {
     std::fprintf(stderr, "tern bench replay: %s\n", convs.status().message().c_str());

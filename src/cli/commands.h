@@ -19,6 +19,8 @@ void register_chat(CLI::App& app, CommandRunner* run);
 void register_bench(CLI::App& app, CommandRunner* run);
 // `tern bench replay`, nested under the bench subcommand.
 void register_bench_replay(CLI::App& bench, CommandRunner* run);
+// `tern bench serve`, nested under the bench subcommand: agent sessions replayed concurrently.
+void register_bench_serve(CLI::App& bench, CommandRunner* run);
 // `tern bench kv`, nested under the bench subcommand: KV tier restore vs re-prefill.
 void register_bench_kv(CLI::App& bench, CommandRunner* run);
 void register_render(CLI::App& app, CommandRunner* run);

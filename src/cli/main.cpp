@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   tern::cli::register_bench(app, &run);
   tern::cli::CommandRunner replay_run;
   tern::cli::register_bench_replay(*app.get_subcommand("bench"), &replay_run);
+  tern::cli::CommandRunner serve_bench_run;
+  tern::cli::register_bench_serve(*app.get_subcommand("bench"), &serve_bench_run);
   tern::cli::CommandRunner kv_run;
   tern::cli::register_bench_kv(*app.get_subcommand("bench"), &kv_run);
   tern::cli::register_render(app, &run);
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   if (replay_run) run = replay_run;  // CLI11 runs the parent's callback after the nested one's
+  if (serve_bench_run) run = serve_bench_run;
   if (kv_run) run = kv_run;
   return run ? run() : 2;
 }
