@@ -2,6 +2,7 @@
 //
 //   gpu_bench [--model FILE | --preset NAME --mix MIX] [--ctx 1024,32768] [--decode-steps 64]
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
+//             [--tc-prefill]
 //
 // --preset synthesizes the model (formats/synth.h) into $TMPDIR once; random weights decode at
 // the same speed as real ones. Sections, each one line per measurement:
@@ -9,7 +10,9 @@
 //            ceiling for decode
 //   decode   batch-1 tok/s at each context; bytes read per token = weights + the KV of the
 //            context; % of copy bandwidth
-//   prefill  tok/s of a P-token prompt fed in --chunk-token forwards from an empty cache
+//   prefill  tok/s of a P-token prompt fed in --chunk-token forwards from an empty cache, and the
+//            projections' share of the bf16 tensor-core peak (2 * weight params * tokens / time;
+//            --tc-prefill: the opt-in cuBLASLt path, CudaBackendOptions::tc_prefill)
 //   batch    tok/s of B sequences decoding together (each at --batch-ctx tokens of context)
 // A forward's time includes its logits copy to the host (the sync point), as the engine's does.
 #include <algorithm>
@@ -41,6 +44,7 @@ struct Options {
   int decode_steps = 64;
   int chunk = 512;
   bool graphs = true;
+  bool tc_prefill = false;
 };
 
 std::vector<int> parse_list(const char* s) {
@@ -67,6 +71,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--decode-steps") o.decode_steps = std::atoi(next());
     else if (a == "--chunk") o.chunk = std::atoi(next());
     else if (a == "--no-graphs") o.graphs = false;
+    else if (a == "--tc-prefill") o.tc_prefill = true;
     else {
       std::fprintf(stderr, "gpu_bench: unknown argument '%s'\n", a.c_str());
       return false;
@@ -172,6 +177,7 @@ int run(const Options& o) {
   e.file = std::make_shared<const gguf::File>(std::move(file).value());
   cuda::CudaBackendOptions bo;
   bo.use_graphs = o.graphs;
+  bo.tc_prefill = o.tc_prefill;
   auto backend = cuda::create_backend(bo);
   if (!backend.is_ok()) {
     std::fprintf(stderr, "gpu_bench: %s\n", backend.status().message().c_str());
@@ -217,7 +223,15 @@ int run(const Options& o) {
     fill(e, seq, std::min(p, o.chunk), o.chunk, rng);  // warm-up (kernels, graphs, allocations)
     seq.truncate(0);
     const double t = fill(e, seq, p, o.chunk, rng);
-    std::printf("prefill  %6d tokens in %d-token chunks: %8.1f ms, %8.0f tok/s\n", p, o.chunk, t * 1e3, p / t);
+    // Projection FLOPs (the logits head runs on one row per chunk and is left out) and causal
+    // attention FLOPs (QK^T and PV over an average context of p / 2).
+    const double proj_params = double(c.n_layers) * (double(c.n_embd) * c.head_dim * (2.0 * c.n_heads + 2.0 * c.n_kv_heads) +
+                                                     3.0 * c.n_embd * c.n_ff);
+    const double proj_tflops = 2.0 * proj_params * p / t * 1e-12;
+    const double attn_tflops = 4.0 * c.n_layers * c.n_heads * c.head_dim * (p / 2.0) * p / t * 1e-12;
+    std::printf("prefill  %6d tokens in %d-token chunks%s: %8.1f ms, %8.0f tok/s; projections %.0f TFLOP/s + "
+                "attention %.0f TFLOP/s\n",
+                p, o.chunk, o.tc_prefill ? " (tensor cores)" : "", t * 1e3, p / t, proj_tflops, attn_tflops);
   }
   for (int ctx : o.ctx) {
     KvSequence seq(*e.kv);

@@ -12,7 +12,9 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_plan.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/matmul_tc.h"
 #include "backends/cuda/step_queue.h"
+#include "backends/cuda/tc_gemm.h"
 
 namespace tern::cuda {
 namespace {
@@ -74,6 +76,13 @@ bool use_pdl(const CudaBackendOptions& options, const cudaDeviceProp& prop) {
   return options.programmatic_launch && !env_off && prop.major >= 9;
 }
 
+// The tensor-core prefill switch: TERN_CUDA_TC_PREFILL (1 / 0) overrides the option.
+bool use_tc_prefill(const CudaBackendOptions& options) {
+  const char* env = std::getenv("TERN_CUDA_TC_PREFILL");
+  if (env != nullptr && *env) return std::strcmp(env, "0") != 0;
+  return options.tc_prefill;
+}
+
 // True when the float rows [a + r * a_stride, + a_cols) and [b + r * b_stride, + b_cols),
 // r < rows, lie in address ranges that do not overlap.
 bool disjoint_rows(const float* a, int64_t a_stride, int64_t a_cols, const float* b, int64_t b_stride, int64_t b_cols,
@@ -90,12 +99,14 @@ int64_t f32_stride(const Tensor& t) { return static_cast<int64_t>(t.row_stride /
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const CudaBackendOptions& options, const cudaDeviceProp& prop, cudaStream_t stream)
+  CudaBackend(const CudaBackendOptions& options, const cudaDeviceProp& prop, cudaStream_t stream,
+              std::unique_ptr<TcGemm> tc_gemm)
       : options_(options),
         n_sm_(prop.multiProcessorCount),
         max_smem_bytes_(static_cast<int>(prop.sharedMemPerBlockOptin)),
         stream_(stream),
-        queue_(std::make_shared<StepQueue>(stream, options.use_graphs, use_pdl(options, prop))) {
+        queue_(std::make_shared<StepQueue>(stream, options.use_graphs, use_pdl(options, prop))),
+        tc_gemm_(std::move(tc_gemm)) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
   }
   ~CudaBackend() override {
@@ -103,6 +114,9 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(stream_);
     plan_dev_.reset();
     partials_.reset();
+    tc_x16_.reset();
+    tc_w16_.reset();
+    tc_gemm_.reset();
     queue_.reset();
     cudaEventDestroy(plan_uploaded_);
     cudaStreamDestroy(stream_);
@@ -110,7 +124,11 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   Device device() const override { return Device::kCuda; }
-  const CudaBackendStats& stats() const { return queue_->stats(); }
+  CudaBackendStats stats() const {
+    CudaBackendStats s = queue_->stats();
+    s.tc_matmuls = tc_matmuls_;
+    return s;
+  }
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override {
     return std::make_unique<DeviceBuffer>(bytes, stream_, queue_);
@@ -235,6 +253,10 @@ class CudaBackend final : public Backend {
   void matmul(const Tensor& w, const Tensor& x, Tensor& out) override {
     TERN_CHECK_MSG(is_device(w) && is_device(x) && is_device(out), "matmul: tensors must be on the CUDA device");
     TERN_CHECK_MSG(matmul_supports(w.dtype), "matmul: unsupported weight dtype");
+    if (tc_gemm_ != nullptr && x.rows >= options_.tc_prefill_min_tokens && tc_matmul_supports(w.dtype)) {
+      matmul_tc(w, x, out);
+      return;
+    }
     // Consecutive products of the same activations by weights of one type and width (q/k/v,
     // gate/up) share one launch. Each row's arithmetic is unchanged (gemv.h), so fused and
     // separate launches give the same bits.
@@ -379,6 +401,43 @@ class CudaBackend final : public Backend {
     a.y[m] = out.f32();
   }
 
+  // Grows a scratch buffer to at least `bytes`. Freeing the old one first flushes the queue, so
+  // pending records that point into it run before it goes.
+  void reserve(std::unique_ptr<Buffer>& buf, size_t bytes) {
+    if (buf != nullptr && buf->bytes() >= bytes) return;
+    buf.reset();
+    buf = alloc(bytes);
+  }
+
+  // Records a tensor-core product (matmul_tc.h). Fusion does not apply (each weight is its own
+  // GEMM), but a product right after another one of the same x reuses its bf16 copy of x.
+  void matmul_tc(const Tensor& w, const Tensor& x, const Tensor& out) {
+    const int64_t tile_rows = tc_weight_tile_rows(w.rows, w.cols);
+    reserve(tc_x16_, sizeof(uint16_t) * static_cast<size_t>(x.rows * x.cols));
+    if (!tc_weight_in_place(w.dtype)) reserve(tc_w16_, sizeof(uint16_t) * static_cast<size_t>(tile_rows * w.cols));
+    bool convert_x = true;
+    if (const TcMatmulArgs* prev = queue_->last_if<TcMatmulArgs>(OpKind::kMatmulTc);
+        prev != nullptr && prev->mm.x == x.f32() && prev->mm.n == x.rows && prev->mm.cols == x.cols &&
+        disjoint_rows(prev->mm.y[0], prev->mm.rows[0], prev->mm.rows[0], x.f32(), x.cols, x.cols, x.rows)) {
+      convert_x = false;
+    }
+    TcMatmulArgs& a = queue_->push<TcMatmulArgs>(OpKind::kMatmulTc);
+    a.mm.dtype = w.dtype;
+    a.mm.cols = w.cols;
+    a.mm.x = x.f32();
+    a.mm.n = x.rows;
+    a.mm.max_smem_bytes = max_smem_bytes_;
+    a.mm.n_sm = n_sm_;
+    add_matrix(a.mm, w, out);
+    a.gemm = tc_gemm_.get();
+    a.x16 = static_cast<uint16_t*>(tc_x16_->data());
+    a.w16 = tc_w16_ != nullptr ? static_cast<uint16_t*>(tc_w16_->data()) : nullptr;
+    a.w16_rows = tile_rows;
+    a.convert_x = convert_x ? 1 : 0;
+    prepare_matmul_tc(a);
+    ++tc_matmuls_;
+  }
+
   void elementwise(ElementwiseOp op, const Tensor& x, const Tensor& y, const Tensor& out) {
     TERN_CHECK_MSG(is_device(x) && is_device(y) && is_device(out), "elementwise op: tensors must be on the CUDA device");
     ElementwiseArgs& a = queue_->push<ElementwiseArgs>(OpKind::kElementwise);
@@ -424,6 +483,9 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> plan_words_;
   PinnedBuffer plan_staging_, host_staging_;
   std::unique_ptr<Buffer> plan_dev_, partials_;
+  std::unique_ptr<TcGemm> tc_gemm_;          // set when the tensor-core prefill is on
+  std::unique_ptr<Buffer> tc_x16_, tc_w16_;  // its bf16 activations and weight tile (matmul_tc.h)
+  int64_t tc_matmuls_ = 0;
   PackedPlanLayout layout_;
   DevicePlan plan_{};
   bool have_plan_ = false;
@@ -458,9 +520,18 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   }
   init_matmul(static_cast<int>(prop.sharedMemPerBlockOptin));
   init_attention(static_cast<int>(prop.sharedMemPerBlockOptin));
+  std::unique_ptr<TcGemm> tc_gemm;
+  if (use_tc_prefill(options)) {
+    if (options.tc_prefill_min_tokens < 1) {
+      return error("cuda: tc_prefill_min_tokens: expected >= 1, got " + std::to_string(options.tc_prefill_min_tokens));
+    }
+    auto g = TcGemm::create();
+    if (!g.is_ok()) return g.status();
+    tc_gemm = std::move(g).value();
+  }
   cudaStream_t stream = nullptr;
   TERN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options, prop, stream));
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options, prop, stream, std::move(tc_gemm)));
 }
 
 CudaBackendStats backend_stats(const Backend& backend) {

@@ -40,6 +40,13 @@ struct CudaBackendOptions {
   // Programmatic dependent launch on sm_90+: each kernel starts while its predecessor finishes
   // (launch.cuh). Identical results; off, or TERN_CUDA_PDL=0, for A/B timing.
   bool programmatic_launch = true;
+  // Tensor-core prefill (matmul_tc.h): products with at least tc_prefill_min_tokens activation
+  // rows run as bf16 cuBLASLt GEMMs (fp32 accumulation) on weights dequantized to bf16. Much
+  // faster prefill, but those rows are neither bit-identical to decode nor batch-invariant
+  // (matmul_tc.h gives the error bound). Off by default; the environment variable
+  // TERN_CUDA_TC_PREFILL overrides this flag (1: on, 0: off). Needs libcublasLt at run time.
+  bool tc_prefill = false;
+  int tc_prefill_min_tokens = 64;  // activation rows from which a product takes the tensor cores
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).
@@ -54,6 +61,7 @@ struct CudaBackendStats {
   int64_t steps_eager = 0;       // op lists launched op by op
   int64_t steps_graph = 0;       // op lists replayed from a cached graph
   int64_t graphs_built = 0;      // graphs captured and instantiated (or updated)
+  int64_t tc_matmuls = 0;        // products recorded for the tensor-core prefill path
 };
 CudaBackendStats backend_stats(const Backend& backend);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/matmul_tc.h"
 #include "core/check.h"
 
 namespace tern::cuda {
@@ -27,6 +28,7 @@ void launch_one(const OpRecord& r, const LaunchEnv& s) {
     case OpKind::kGatherRows: launch_gather_rows(args_of<GatherRowsArgs>(r), s); return;
     case OpKind::kMatmul: launch_matmul(args_of<MatmulArgs>(r), s); return;
     case OpKind::kAttention: launch_attention(args_of<AttentionArgs>(r), s); return;
+    case OpKind::kMatmulTc: launch_matmul_tc(args_of<TcMatmulArgs>(r), s); return;
   }
   TERN_CHECK_MSG(false, "unknown op record");
 }

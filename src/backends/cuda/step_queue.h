@@ -23,7 +23,9 @@
 
 namespace tern::cuda {
 
-enum class OpKind : uint32_t { kEmbed, kRmsNorm, kElementwise, kRope, kKvWrite, kGatherRows, kMatmul, kAttention };
+enum class OpKind : uint32_t {
+  kEmbed, kRmsNorm, kElementwise, kRope, kKvWrite, kGatherRows, kMatmul, kAttention, kMatmulTc
+};
 
 struct OpRecord {
   static constexpr size_t kArgBytes = 320;
