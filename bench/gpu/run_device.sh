@@ -5,7 +5,8 @@
 # gets a short summary.
 #
 #   OUT=/tmp/out BIN=.device/gpu bench/gpu/run_device.sh [tests] [sanitize] [bench-small]
-#       [bench-8b-q4k] [bench-8b-q8] [bench-8b-f16] [bench-long] [gemm] [profile-small] [profile-8b]
+#       [bench-8b-q4k] [bench-8b-q8] [bench-8b-f16] [bench-long] [bench-tc] [gemm] [profile-small] [profile-8b]
+# bench-tc: 8B Q4_K_M prefill at 512 / 4096 tokens with the opt-in tensor-core prefill (one chunk).
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -76,6 +77,7 @@ PY
     bench-8b-q4k) bench 8b-q4k 150 --preset llama3-8b --mix q4_k_m --ctx 1024 --prefill 512 --batch 8 ;;
     bench-8b-q8) bench 8b-q8 150 --preset llama3-8b --mix q8_0 --ctx 1024 --prefill 512 ;;
     bench-8b-f16) bench 8b-f16 200 --preset llama3-8b --mix f16 --ctx 1024 --prefill 512 ;;
+    bench-tc) bench tc 150 --preset llama3-8b --mix q4_k_m --ctx "" --decode-steps 0 --prefill 512,4096 --chunk 4096 --tc-prefill ;;
     bench-long) bench long 200 --preset llama3-8b --mix q4_k_m --ctx 32768 --prefill 4096 --decode-steps 32 ;;
     profile-small | profile-8b)  # per-kernel device times of a decode step (ncu serializes kernels)
       if [[ $step == profile-small ]]; then model=(--preset smollm2-135m --mix q4_1); else model=(--preset llama3-8b --mix q4_k_m); fi
