@@ -24,7 +24,8 @@ void metric(std::string& out, const char* name, const char* type, const char* he
 
 }  // namespace
 
-std::string render_metrics(const EngineMetrics& m, const RequestCounters& requests, const ServerGauges& gauges) {
+std::string render_metrics(const EngineMetrics& m, const RequestCounters& requests, const ServerGauges& gauges,
+                           const HistoryCounters& history) {
   std::string out;
   out += "# HELP tern_http_requests_total HTTP requests answered, by endpoint and status.\n";
   out += "# TYPE tern_http_requests_total counter\n";
@@ -62,6 +63,17 @@ std::string render_metrics(const EngineMetrics& m, const RequestCounters& reques
          static_cast<double>(m.kv_evictions.load()));
   metric(out, "tern_http_connections_open", "gauge", "Open HTTP connections.", gauges.open_connections);
   metric(out, "tern_http_generations_active", "gauge", "Generations in flight from HTTP requests.", gauges.active_requests);
+  metric(out, "tern_history_turns", "gauge", "Generated assistant turns remembered for splicing into later prompts.",
+         static_cast<double>(gauges.history_turns));
+  metric(out, "tern_history_tokens", "gauge", "Output tokens of the remembered turns.", static_cast<double>(gauges.history_tokens));
+  metric(out, "tern_history_remembered_total", "counter", "Assistant messages in requests that were found among remembered turns.",
+         static_cast<double>(history.remembered.load()));
+  metric(out, "tern_history_spliced_total", "counter", "Remembered turns spliced into prompts as the model's own tokens.",
+         static_cast<double>(history.spliced.load()));
+  metric(out, "tern_history_verified_total", "counter", "Spliced turns that followed exactly the prompt they were generated after.",
+         static_cast<double>(history.verified.load()));
+  metric(out, "tern_history_spliced_tokens_total", "counter", "Tokens spliced in from remembered turns.",
+         static_cast<double>(history.spliced_tokens.load()));
   return out;
 }
 

@@ -96,7 +96,10 @@ std::string Server::metrics_text() const {
   ServerGauges g;
   g.open_connections = http_ ? http_->n_open_connections() : 0;
   g.active_requests = n_active_requests();
-  return render_metrics(engine_->metrics(), counters_, g);
+  const TurnMemoryStats h = turn_memory_.stats();
+  g.history_turns = h.n_turns;
+  g.history_tokens = h.n_tokens;
+  return render_metrics(engine_->metrics(), counters_, g, history_counters_);
 }
 
 namespace {
@@ -187,6 +190,11 @@ void Server::serve_generation(Route route, const HttpRequest& req, HttpResponder
   if (route == Route::kCountTokens) {
     return send_json(route, 200, Json{{"input_tokens", prompt.value().tokens.size()}}.dump(), out);
   }
+  const SpliceStats& spliced = prompt.value().history;
+  history_counters_.remembered += spliced.n_remembered;
+  history_counters_.spliced += spliced.n_spliced;
+  history_counters_.verified += spliced.n_verified;
+  history_counters_.spliced_tokens += spliced.n_spliced_tokens;
 
   ApiOr<std::unique_ptr<Generation>> started =
       Generation::start(*engine_, std::move(prompt.value()), spec.params, spec.chat ? history : HistoryContext{});

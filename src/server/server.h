@@ -86,6 +86,7 @@ class Server {
   std::unique_ptr<HttpServer> http_;
   RequestCounters counters_;
   TurnMemory turn_memory_;  // generated turns, spliced back into later prompts
+  HistoryCounters history_counters_;
   mutable std::mutex active_mutex_;
   std::unordered_set<Generation*> active_;
   std::atomic<bool> stopping_{false};
