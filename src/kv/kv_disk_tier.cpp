@@ -47,18 +47,22 @@ struct Fd {
   }
 };
 
-// pread/preadv until done; false on a short read (a truncated file) or an error.
-bool read_full(int fd, std::span<const HostSegment> segs, off_t offset) {
+// preadv into `segs` from `offset` until they are full or the file ends; returns the bytes read
+// (-1 on an error).
+ssize_t read_segments(int fd, std::span<const HostSegment> segs, off_t offset) {
   std::vector<iovec> iov;
   iov.reserve(segs.size());
   for (const HostSegment& s : segs) iov.push_back({s.data, s.bytes});
   size_t first = 0;
+  ssize_t total = 0;
   while (first < iov.size()) {
     const int n_iov = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
     const ssize_t got = ::preadv(fd, iov.data() + first, n_iov, offset);
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
+    if (got < 0) return -1;
+    if (got == 0) break;  // end of file
     offset += got;
+    total += got;
     size_t left = static_cast<size_t>(got);
     while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
     if (left > 0) {
@@ -66,7 +70,7 @@ bool read_full(int fd, std::span<const HostSegment> segs, off_t offset) {
       iov[first].iov_len -= left;
     }
   }
-  return true;
+  return total;
 }
 
 // write until done; returns 0 or the errno.
@@ -306,7 +310,15 @@ void KvDiskTier::flush() {
 void KvDiskTier::writer_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    work_cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !touched_.empty(); });
+    if (!touched_.empty()) {
+      std::vector<BlockHash> touched;
+      touched.swap(touched_);
+      lock.unlock();
+      for (BlockHash h : touched) ::utimensat(AT_FDCWD, file_path(h).c_str(), nullptr, 0);
+      lock.lock();
+      continue;
+    }
     if (queue_.empty()) break;  // stop_ and nothing left: queued writes are finished first
     std::vector<KvBlobPtr> batch;
     while (!queue_.empty() && batch.size() < kWriteBatch) {
@@ -411,11 +423,30 @@ bool KvDiskTier::read(const BlockKey& key, std::span<const HostSegment> dst) {
     }
     return false;
   }
-  std::vector<uint8_t> header(header_bytes_);
-  const ssize_t got = ::pread(fd.fd, header.data(), header.size(), 0);
-  auto h = decode_block_header(std::span<const uint8_t>(header.data(), got > 0 ? static_cast<size_t>(got) : 0), identity_);
+  // One preadv for header, payload (straight into dst) and one byte past the end, which must
+  // stay empty: the whole file is checked with a single system call.
+  uint64_t payload_bytes = 0;
+  for (const HostSegment& seg : dst) payload_bytes += seg.bytes;
+  std::vector<uint8_t> header(header_bytes_ + 1);
+  std::vector<HostSegment> segs;
+  segs.reserve(dst.size() + 2);
+  segs.push_back({header.data(), header_bytes_});
+  segs.insert(segs.end(), dst.begin(), dst.end());
+  segs.push_back({header.data() + header_bytes_, 1});
+  const ssize_t got = read_segments(fd.fd, segs, 0);
+  if (got < 0) {
+    reject(key.hash, file, std::string("unreadable: ") + std::strerror(errno));
+    return false;
+  }
+  const uint64_t want = header_bytes_ + payload_bytes;
+  auto h = decode_block_header(std::span<const uint8_t>(header.data(), std::min<size_t>(static_cast<size_t>(got), header_bytes_)), identity_);
   if (!h.is_ok()) {
     reject(key.hash, file, h.status().message());
+    return false;
+  }
+  if (static_cast<uint64_t>(got) != want) {
+    reject(key.hash, file, "file size: expected " + std::to_string(want) + " bytes, found " +
+                               (static_cast<uint64_t>(got) < want ? std::to_string(got) + " (truncated)" : "more (trailing bytes)"));
     return false;
   }
   if (h->key != key) {
@@ -426,30 +457,23 @@ bool KvDiskTier::read(const BlockKey& key, std::span<const HostSegment> dst) {
                   " differ); not restored");
     return false;
   }
-  struct stat st {};
-  const uint64_t want = header_bytes_ + h->payload_bytes;
-  if (::fstat(fd.fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != want) {
-    reject(key.hash, file, "file size: expected " + std::to_string(want) + " bytes, found " + std::to_string(st.st_size));
-    return false;
-  }
-  uint64_t total = 0;
-  for (const HostSegment& s : dst) total += s.bytes;
-  TERN_CHECK(total == h->payload_bytes);
-  if (!read_full(fd.fd, dst, static_cast<off_t>(header_bytes_))) {
-    reject(key.hash, file, "payload: short read (truncated or unreadable)");
-    return false;
-  }
+  TERN_CHECK(payload_bytes == h->payload_bytes);  // the caller sized dst from the same identity
   KvChecksum sum;
   for (const HostSegment& s : dst) sum.update(s.data, s.bytes);
   if (sum.digest() != h->payload_checksum) {
     reject(key.hash, file, "payload checksum: expected " + hash_hex(h->payload_checksum) + ", found " + hash_hex(sum.digest()));
     return false;
   }
-  ::futimens(fd.fd, nullptr);  // the modification time is the LRU order after a restart
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = index_.find(key.hash); it != index_.end()) lru_.splice(lru_.end(), lru_, it->second.lru);
-  ++stats_.reads;
-  stats_.read_bytes += total;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = index_.find(key.hash); it != index_.end()) lru_.splice(lru_.end(), lru_, it->second.lru);
+    ++stats_.reads;
+    stats_.read_bytes += payload_bytes;
+    // The modification time is the LRU order after a restart; the writer thread updates it, off
+    // the serving path.
+    if (writable_) touched_.push_back(key.hash);
+  }
+  work_cv_.notify_one();
   return true;
 }
 

@@ -115,6 +115,7 @@ class KvDiskTier {
   uint64_t bytes_ = 0;
   std::deque<KvBlobPtr> queue_;
   std::unordered_set<BlockHash> pending_;  // queued or being written
+  std::vector<BlockHash> touched_;         // restored files whose modification time is due
   uint64_t pending_bytes_ = 0;
   bool writable_ = true;
   bool stop_ = false;
