@@ -60,9 +60,7 @@ void LlamaModel::forward_layer(int layer, Tensor& x, KvLayerView& kv) {
 
   // Self-attention: x += Wo · attn(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x).
   ops::rms_norm(b, x, w.attn_norm, c.rms_eps, h);
-  ops::matmul(b, w.wq, h, q);
-  ops::matmul(b, w.wk, h, k);
-  ops::matmul(b, w.wv, h, v);
+  ops::matmul_group(b, h, {&w.wq, &w.wk, &w.wv}, {&q, &k, &v});
   ops::rope(b, q, c.n_heads, c.head_dim, rope_);
   ops::rope(b, k, c.n_kv_heads, c.head_dim, rope_);
   ops::kv_write(b, k, v, kv);
@@ -72,8 +70,7 @@ void LlamaModel::forward_layer(int layer, Tensor& x, KvLayerView& kv) {
 
   // Feed-forward: x += W_down · (silu(W_gate h) * W_up h), h = rmsnorm(x).
   ops::rms_norm(b, x, w.ffn_norm, c.rms_eps, h);
-  ops::matmul(b, w.w_gate, h, gate);
-  ops::matmul(b, w.w_up, h, up);
+  ops::matmul_group(b, h, {&w.w_gate, &w.w_up}, {&gate, &up});
   ops::swiglu(b, gate, up, gate);
   ops::matmul(b, w.w_down, gate, out);
   ops::add(b, x, out, x);

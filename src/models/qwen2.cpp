@@ -64,9 +64,7 @@ void Qwen2Model::forward_layer(int layer, Tensor& x, KvLayerView& kv) {
 
   // Self-attention: x += Wo · attn(rope(Wq h + bq), rope(Wk h + bk), Wv h + bv), h = rmsnorm(x).
   ops::rms_norm(b, x, w.attn_norm, c.rms_eps, h);
-  ops::matmul(b, w.wq, h, q);
-  ops::matmul(b, w.wk, h, k);
-  ops::matmul(b, w.wv, h, v);
+  ops::matmul_group(b, h, {&w.wq, &w.wk, &w.wv}, {&q, &k, &v});
   ops::add_bias(b, q, w.bq);
   ops::add_bias(b, k, w.bk);
   ops::add_bias(b, v, w.bv);
@@ -79,8 +77,7 @@ void Qwen2Model::forward_layer(int layer, Tensor& x, KvLayerView& kv) {
 
   // Feed-forward: x += W_down · (silu(W_gate h) * W_up h), h = rmsnorm(x).
   ops::rms_norm(b, x, w.ffn_norm, c.rms_eps, h);
-  ops::matmul(b, w.w_gate, h, gate);
-  ops::matmul(b, w.w_up, h, up);
+  ops::matmul_group(b, h, {&w.w_gate, &w.w_up}, {&gate, &up});
   ops::swiglu(b, gate, up, gate);
   ops::matmul(b, w.w_down, gate, out);
   ops::add(b, x, out, x);

@@ -64,9 +64,7 @@ void Qwen3Model::forward_layer(int layer, Tensor& x, KvLayerView& kv) {
   // Self-attention: x += Wo · attn(rope(norm_q(Wq h)), rope(norm_k(Wk h)), Wv h), h = rmsnorm(x);
   // norm_q / norm_k normalise each head's hd values ([n, h * hd] viewed as [n * h, hd]).
   ops::rms_norm(b, x, w.attn_norm, c.rms_eps, h);
-  ops::matmul(b, w.wq, h, q);
-  ops::matmul(b, w.wk, h, k);
-  ops::matmul(b, w.wv, h, v);
+  ops::matmul_group(b, h, {&w.wq, &w.wk, &w.wv}, {&q, &k, &v});
   Tensor q_heads = q.reshape_cols(c.head_dim), k_heads = k.reshape_cols(c.head_dim);
   ops::rms_norm(b, q_heads, w.q_norm, c.rms_eps, q_heads);
   ops::rms_norm(b, k_heads, w.k_norm, c.rms_eps, k_heads);
@@ -79,8 +77,7 @@ void Qwen3Model::forward_layer(int layer, Tensor& x, KvLayerView& kv) {
 
   // Feed-forward: x += W_down · (silu(W_gate h) * W_up h), h = rmsnorm(x).
   ops::rms_norm(b, x, w.ffn_norm, c.rms_eps, h);
-  ops::matmul(b, w.w_gate, h, gate);
-  ops::matmul(b, w.w_up, h, up);
+  ops::matmul_group(b, h, {&w.w_gate, &w.w_up}, {&gate, &up});
   ops::swiglu(b, gate, up, gate);
   ops::matmul(b, w.w_down, gate, out);
   ops::add(b, x, out, x);

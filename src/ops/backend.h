@@ -72,6 +72,12 @@ class Backend {
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
   // out[n, w.rows] = x[n, w.cols] @ w^T, any weight dtype, F32 activations.
   virtual void matmul(const Tensor& w, const Tensor& x, Tensor& out) = 0;
+  // outs[i] = x @ ws[i]^T for i < n: projections of one input (Q/K/V, gate/up). A backend may run
+  // them as one operation (the CPU quantizes x once, in one parallel region); each outs[i] must be
+  // bitwise what matmul writes. The default runs one matmul each.
+  virtual void matmul_group(const Tensor* const* ws, Tensor* const* outs, int n, const Tensor& x) {
+    for (int i = 0; i < n; ++i) matmul(*ws[i], x, *outs[i]);
+  }
   // x[r, :] += bias[0, :]
   virtual void add_bias(Tensor& x, const Tensor& bias) = 0;
   // out = a + b (elementwise, same shape); out may alias a or b.

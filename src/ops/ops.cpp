@@ -24,6 +24,18 @@ void matmul(Backend& b, const Tensor& w, const Tensor& x, Tensor& out) {
   b.matmul(w, x, out);
 }
 
+void matmul_group(Backend& b, const Tensor& x, std::initializer_list<const Tensor*> ws, std::initializer_list<Tensor*> outs) {
+  TERN_CHECK(ws.size() == outs.size() && ws.size() >= 1 && ws.size() <= 8);
+  TERN_CHECK(is_f32(x) && x.contiguous());
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const Tensor& w = *ws.begin()[i];
+    const Tensor& out = *outs.begin()[i];
+    TERN_CHECK(is_f32(out) && out.contiguous());
+    TERN_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows);
+  }
+  b.matmul_group(ws.begin(), outs.begin(), static_cast<int>(ws.size()), x);
+}
+
 void add_bias(Backend& b, Tensor& x, const Tensor& bias) {
   TERN_CHECK(is_f32(x) && is_f32(bias) && bias.rows == 1 && bias.cols == x.cols);
   b.add_bias(x, bias);

@@ -3,6 +3,8 @@
 // Letters used in comments: n = tokens in the step, d = model width, h = heads, hd = head dim.
 #pragma once
 
+#include <initializer_list>
+
 #include "ops/backend.h"
 
 namespace tern::ops {
@@ -13,6 +15,8 @@ void embed(Backend& b, const Tensor& table, Tensor& out);
 void rms_norm(Backend& b, const Tensor& x, const Tensor& w, float eps, Tensor& out);
 // out [n, w.rows] = x [n, w.cols] @ w^T.
 void matmul(Backend& b, const Tensor& w, const Tensor& x, Tensor& out);
+// outs[i] [n, ws[i].rows] = x @ ws[i]^T: several projections of one input (at most 8).
+void matmul_group(Backend& b, const Tensor& x, std::initializer_list<const Tensor*> ws, std::initializer_list<Tensor*> outs);
 void add_bias(Backend& b, Tensor& x, const Tensor& bias);
 void add(Backend& b, const Tensor& a, const Tensor& x, Tensor& out);
 void swiglu(Backend& b, const Tensor& gate, const Tensor& up, Tensor& out);

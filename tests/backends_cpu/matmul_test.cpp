@@ -425,6 +425,46 @@ TEST_P(MatmulTypes, SixteenBitModeIsCloserToReference) {
   }
 }
 
+// A group (projections of one input) writes bitwise what separate calls write, for groups of one
+// activation form (Q/K/V of a legacy or a k-quant model, with a q6_k member) and for mixed forms
+// (the fallback), at every level, for decode and prefill shapes and 1 or 2 threads.
+TEST(MatmulGroup, EqualsSeparateCalls) {
+  const std::vector<std::vector<DType>> groups = {{DType::Q4_1, DType::Q4_1, DType::Q4_1},
+                                                  {DType::Q4_K, DType::Q4_K, DType::Q6_K},
+                                                  {DType::Q4_1, DType::Q4_K},
+                                                  {DType::F16, DType::Q8_0}};
+  const int64_t cols = 512;
+  const int64_t rows[] = {80, 37, 16};
+  ThreadPool pool1(1), pool2(2);
+  for (const auto& types : groups) {
+    std::vector<Weights> ws;
+    for (size_t i = 0; i < types.size(); ++i)
+      ws.push_back(make_weights(types[i], rows[i], cols, WeightSource::kQuantized, 20 + static_cast<uint32_t>(i)));
+    std::vector<const Tensor*> tensors;
+    for (const Weights& w : ws) tensors.push_back(&w.tensor);
+    for (Isa isa : supported_isas()) {
+      for (int64_t n : {1, 19}) {
+        const std::vector<float> x = random_activations(n, cols, 7);
+        for (ThreadPool* pool : {&pool1, &pool2}) {
+          std::vector<std::vector<float>> want(types.size()), got(types.size());
+          std::vector<float*> ys;
+          for (size_t i = 0; i < types.size(); ++i) {
+            want[i].resize(static_cast<size_t>(n * rows[i]));
+            got[i].assign(static_cast<size_t>(n * rows[i]), NAN);
+            matmul_isa(isa, ws[i].tensor, x.data(), n, want[i].data(), *pool);
+            ys.push_back(got[i].data());
+          }
+          matmul_group_isa(isa, tensors, x.data(), n, ys, *pool);
+          for (size_t i = 0; i < types.size(); ++i)
+            ASSERT_EQ(0, std::memcmp(got[i].data(), want[i].data(), want[i].size() * sizeof(float)))
+                << isa_name(isa) << " member " << i << " (" << dtype_name(types[i]) << ") n " << n << " threads "
+                << pool->n_threads();
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypes, ::testing::ValuesIn(kAllTypes), type_name);
 
 }  // namespace

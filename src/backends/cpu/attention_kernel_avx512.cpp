@@ -4,7 +4,7 @@
 // kScoreBlock query vectors. V rows are converted once ([key][d]) and every query's acc is an FMA
 // chain over its keys, shared loads again. Per query vector, at this ISA:
 //   score lanes: two chains over d (even d, odd d), summed, times scale (then softcap);
-//   m = max; p = exp(s - m) (exp_ps below) on the query's keys, 0 elsewhere; l = sum of the
+//   m = max; p = exp(s - m) (exp_ps, simd_math_avx512.h) on the query's keys, 0 elsewhere; l = sum of the
 //   16-lane p vectors over its key tiles in order, then hsum;
 //   acc[d] = fma(p_j, v_j[d], acc[d]) over its keys j in order (masked off for other keys).
 // None of this depends on which other queries share the unit (batch invariance).
@@ -14,6 +14,7 @@
 
 #include "backends/cpu/attention_kernel.h"
 #include "backends/cpu/matmul_simd_avx512.h"
+#include "backends/cpu/simd_math_avx512.h"
 
 namespace tern::cpu::detail {
 namespace {
@@ -23,25 +24,6 @@ constexpr int kPvBlock = 4;     // query vectors per pass over V
 constexpr int kPvStrips = 4;    // 16-column strips of acc per pass (kPvBlock x kPvStrips accumulators)
 
 int round_up16(int n) { return (n + kKeyTile - 1) / kKeyTile * kKeyTile; }
-
-// exp(x) for x <= 0 (softmax arguments): Cody-Waite reduction to r in [-ln2/2, ln2/2], a degree-6
-// Taylor polynomial (relative error < 2e-7), scaled by 2^n. Below -87 it returns ~1.6e-38 where
-// the true value is smaller still (irrelevant next to the max term's 1).
-inline __m512 exp_ps(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n =
-      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
 
 // r[i] = row i -> r[c] = column c (16 x 16 floats).
 inline void transpose16x16(__m512 (&r)[16]) {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 
+#include "backends/cpu/elementwise.h"
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/ops_ref.h"
 #include "core/check.h"
@@ -30,7 +31,8 @@ class HostBuffer final : public Buffer {
 
 }  // namespace
 
-CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options), pool_(options.n_threads) {
+CpuBackend::CpuBackend(CpuBackendOptions options)
+    : options_(options), isa_(active_isa()), pool_(options.n_threads) {
   TERN_CHECK_MSG(options.activation_bits == 8 || options.activation_bits == 16,
                  "CpuBackendOptions::activation_bits must be 8 or 16");
   const ActBits requested = options.activation_bits == 8 ? ActBits::k8 : ActBits::k16;
@@ -47,11 +49,17 @@ Tensor CpuBackend::upload_weight(const Tensor& host, std::unique_ptr<Buffer>& ow
 void CpuBackend::copy_from_host(const void* src, Tensor& dst) { std::memcpy(dst.data, src, dst.bytes()); }
 void CpuBackend::copy_to_host(const Tensor& src, void* dst) { std::memcpy(dst, src.data, src.bytes()); }
 
-void CpuBackend::begin_step(const BatchPlan& plan) { plan_ = plan; }
+void CpuBackend::begin_step(const BatchPlan& plan) {
+  plan_ = plan;
+  rope_table_.invalidate();
+}
 
 void CpuBackend::embed(const Tensor& table, Tensor& out) { ref::embed(table, plan_, out); }
 
-void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) { ref::rms_norm(x, w, eps, out); }
+void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+  if (options_.reference) return ref::rms_norm(x, w, eps, out);
+  rms_norm_fast(isa_, x, w, eps, out);
+}
 
 void CpuBackend::matmul(const Tensor& w, const Tensor& x, Tensor& out) {
   if (options_.reference) {
@@ -61,12 +69,31 @@ void CpuBackend::matmul(const Tensor& w, const Tensor& x, Tensor& out) {
   }
 }
 
+void CpuBackend::matmul_group(const Tensor* const* ws, Tensor* const* outs, int n, const Tensor& x) {
+  if (options_.reference) return Backend::matmul_group(ws, outs, n, x);
+  float* ys[8];
+  TERN_CHECK(n >= 1 && n <= 8);
+  for (int i = 0; i < n; ++i) ys[i] = outs[i]->f32();
+  cpu::matmul_group(std::span<const Tensor* const>(ws, static_cast<size_t>(n)), x.f32(), x.rows,
+                    std::span<float* const>(ys, static_cast<size_t>(n)), pool_, static_cast<ActBits>(options_.activation_bits));
+}
+
 void CpuBackend::add_bias(Tensor& x, const Tensor& bias) { ref::add_bias(x, bias); }
-void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) { ref::add(a, b, out); }
-void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) { ref::swiglu(gate, up, out); }
+
+void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
+  if (options_.reference) return ref::add(a, b, out);
+  add_fast(isa_, a, b, out);
+}
+
+void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
+  if (options_.reference) return ref::swiglu(gate, up, out);
+  swiglu_fast(isa_, gate, up, out);
+}
 
 void CpuBackend::rope(Tensor& x, int n_heads, int head_dim, const RopeParams& rope) {
-  ref::rope(x, n_heads, head_dim, rope, plan_);
+  if (options_.reference) return ref::rope(x, n_heads, head_dim, rope, plan_);
+  rope_table_.prepare(rope, plan_.positions);
+  rope_with_table(x, n_heads, head_dim, rope, rope_table_);
 }
 
 void CpuBackend::kv_write(const Tensor& k, const Tensor& v, KvLayerView& kv) { ref::kv_write(k, v, kv, plan_); }

@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "backends/cpu/attention_cpu.h"
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/elementwise.h"
 #include "core/thread_pool.h"
 #include "ops/backend.h"
 
@@ -37,6 +39,7 @@ class CpuBackend final : public Backend {
   void embed(const Tensor& table, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void matmul(const Tensor& w, const Tensor& x, Tensor& out) override;
+  void matmul_group(const Tensor* const* ws, Tensor* const* outs, int n, const Tensor& x) override;
   void add_bias(Tensor& x, const Tensor& bias) override;
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;
@@ -47,9 +50,11 @@ class CpuBackend final : public Backend {
 
  private:
   CpuBackendOptions options_;
+  Isa isa_;  // kernel level of the fast row-wise ops (active_isa())
   ThreadPool pool_;
   BatchPlan plan_;  // the current step's plan (a host copy; the CPU needs no upload)
   AttentionScratch attention_scratch_;
+  RopeTableCache rope_table_;  // this step's cos/sin, built by its first rope op
 };
 
 }  // namespace tern::cpu

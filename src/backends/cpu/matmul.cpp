@@ -1,5 +1,6 @@
 // The matmul driver: validates, quantizes the activation rows once into thread-local scratch, and
-// runs one parallel region in which each thread takes a contiguous run of weight rows.
+// runs one parallel region in which each thread takes a contiguous run of weight rows (of the
+// concatenated rows of every weight, for a group).
 #include "backends/cpu/matmul.h"
 
 #include <emmintrin.h>
@@ -234,46 +235,86 @@ void matmul_ref(const Tensor& w, const float* x, int64_t n, float* y) {
 }
 
 void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool, ActBits act_bits) {
-  check_args(w, x, n, y);
+  const Tensor* ws[] = {&w};
+  float* ys[] = {y};
+  matmul_group_isa(isa, ws, x, n, ys, pool, act_bits);
+}
+
+void matmul_group_isa(Isa isa, std::span<const Tensor* const> ws, const float* x, int64_t n, std::span<float* const> ys,
+                      ThreadPool& pool, ActBits act_bits) {
+  TERN_CHECK(ws.size() == ys.size() && !ws.empty());
   TERN_CHECK(isa_supported(isa));
   const int digits = digits_of(act_bits);
-  if (n == 0 || w.rows == 0) return;
-  const Level& lv = level(isa);
-  const Kernel kernel = find_kernel(isa, w.dtype, digits);
-  TERN_CHECK(kernel.gemm != nullptr);
-  const Activations act = layout_activations(kernel.act, digits, x, n, w.cols);
-
-  auto run_rows = [&](int64_t r0, int64_t r1) {
-    if (r0 >= r1) return;
-    const WeightRows rows{static_cast<const uint8_t*>(w.row(r0)), w.row_stride, r1 - r0, w.cols};
-    kernel.gemm(rows, act, y + r0, w.rows);
+  const int64_t cols = ws[0]->cols;
+  // One activation form for the whole group, or one call per weight.
+  const ActFormat format = find_kernel(isa, ws[0]->dtype, digits).act;
+  for (const Tensor* w : ws) {
+    if (w->cols != cols || find_kernel(isa, w->dtype, digits).act != format) {
+      for (size_t i = 0; i < ws.size(); ++i) matmul_isa(isa, *ws[i], x, n, ys[i], pool, act_bits);
+      return;
+    }
+  }
+  struct Part {
+    const Tensor* w;
+    Kernel kernel;
+    float* y;
+    int64_t grain_begin;  // first grain of this weight in the group's grain sequence
   };
-  const int64_t macs = n * w.rows * w.cols;
-  const int64_t n_grains = (w.rows + kRowGrain - 1) / kRowGrain;
+  constexpr size_t kMaxGroup = 8;
+  TERN_CHECK(ws.size() <= kMaxGroup);
+  Part parts[kMaxGroup];
+  int64_t n_grains = 0, macs = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    check_args(*ws[i], x, n, ys[i]);
+    parts[i] = {ws[i], find_kernel(isa, ws[i]->dtype, digits), ys[i], n_grains};
+    TERN_CHECK(parts[i].kernel.gemm != nullptr);
+    n_grains += (ws[i]->rows + kRowGrain - 1) / kRowGrain;
+    macs += n * ws[i]->rows * cols;
+  }
+  if (n == 0 || n_grains == 0) return;
+  const Level& lv = level(isa);
+  const Activations act = layout_activations(format, digits, x, n, cols);
+
+  // Grains [g0, g1) of the group: each weight's overlap, as contiguous runs of its rows.
+  auto run_grains = [&](int64_t g0, int64_t g1) {
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const Part& p = parts[i];
+      const int64_t own = (p.w->rows + kRowGrain - 1) / kRowGrain;
+      const int64_t b = std::max(g0, p.grain_begin), e = std::min(g1, p.grain_begin + own);
+      if (b >= e) continue;
+      const int64_t r0 = (b - p.grain_begin) * kRowGrain, r1 = std::min(p.w->rows, (e - p.grain_begin) * kRowGrain);
+      const WeightRows rows{static_cast<const uint8_t*>(p.w->row(r0)), p.w->row_stride, r1 - r0, cols};
+      p.kernel.gemm(rows, act, p.y + r0, p.w->rows);
+    }
+  };
   const int n_threads = static_cast<int>(std::min<int64_t>(pool.n_threads(), n_grains));
   if (n_threads <= 1 || macs < kMinParallelMacs) {
-    quantize_rows(lv, kernel.act, x, act, 0, n);
-    run_rows(0, w.rows);
+    quantize_rows(lv, format, x, act, 0, n);
+    run_grains(0, n_grains);
     return;
   }
   // Prefill-sized calls also split the activation quantization (else a serial ~10% of the work)
   // and meet at a barrier; decode quantizes its row on the calling thread first.
-  const bool split_quantization = kernel.act != ActFormat::kF32 && n >= kSplitQuantizationRows;
-  if (!split_quantization) quantize_rows(lv, kernel.act, x, act, 0, n);
+  const bool split_quantization = format != ActFormat::kF32 && n >= kSplitQuantizationRows;
+  if (!split_quantization) quantize_rows(lv, format, x, act, 0, n);
   SpinBarrier quantized(n_threads);
   pool.run([&](int t) {
     if (t >= n_threads) return;
     if (split_quantization) {
-      quantize_rows(lv, kernel.act, x, act, n * t / n_threads, n * (t + 1) / n_threads);
+      quantize_rows(lv, format, x, act, n * t / n_threads, n * (t + 1) / n_threads);
       quantized.arrive_and_wait();
     }
-    const int64_t g0 = n_grains * t / n_threads, g1 = n_grains * (t + 1) / n_threads;
-    run_rows(g0 * kRowGrain, std::min(w.rows, g1 * kRowGrain));
+    run_grains(n_grains * t / n_threads, n_grains * (t + 1) / n_threads);
   });
 }
 
 void matmul(const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool, ActBits act_bits) {
   matmul_isa(active_isa(), w, x, n, y, pool, act_bits);
+}
+
+void matmul_group(std::span<const Tensor* const> ws, const float* x, int64_t n, std::span<float* const> ys,
+                  ThreadPool& pool, ActBits act_bits) {
+  matmul_group_isa(active_isa(), ws, x, n, ys, pool, act_bits);
 }
 
 }  // namespace tern::cpu

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "backends/cpu/cpu_features.h"
@@ -66,5 +67,15 @@ void matmul(const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& po
 // The fast path at a chosen level (tests, benchmarks). Precondition: isa_supported(isa).
 void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool,
                 ActBits act_bits = kDefaultActBits);
+
+// y_i = x @ w_i^T for several weights of one input (Q/K/V, gate/up): x is quantized once and one
+// parallel region splits the weights' rows together (a decode step saves a fork-join and a
+// quantization per extra weight). Each y_i is bitwise what matmul would write. Weights whose
+// kernels read different activation forms fall back to one call each.
+// Preconditions: as matmul for each pair; 1 <= ws.size() == ys.size() <= 8.
+void matmul_group(std::span<const Tensor* const> ws, const float* x, int64_t n, std::span<float* const> ys,
+                  ThreadPool& pool, ActBits act_bits = kDefaultActBits);
+void matmul_group_isa(Isa isa, std::span<const Tensor* const> ws, const float* x, int64_t n,
+                      std::span<float* const> ys, ThreadPool& pool, ActBits act_bits = kDefaultActBits);
 
 }  // namespace tern::cpu
