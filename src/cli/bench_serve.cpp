@@ -4,19 +4,23 @@
 // `tern bench replay`), the way concurrent agents drive a server. Then the same sessions run one
 // by one through a fresh Engine and pool, for comparison.
 //
-// Reported per mode: wall time, generated tokens and aggregate tok/s (generated / wall), TTFT
-// p50/p99 (submit to first token, queueing included), per-stream decode tok/s (each turn's
-// tokens after the first over its decode time), the cache hit rate (cached / prompt tokens),
-// forwards and mean tokens per forward, preemptions. Greedy output must not depend on batching,
-// so the two modes' tokens are compared turn by turn.
+// Reported per mode: wall time, generated tokens and aggregate tok/s (generated / wall, prefill
+// included), aggregate decode tok/s (tokens after each turn's first over the time at least one
+// stream was decoding: what batching the decoders buys), TTFT p50/p99 (submit to first token,
+// queueing included), per-stream decode tok/s (each turn's tokens after the first over its own
+// decode time), the cache hit rate (cached / prompt tokens), forwards and mean tokens per
+// forward, preemptions. Greedy output must not depend on batching, so the two modes' tokens are
+// compared turn by turn.
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <future>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cli/agentic_sessions.h"
@@ -26,6 +30,17 @@
 
 namespace tern::cli {
 namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+// CPU time of the whole process (engine and client threads): on a shared machine it shows the
+// work a mode did apart from the time it waited for a core.
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 struct ServeArgs {
   std::string model;
@@ -53,17 +68,16 @@ struct TurnResult {
   std::string error;
   GenStats stats;
   std::vector<int32_t> tokens;
+  double finished_s = 0;  // steady clock when kFinished arrived
 };
 
 struct RunResult {
   std::vector<TurnResult> turns;  // by session, then turn
   double wall_seconds = 0;
+  double cpu_seconds = 0;
   int64_t steps = 0, step_tokens = 0, preempted = 0;
 };
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 Result<std::vector<Script>> build_scripts(const LoadedModel& lm, const ServeArgs& a) {
   TERN_ASSIGN_OR_RETURN(const chat::ChatTemplate tmpl, load_chat_template(*lm.file));
@@ -100,6 +114,7 @@ void run_client(Engine& engine, const Script& script, int session, const ServeAr
         r.ok = true;
         r.stats = e.stats;
         r.tokens = std::move(e.tokens);
+        r.finished_s = now_seconds();
         done->set_value();
       } else if (e.kind == EngineEvent::Kind::kError) {
         r.error = e.text;
@@ -131,7 +146,7 @@ Result<RunResult> run_mode(LoadedModel& lm, const KvPoolConfig& kc, const std::v
   std::vector<std::vector<TurnResult>> per_client(scripts.size());
   {
     Engine engine(*lm.model, *pool, *lm.tokenizer, eo);
-    const double t0 = now_seconds();
+    const double t0 = now_seconds(), c0 = cpu_seconds();
     if (concurrent) {
       std::vector<std::thread> clients;
       for (size_t s = 0; s < scripts.size(); ++s)
@@ -141,6 +156,7 @@ Result<RunResult> run_mode(LoadedModel& lm, const KvPoolConfig& kc, const std::v
       for (size_t s = 0; s < scripts.size(); ++s) run_client(engine, scripts[s], static_cast<int>(s), a, per_client[s]);
     }
     result.wall_seconds = now_seconds() - t0;
+    result.cpu_seconds = cpu_seconds() - c0;
     result.steps = engine.metrics().steps.load();
     result.step_tokens = engine.metrics().step_tokens.load();
     result.preempted = engine.metrics().requests_preempted.load();
@@ -165,7 +181,7 @@ double percentile(std::vector<double> v, double p) {
 struct Summary {
   int turns = 0;
   int64_t prompt = 0, cached = 0, generated = 0;
-  double wall_s = 0, aggregate_tok_s = 0, ttft_p50 = 0, ttft_p99 = 0, stream_p50 = 0, stream_mean = 0;
+  double wall_s = 0, cpu_s = 0, aggregate_tok_s = 0, decode_busy_s = 0, aggregate_decode_tok_s = 0, ttft_p50 = 0, ttft_p99 = 0, stream_p50 = 0, stream_mean = 0;
   double hit_rate = 0, tokens_per_forward = 0;
   int64_t forwards = 0, preempted = 0;
 };
@@ -173,6 +189,8 @@ struct Summary {
 Summary summarise(const RunResult& r) {
   Summary s;
   std::vector<double> ttft, stream;
+  std::vector<std::pair<double, double>> decoding;  // [start, end) of each turn's decode
+  int64_t decoded = 0;
   for (const TurnResult& t : r.turns) {
     ++s.turns;
     s.prompt += t.stats.prompt_tokens;
@@ -180,10 +198,22 @@ Summary summarise(const RunResult& r) {
     s.generated += t.stats.generated_tokens;
     ttft.push_back(t.stats.time_to_first_token_seconds);
     // The first token comes with the prefill; the rest are the stream's decode.
-    if (t.stats.generated_tokens > 1 && t.stats.decode_seconds > 0)
+    if (t.stats.generated_tokens > 1 && t.stats.decode_seconds > 0) {
       stream.push_back((t.stats.generated_tokens - 1) / t.stats.decode_seconds);
+      decoding.emplace_back(t.finished_s - t.stats.decode_seconds, t.finished_s);
+      decoded += t.stats.generated_tokens - 1;
+    }
   }
+  // The union of the decode intervals: time in which some stream was decoding.
+  std::sort(decoding.begin(), decoding.end());
+  double end = -1e300;
+  for (const auto& [a, b] : decoding) {
+    s.decode_busy_s += std::max(0.0, b - std::max(a, end));
+    end = std::max(end, b);
+  }
+  s.aggregate_decode_tok_s = s.decode_busy_s > 0 ? decoded / s.decode_busy_s : 0.0;
   s.wall_s = r.wall_seconds;
+  s.cpu_s = r.cpu_seconds;
   s.aggregate_tok_s = r.wall_seconds > 0 ? s.generated / r.wall_seconds : 0.0;
   s.ttft_p50 = percentile(ttft, 0.5);
   s.ttft_p99 = percentile(ttft, 0.99);
@@ -203,19 +233,21 @@ int count_identical(const RunResult& a, const RunResult& b) {
 }
 
 void print_row(const char* mode, const Summary& s) {
-  std::printf("| %s | %d | %.1f | %ld | %.1f | %.2f | %.2f | %.1f | %.1f | %.1f%% | %ld | %.1f | %ld |\n", mode, s.turns,
-              s.wall_s, static_cast<long>(s.generated), s.aggregate_tok_s, s.ttft_p50, s.ttft_p99, s.stream_p50,
+  std::printf("| %s | %d | %.1f | %.1f | %ld | %.2f | %.1f | %.2f | %.2f | %.1f | %.1f | %.1f%% | %ld | %.1f | %ld |\n", mode,
+              s.turns, s.wall_s, s.cpu_s, static_cast<long>(s.generated), s.aggregate_tok_s, s.aggregate_decode_tok_s, s.ttft_p50, s.ttft_p99, s.stream_p50,
               s.stream_mean, 100.0 * s.hit_rate, static_cast<long>(s.forwards), s.tokens_per_forward,
               static_cast<long>(s.preempted));
 }
 
 void print_json_summary(const char* mode, const Summary& s, bool last) {
-  std::printf("  \"%s\": {\"turns\": %d, \"wall_s\": %.3f, \"prompt_tokens\": %ld, \"cached_tokens\": %ld, "
-              "\"generated_tokens\": %ld, \"aggregate_tok_s\": %.2f, \"ttft_p50_s\": %.4f, \"ttft_p99_s\": %.4f, "
+  std::printf("  \"%s\": {\"turns\": %d, \"wall_s\": %.3f, \"cpu_s\": %.3f, \"prompt_tokens\": %ld, \"cached_tokens\": %ld, "
+              "\"generated_tokens\": %ld, \"aggregate_tok_s\": %.2f, \"aggregate_decode_tok_s\": %.2f, "
+              "\"decode_busy_s\": %.3f, \"ttft_p50_s\": %.4f, \"ttft_p99_s\": %.4f, "
               "\"stream_decode_tok_s_p50\": %.2f, \"stream_decode_tok_s_mean\": %.2f, \"cache_hit_rate\": %.4f, "
               "\"forwards\": %ld, \"tokens_per_forward\": %.2f, \"preemptions\": %ld}%s\n",
-              mode, s.turns, s.wall_s, static_cast<long>(s.prompt), static_cast<long>(s.cached),
-              static_cast<long>(s.generated), s.aggregate_tok_s, s.ttft_p50, s.ttft_p99, s.stream_p50, s.stream_mean,
+              mode, s.turns, s.wall_s, s.cpu_s, static_cast<long>(s.prompt), static_cast<long>(s.cached),
+              static_cast<long>(s.generated), s.aggregate_tok_s, s.aggregate_decode_tok_s, s.decode_busy_s, s.ttft_p50,
+              s.ttft_p99, s.stream_p50, s.stream_mean,
               s.hit_rate, static_cast<long>(s.forwards), s.tokens_per_forward, static_cast<long>(s.preempted),
               last ? "" : ",");
 }
@@ -276,8 +308,9 @@ int run_serve_bench(const ServeArgs& a) {
     print_json_summary("batched", b, !sequential);
     if (sequential) {
       print_json_summary("sequential", q, false);
-      std::printf("  \"aggregate_speedup\": %.3f, \"identical_turns\": %d}\n",
-                  q.aggregate_tok_s > 0 ? b.aggregate_tok_s / q.aggregate_tok_s : 0.0, identical);
+      std::printf("  \"aggregate_speedup\": %.3f, \"aggregate_decode_speedup\": %.3f, \"identical_turns\": %d}\n",
+                  q.aggregate_tok_s > 0 ? b.aggregate_tok_s / q.aggregate_tok_s : 0.0,
+                  q.aggregate_decode_tok_s > 0 ? b.aggregate_decode_tok_s / q.aggregate_decode_tok_s : 0.0, identical);
     } else {
       std::printf("}\n");
     }
@@ -286,14 +319,17 @@ int run_serve_bench(const ServeArgs& a) {
   std::printf("%zu sessions x up to %d turns, max %d tokens per turn, ctx %d, %d threads, speculation %s\n\n",
               scripts.value().size(), a.max_turns, a.max_tokens, lm.model->n_ctx(), lm.n_threads,
               a.speculate ? "on" : "off");
-  std::printf("| mode | turns | wall s | generated | aggregate tok/s | TTFT p50 s | TTFT p99 s | stream decode tok/s p50 "
+  std::printf("| mode | turns | wall s | CPU s | generated | aggregate tok/s | aggregate decode tok/s | TTFT p50 s | TTFT p99 s | stream decode tok/s p50 "
               "| mean | cache hit | forwards | tokens/forward | preempted |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   print_row("batched", b);
   if (sequential) {
     print_row("sequential", q);
-    std::printf("\naggregate tok/s batched / sequential: %.2fx; greedy tokens identical in %d of %d turns\n",
-                q.aggregate_tok_s > 0 ? b.aggregate_tok_s / q.aggregate_tok_s : 0.0, identical, b.turns);
+    std::printf("\nbatched / sequential: aggregate tok/s %.2fx, aggregate decode tok/s %.2fx; greedy tokens identical in "
+                "%d of %d turns\n",
+                q.aggregate_tok_s > 0 ? b.aggregate_tok_s / q.aggregate_tok_s : 0.0,
+                q.aggregate_decode_tok_s > 0 ? b.aggregate_decode_tok_s / q.aggregate_decode_tok_s : 0.0, identical,
+                b.turns);
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 
 #include "engine/sequence_runner.h"
 #include "spec/ngram_drafter.h"
@@ -45,6 +46,7 @@ struct Engine::Active {
   bool started = false;   // kStarted emitted
   bool parked = false;    // preempted during this step: moves to preempted_ after it
   bool planned = false;   // rows in this step's plan
+  int prefill_waits = 0;  // consecutive steps its prefill got no tokens
   bool over = false;      // finished or failed: removed after this step
 
   Active(Engine& e, Queued&& q, const GenerateOptions& o)
@@ -281,6 +283,61 @@ bool Engine::waits_for_shared_prefix(const Active& a) const {
   return false;
 }
 
+bool Engine::plan_prefills(int n_decoding) {
+  using Phase = SequenceRunner::Phase;
+  // When the pool is nearly full, decoders' growth comes first: a prefill would only be
+  // preempted again.
+  if (n_decoding > 0 && pool_->n_available_blocks() <= n_decoding) return false;
+  bool progressed = false;
+  // Admitted requests match their prompts first (the cached part is known from then on).
+  for (auto& ap : running_) {
+    Active& a = *ap;
+    if (a.parked || a.over || a.runner.phase() != Phase::kSync || waits_for_shared_prefix(a)) continue;
+    Status s = a.runner.sync();
+    progressed = true;
+    if (!s.is_ok()) {
+      fail(a, s);
+      continue;
+    }
+    emit_started(a);
+    if (a.runner.done()) finish(a);
+  }
+  // The budget goes first to a request passed over for kMaxPrefillWaits steps (none starves),
+  // then to prefills that complete within it, shortest first (an agent's next turn, mostly
+  // cached, gets its first token without queueing behind another agent's long prompt), then to
+  // the rest in admission order.
+  constexpr int kMaxPrefillWaits = 8;
+  int budget = std::max(1, options_.prefill_chunk_tokens);
+  std::vector<Active*> order;
+  for (auto& ap : running_)
+    if (!ap->parked && !ap->over && ap->runner.phase() == Phase::kPrefill) order.push_back(ap.get());
+  auto key = [budget](const Active* a) {
+    const int left = a->runner.tokens_to_prefill();
+    const int tier = a->prefill_waits >= kMaxPrefillWaits ? 0 : left <= budget ? 1 : 2;
+    return std::make_tuple(tier, tier == 1 ? left : 0, a->rank);
+  };
+  std::sort(order.begin(), order.end(), [&](const Active* x, const Active* y) { return key(x) < key(y); });
+  for (Active* a : order) {
+    if (budget <= 0) {
+      ++a->prefill_waits;
+      continue;
+    }
+    auto n = a->runner.plan_prefill(plan_, budget);
+    if (!n.is_ok()) {
+      fail(*a, n.status());
+      continue;
+    }
+    if (n.value() == 0) {
+      ++a->prefill_waits;  // no KV room now
+      continue;
+    }
+    a->planned = true;
+    a->prefill_waits = 0;
+    budget -= n.value();
+  }
+  return progressed;
+}
+
 void Engine::step() {
   reap_cancelled();
   admit();
@@ -326,36 +383,7 @@ void Engine::step() {
     }
   }
 
-  // Prefill chunks in admission order, prefill_chunk_tokens in all. When the pool is nearly
-  // full, decoders' growth comes first: a prefill would only be preempted again.
-  int budget = std::max(1, options_.prefill_chunk_tokens);
-  const bool pool_tight = n_decoding > 0 && pool_->n_available_blocks() <= n_decoding;
-  for (auto& ap : running_) {
-    Active& a = *ap;
-    if (budget <= 0 || pool_tight) break;
-    if (a.parked || a.over) continue;
-    if (a.runner.phase() == Phase::kSync) {
-      if (waits_for_shared_prefix(a)) continue;
-      Status s = a.runner.sync();
-      progressed = true;
-      if (!s.is_ok()) {
-        fail(a, s);
-        continue;
-      }
-      emit_started(a);
-      if (a.runner.done()) finish(a);
-    }
-    if (a.runner.phase() != Phase::kPrefill) continue;
-    auto n = a.runner.plan_prefill(plan_, budget);
-    if (!n.is_ok()) {
-      fail(a, n.status());
-      continue;
-    }
-    if (n.value() > 0) {
-      a.planned = true;
-      budget -= n.value();
-    }
-  }
+  if (plan_prefills(n_decoding)) progressed = true;
 
   if (plan_.n_tokens() > 0) {
     logits_.resize(plan_.logit_rows.size() * static_cast<size_t>(model_->config().n_vocab));

@@ -3,12 +3,14 @@
 //
 // Scheduling (continuous batching): each step the engine thread builds one BatchPlan holding a
 // decode token (or a speculative verify window) for every running request plus prefill chunks
-// of admitted ones, prefill_chunk_tokens in all, so a long prompt never stalls the others; one
-// forward, and each request's SequenceRunner (engine/sequence_runner.h) takes its logits.
-// Every request's prompt is matched against the KV pool's prefix index when its prefill starts
-// (after any running request that is computing the same prefix has registered it), so requests
-// sharing a system prompt and tools reuse each other's blocks. Because every kernel is
-// batch-invariant, a request's greedy tokens do not depend on what it was batched with.
+// of admitted ones, prefill_chunk_tokens in all (short prefills first, so a mostly cached turn
+// is not queued behind a long prompt; aging keeps long ones from starving), so a long prompt
+// never stalls the others; one forward, and each request's SequenceRunner
+// (engine/sequence_runner.h) takes its logits. Every request's prompt is matched against the KV
+// pool's prefix index after admission (after any running request that is computing the same
+// prefix has registered it), so requests sharing a system prompt and tools reuse each other's
+// blocks. Because every kernel is batch-invariant, a request's greedy tokens do not depend on
+// what it was batched with.
 //
 // KV memory: a request is admitted (up to max_running) while the pool's available blocks cover
 // its prompt's unshared blocks plus what the running ones still need for theirs. When a step
@@ -134,6 +136,9 @@ class Engine {
   // Whether `a` should wait before matching its prompt: a running request is still computing
   // blocks of the same prefix, which `a` can reuse once they are registered.
   bool waits_for_shared_prefix(const Active& a) const;
+  // Syncs admitted requests and spends prefill_chunk_tokens on prefill chunks; true when a
+  // request changed phase (so a step without rows still made progress).
+  bool plan_prefills(int n_decoding);
   // Releases a's KV; it resumes from preempted_ later.
   void preempt(Active& a);
   void emit_started(Active& a);
