@@ -347,12 +347,17 @@ void Engine::step() {
   using Phase = SequenceRunner::Phase;
 
   // Decoders, oldest first. One that cannot get a KV block preempts the youngest request that
-  // holds KV and has no rows in this plan yet (itself when there is none).
+  // holds KV and has no rows in this plan yet (itself when there is none). Speculation pays when
+  // a step is bound by reading the weights; next to a prefill chunk the step is compute-bound and
+  // every draft row costs a full token, so decoders do not draft while anyone is prefilling.
+  const bool prefill_pending = std::any_of(running_.begin(), running_.end(), [](const auto& a) {
+    return a->runner.phase() == Phase::kSync || a->runner.phase() == Phase::kPrefill;
+  });
   for (size_t i = 0; i < running_.size(); ++i) {
     Active& a = *running_[i];
     if (a.runner.phase() != Phase::kDecode) continue;
     for (;;) {
-      auto d = a.runner.plan_decode(plan_);
+      auto d = a.runner.plan_decode(plan_, !prefill_pending);
       if (!d.is_ok()) {
         fail(a, d.status());
         break;

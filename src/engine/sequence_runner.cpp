@@ -97,7 +97,7 @@ Result<int> SequenceRunner::plan_prefill(BatchPlan& plan, int max_tokens) {
   return n;
 }
 
-Result<SequenceRunner::DecodePlan> SequenceRunner::plan_decode(BatchPlan& plan) {
+Result<SequenceRunner::DecodePlan> SequenceRunner::plan_decode(BatchPlan& plan, bool allow_draft) {
   TERN_CHECK(phase_ == Phase::kDecode && planned_rows_ == 0);
   Session& s = *session_;
   const GenerateOptions& o = *options_;
@@ -123,7 +123,7 @@ Result<SequenceRunner::DecodePlan> SequenceRunner::plan_decode(BatchPlan& plan) 
   if (may_force && think_.inside() && think_.tokens() >= o.think_budget_tokens) {
     draft_.tokens = think_close_ids_;
     forced_ = think_closed_by_budget_ = true;
-  } else if (o.drafter != nullptr) {
+  } else if (o.drafter != nullptr && allow_draft) {
     const int limit = std::min({o.max_tokens - result_.stats.generated_tokens,
                                 n_ctx - static_cast<int>(s.tokens_.size()) - 1, room - 1});
     if (limit > 0) draft_ = o.drafter->draft(history_, std::min(o.max_draft_tokens, limit));

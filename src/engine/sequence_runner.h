@@ -72,7 +72,10 @@ class SequenceRunner {
   // room) as one sequence of `plan`. Returns how many were appended; 0 = no KV room now.
   Result<int> plan_prefill(BatchPlan& plan, int max_tokens);
   // kDecode: commits the pending token (text, stop checks) and appends [pending] + draft.
-  Result<DecodePlan> plan_decode(BatchPlan& plan);
+  // allow_draft = false skips the drafter this step (the Engine, when the step is compute-bound
+  // anyway: verifying drafts next to a prefill chunk costs their full compute). Greedy output is
+  // the same either way.
+  Result<DecodePlan> plan_decode(BatchPlan& plan, bool allow_draft = true);
   // Applies the forward of a plan this runner appended rows to. logits: every logit row of that
   // plan, [plan.logit_rows.size(), n_vocab].
   Status consume(std::span<const float> logits);
