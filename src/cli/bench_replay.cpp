@@ -26,6 +26,7 @@
 #include "chat/json.h"
 #include "cli/agentic_sessions.h"
 #include "cli/commands.h"
+#include "cli/kv_tier_flags.h"
 #include "cli/model_setup.h"
 #include "engine/draft_model_source.h"
 #include "engine/session.h"
@@ -48,6 +49,11 @@ struct ReplayArgs {
   int ctx = 8192;
   bool json = false;
   bool baseline = true;
+  // Engine restarts: the device KV pool is dropped (as by a server restart or an idle gap long
+  // enough for its blocks to be evicted) between sessions or before every turn. With
+  // --disk-cache the SSD tier then serves what it kept.
+  std::string restart = "none";  // none | session | turn
+  KvTierArgs tiers;
 };
 
 struct TurnRecord {
@@ -55,6 +61,7 @@ struct TurnRecord {
   int turn = 0;
   int prompt_tokens = 0;
   int cached_tokens = 0;
+  int restored_tokens = 0;  // of cached_tokens, restored from host RAM or SSD
   int reusable_tokens = 0;
   double ttft_seconds = 0;
   double decode_tokens_per_second = 0;
@@ -112,8 +119,24 @@ Result<PassResult> run_pass(LoadedModel& lm, LoadedModel* draft, const chat::Cha
   const tok::Tokenizer& tok = *lm.tokenizer;
   std::vector<std::vector<int32_t>> computed;  // every token sequence resident in KV so far
   auto corpus = std::make_shared<SuffixCorpus>();  // the suffix drafter's memory of the replay
+  std::optional<Session> session;
+  auto attach_tiers = [&]() -> Status {
+    auto described = enable_kv_tiers(a.tiers, lm, *lm.kv);
+    return described.is_ok() ? Status::ok() : described.status();
+  };
+  // A restart: a new device pool (the old one's blocks are gone), with the tiers re-opened.
+  auto restart = [&]() -> Status {
+    session.reset();
+    const KvPoolConfig kc = lm.kv->config();
+    lm.kv.reset();  // flushes the SSD tier's write-behind queue
+    TERN_ASSIGN_OR_RETURN(lm.kv, KvPool::create(*lm.backend, kc));
+    return baseline ? Status::ok() : attach_tiers();
+  };
+  if (Status st = baseline ? Status::ok() : attach_tiers(); !st.is_ok()) return st;
+  bool first_turn_of_replay = true;
   for (const Conversation& conv : convs) {
-    Session session(*lm.model, *lm.kv, &tok);
+    if (!baseline && a.restart == "session" && !first_turn_of_replay) TERN_RETURN_IF_ERROR(restart());
+    session.emplace(*lm.model, *lm.kv, &tok);
     // One drafter per conversation: the n-gram index is rebuilt from each prompt anyway, the
     // suffix drafter shares the corpus, and the cost model keeps its estimates across turns.
     NgramDrafter ngram;
@@ -136,6 +159,11 @@ Result<PassResult> run_pass(LoadedModel& lm, LoadedModel* draft, const chat::Cha
       TERN_ASSIGN_OR_RETURN(const std::vector<int32_t> prompt, turn_prompt(tmpl, tok, conv, k));
       if (static_cast<int>(prompt.size()) + a.max_tokens > lm.model->n_ctx()) break;  // cut off at the context
 
+      if (!baseline && a.restart == "turn" && !first_turn_of_replay) {
+        TERN_RETURN_IF_ERROR(restart());
+        session.emplace(*lm.model, *lm.kv, &tok);
+      }
+      first_turn_of_replay = false;
       TurnRecord r;
       r.session_id = conv.id;
       r.turn = turn++;
@@ -148,8 +176,9 @@ Result<PassResult> run_pass(LoadedModel& lm, LoadedModel* draft, const chat::Cha
       o.max_tokens = a.max_tokens;
       o.reuse_prefix = !baseline;
       o.drafter = drafter;
-      TERN_ASSIGN_OR_RETURN(GenResult gen, session.generate(prompt, o));
+      TERN_ASSIGN_OR_RETURN(GenResult gen, session->generate(prompt, o));
       r.cached_tokens = gen.stats.cached_tokens;
+      r.restored_tokens = gen.stats.restored_tokens;
       r.ttft_seconds = gen.stats.time_to_first_token_seconds;
       const int decoded = std::max(0, gen.stats.generated_tokens - 1);
       const double decode_s = gen.stats.decode_seconds - (gen.stats.time_to_first_token_seconds - gen.stats.prefill_seconds);
@@ -159,7 +188,7 @@ Result<PassResult> run_pass(LoadedModel& lm, LoadedModel* draft, const chat::Cha
       r.generated_tokens = gen.stats.generated_tokens;
       r.quoted_fraction = quoted_fraction(prompt, gen.tokens);
       r.text = gen.text;
-      computed.push_back(session.tokens());
+      computed.push_back(session->tokens());
       result.turns.push_back(std::move(r));
       std::fprintf(stderr, "\r%s %s turn %d: %d prompt tokens", baseline ? "baseline" : "tern", conv.id.c_str(), turn,
                    static_cast<int>(prompt.size()));
@@ -192,7 +221,7 @@ std::string json_escape(const std::string& s) {
 }
 
 struct Totals {
-  long prompt = 0, cached = 0, reusable = 0, generated = 0, proposed = 0, accepted = 0;
+  long prompt = 0, cached = 0, restored = 0, reusable = 0, generated = 0, proposed = 0, accepted = 0;
   double ttft = 0, decode_tps_sum = 0;
   int turns = 0;
   double mean_decode() const { return turns ? decode_tps_sum / turns : 0.0; }
@@ -205,6 +234,7 @@ Totals total(const std::vector<TurnRecord>& turns, Keep keep) {
     if (!keep(r)) continue;
     t.prompt += r.prompt_tokens;
     t.cached += r.cached_tokens;
+    t.restored += r.restored_tokens;
     t.reusable += r.reusable_tokens;
     t.generated += r.generated_tokens;
     t.proposed += r.drafts_proposed;
@@ -270,11 +300,12 @@ void print_json(const ReplayArgs& a, const std::string& model, const std::vector
     const auto& r = turns[i];
     const TurnRecord* b = i < base.size() ? &base[i] : nullptr;
     std::printf(
-        "  {\"session\": \"%s\", \"turn\": %d, \"prompt_tokens\": %d, \"cached_tokens\": %d, \"reusable_tokens\": %d, "
-        "\"ttft_s\": %.4f, \"baseline_ttft_s\": %.4f, \"decode_tok_s\": %.2f, \"baseline_decode_tok_s\": %.2f, "
+        "  {\"session\": \"%s\", \"turn\": %d, \"prompt_tokens\": %d, \"cached_tokens\": %d, \"restored_tokens\": %d, "
+        "\"reusable_tokens\": %d, \"ttft_s\": %.4f, \"baseline_ttft_s\": %.4f, \"decode_tok_s\": %.2f, \"baseline_decode_tok_s\": %.2f, "
         "\"drafts_proposed\": %d, \"drafts_accepted\": %d, \"generated_tokens\": %d, \"quoted_fraction\": %.3f, "
         "\"text\": \"%s\"}%s\n",
-        json_escape(r.session_id).c_str(), r.turn, r.prompt_tokens, r.cached_tokens, r.reusable_tokens, r.ttft_seconds,
+        json_escape(r.session_id).c_str(), r.turn, r.prompt_tokens, r.cached_tokens, r.restored_tokens, r.reusable_tokens,
+        r.ttft_seconds,
         b ? b->ttft_seconds : 0.0, r.decode_tokens_per_second, b ? b->decode_tokens_per_second : 0.0, r.drafts_proposed,
         r.drafts_accepted, r.generated_tokens, r.quoted_fraction, json_escape(r.text).c_str(),
         i + 1 < turns.size() ? "," : "");
@@ -290,12 +321,14 @@ void print_json(const ReplayArgs& a, const std::string& model, const std::vector
                 b.mean_decode(), t.proposed, t.accepted, s + 1 < ids.size() ? "," : "");
   }
   const Totals t = total(turns), b = total(base);
-  std::printf("],\n \"total\": {\"turns\": %d, \"prompt_tokens\": %ld, \"cached_tokens\": %ld, \"reusable_tokens\": %ld, "
+  std::printf("],\n \"total\": {\"restart\": \"%s\", \"turns\": %d, \"prompt_tokens\": %ld, \"cached_tokens\": %ld, "
+              "\"restored_tokens\": %ld, \"reusable_tokens\": %ld, "
               "\"ttft_s\": %.3f, \"baseline_ttft_s\": %.3f, \"mean_decode_tok_s\": %.2f, "
               "\"baseline_mean_decode_tok_s\": %.2f, \"drafts_proposed\": %ld, \"drafts_accepted\": %ld, "
               "\"cached_over_reusable\": %.4f, \"long_turns\": %d, \"long_turns_ttft_ok\": %d, \"quoting_turns\": %d, "
               "\"quoting_decode_speedup\": %.3f, \"worst_session_decode_speedup\": %.3f}}\n",
-              t.turns, t.prompt, t.cached, t.reusable, t.ttft, b.ttft, t.mean_decode(), b.mean_decode(), t.proposed,
+              a.restart.c_str(), t.turns, t.prompt, t.cached, t.restored, t.reusable, t.ttft, b.ttft, t.mean_decode(),
+              b.mean_decode(), t.proposed,
               t.accepted, v.cached_over_reusable, v.long_turns, v.long_turns_fast, v.quoting_turns,
               v.quoting_decode_speedup, v.worst_session_decode_speedup);
 }
@@ -321,8 +354,9 @@ void print_tables(const std::vector<TurnRecord>& turns, const std::vector<TurnRe
                 t.cached, t.reusable, t.ttft, b.ttft, t.mean_decode(), b.mean_decode(), t.accepted, t.proposed);
   }
   const Totals t = total(turns), b = total(base);
-  std::printf("\n%d turns, %ld prompt tokens: cached %ld (%.1f%%), reusable %ld (%.1f%%), cached/reusable %.1f%%\n",
-              t.turns, t.prompt, t.cached, 100.0 * t.cached / std::max(1L, t.prompt), t.reusable,
+  std::printf("\n%d turns, %ld prompt tokens: cached %ld (%.1f%%; %ld restored from host RAM/SSD), reusable %ld (%.1f%%), "
+              "cached/reusable %.1f%%\n",
+              t.turns, t.prompt, t.cached, 100.0 * t.cached / std::max(1L, t.prompt), t.restored, t.reusable,
               100.0 * t.reusable / std::max(1L, t.prompt), 100.0 * v.cached_over_reusable);
   std::printf("total TTFT %.2f s (baseline %.2f s, %.2fx faster); mean decode %.1f tok/s (baseline %.1f, %.2fx); "
               "drafts %ld/%ld accepted\n",
@@ -426,6 +460,10 @@ void register_bench_replay(CLI::App& bench, CommandRunner* runner) {
   cmd->add_option("-c,--ctx", args->ctx, "context in tokens; sessions are cut off there")->check(CLI::PositiveNumber);
   cmd->add_flag("--json", args->json, "print JSON (per-turn records with generated text, totals)");
   cmd->add_flag("!--no-baseline", args->baseline, "skip the no-reuse, no-speculation baseline pass");
+  cmd->add_option("--restart", args->restart,
+                  "drop the device KV pool between sessions or before every turn (a restart or an idle gap)")
+      ->check(CLI::IsMember({"none", "session", "turn"}));
+  add_kv_tier_flags(*cmd, args->tiers);
   cmd->callback([runner, args] { *runner = [args] { return run_replay(*args); }; });
 }
 

@@ -133,6 +133,11 @@ Result<BlockFileHeader> decode_block_header(std::span<const uint8_t> bytes, cons
 
   const char* model_id = reinterpret_cast<const char*>(r.bytes(kModelIdBytes));
   const std::string found_id(model_id, strnlen(model_id, kModelIdBytes));
+  // The field is the id, NUL, zeros: anything else is not a header this code wrote (one
+  // encoding per header, so a file and its re-encoding agree byte for byte).
+  if (found_id.size() == kModelIdBytes) return mismatch("model id", std::string("a NUL-terminated string"), std::string("64 bytes without a NUL"));
+  for (size_t i = found_id.size(); i < kModelIdBytes; ++i)
+    if (model_id[i] != 0) return mismatch("model id padding", std::string("zero bytes"), "a non-zero byte at offset " + std::to_string(i));
   const std::string want_id = expected.model_id.substr(0, kModelIdBytes - 1);
   if (found_id != want_id) return mismatch("model id", "'" + want_id + "'", "'" + found_id + "'");
   if (uint64_t v = r.u64(); v != expected.model_fingerprint) return mismatch("model fingerprint", hex(expected.model_fingerprint), hex(v));

@@ -98,6 +98,16 @@ TEST(KvBlockFile, HeaderRoundTripsAndMismatchesNameTheField) {
     EXPECT_NE(decode_block_header(bad, id).status().message().find("header checksum"), std::string::npos) << i;
   }
   EXPECT_NE(decode_block_header(std::span(h).first(40), id).status().message().find("truncated"), std::string::npos);
+
+  // A resealed header (valid checksum) with bytes after the model id's NUL is not one this code
+  // wrote: rejected, so every accepted header re-encodes to itself (found by fuzz_kv_block_header).
+  std::vector<uint8_t> padded = h;
+  constexpr size_t kModelIdOffset = 16;  // after magic, version and header size
+  padded[kModelIdOffset + id.model_id.size() + 2] = 0x7f;
+  const uint64_t c = kv_checksum(padded.data(), padded.size() - 8);
+  for (int b = 0; b < 8; ++b) padded[padded.size() - 8 + b] = static_cast<uint8_t>(c >> (8 * b));
+  EXPECT_NE(decode_block_header(padded, id).status().message().find("model id padding"), std::string::npos)
+      << decode_block_header(padded, id).status().message();
 }
 
 TEST(KvTiers, EvictedBlocksSpillToHostRamAndComeBackIntact) {
