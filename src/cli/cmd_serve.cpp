@@ -18,6 +18,7 @@
 #include "cli/kv_tier_flags.h"
 #include "cli/model_setup.h"
 #include "engine/engine.h"
+#include "server/allocator_policy.h"
 #include "server/server.h"
 
 namespace tern::cli {
@@ -92,6 +93,9 @@ bool wait_signal(const sigset_t& set, std::chrono::milliseconds timeout) {
 }
 
 int serve(const ServeArgs& a) {
+  // Before the model loads: startup's large temporaries must not raise malloc's mmap threshold
+  // (server/allocator_policy.h; measured: RSS creeps under load otherwise).
+  server::apply_serving_allocator_policy();
   // Signals are handled by this thread alone (sigtimedwait); every thread started from here on
   // (engine, thread pool, connections) inherits the mask. A client that hangs up must not kill
   // the process with SIGPIPE either.

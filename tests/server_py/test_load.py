@@ -87,26 +87,41 @@ def small_kv_server():
     assert s.stop() == 0, "".join(s.stderr_lines)
 
 
+def settled_rss_kib(server):
+    # Sampled once the clients' connections are gone: a connection thread still winding down
+    # holds its stack and thread caches, which says nothing about leaks.
+    deadline = time.time() + 10
+    while metric(server, "tern_http_connections_open") > 1 and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.2)
+    return server.rss_kib()
+
+
 def test_concurrent_streams_and_stable_memory(small_kv_server):
     server = small_kv_server
     load_round(server)
     assert metric(server, "tern_kv_evictions_total") > 0
     load_round(server)
-    rss_before = server.rss_kib()
-    load_round(server)
-    rss_after = server.rss_kib()
+    rss = [settled_rss_kib(server)]
+    for _ in range(3):
+        load_round(server)
+        rss.append(settled_rss_kib(server))
     # Identical rounds after warm-up: memory that keeps growing round after round is a leak. The
     # first rounds are excluded because glibc hands the 16 client threads' allocations to new
-    # malloc arenas as threads first touch them.
-    if rss_after - rss_before >= 16 * 1024:
-        # Known defect, tracked in issue 6: RSS still grows ~18 MiB per load round after warm-up.
-        pytest.xfail("RSS grew %d KiB over two warm rounds (%d -> %d KiB): leak under investigation"
-                     % (rss_after - rss_before, rss_before, rss_after))
+    # malloc arenas as threads first touch them. Measured with the server's allocator policy
+    # (allocator_policy.h): +8..30 KiB per warm round, a single sample jittering by ~1-3 MiB;
+    # without the policy 2-18 MiB per round, every round.
+    growth_kib = rss[-1] - rss[0]
+    assert growth_kib < 4 * 1024, "RSS grew by %d KiB over three warm rounds: %s KiB" % (growth_kib, rss)
     # Every connection the clients closed is gone on the server too (threads and all).
+    # note: each poll is a new connection, and the previous poll's server thread may still be
+    # winding down when the next one asks, so the verdict is the poll that saw one connection.
     deadline = time.time() + 10
-    while metric(server, "tern_http_connections_open") > 1 and time.time() < deadline:
+    open_now = metric(server, "tern_http_connections_open")
+    while open_now > 1 and time.time() < deadline:
         time.sleep(0.1)
-    assert metric(server, "tern_http_connections_open") <= 1  # the one asking
+        open_now = metric(server, "tern_http_connections_open")
+    assert open_now <= 1  # the one asking
     assert metric(server, "tern_http_generations_active") == 0
     assert metric(server, "tern_queue_depth") == 0
 
