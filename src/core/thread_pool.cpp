@@ -55,8 +55,19 @@ void ThreadPool::worker_loop(int index) {
     }
     seen = gen;
     if (stop_.load()) return;
-    (*job_)(index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    // A run() job cannot be followed by another before this worker has run it, so comparing
+    // its generation is enough; a run_dynamic() job may already be over (see below).
+    if (static_job_.load(std::memory_order_acquire) == gen) {
+      (*job_)(index);
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+      continue;
+    }
+    // note: Dekker-style handshake with run_dynamic (all seq_cst): either the caller sees this
+    // worker in joined_ and waits for it, or this worker sees the job closed and skips it, so
+    // job_ is never used after the caller has returned.
+    joined_.fetch_add(1);
+    if (open_job_.load() == gen) (*job_)(index);
+    joined_.fetch_sub(1);
   }
 }
 
@@ -67,6 +78,7 @@ void ThreadPool::run(const std::function<void(int)>& fn) {
   }
   job_ = &fn;
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  static_job_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -76,6 +88,32 @@ void ThreadPool::run(const std::function<void(int)>& fn) {
   // Spin briefly (the common case: the workers finish within microseconds), then yield so that
   // on an oversubscribed machine a descheduled worker gets the core instead of this spin.
   for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinBeforeYield) {
+      TERN_PAUSE();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  job_ = nullptr;
+}
+
+void ThreadPool::run_dynamic(const std::function<void(int)>& fn) {
+  if (n_threads_ == 1) {
+    fn(0);
+    return;
+  }
+  job_ = &fn;
+  // The generation this job gets; no other thread bumps it (run* are called from one thread).
+  const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  open_job_.store(gen);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  if (sleepers_.load() > 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    wake_.notify_all();
+  }
+  fn(0);
+  open_job_.store(0);  // close: workers that have not joined yet skip the job
+  for (int spin = 0; joined_.load() != 0; ++spin) {
     if (spin < kSpinBeforeYield) {
       TERN_PAUSE();
     } else {

@@ -1,5 +1,5 @@
-// The attention scheduler: plans the units of one call, runs them on the pool (dynamically:
-// a unit's result does not depend on the thread that computes it) and merges each (token, kv
+// The attention scheduler: plans the units of one call, runs them on the pool (dynamically, with
+// whichever threads join: a unit's result does not depend on the thread that computes it) and merges each (token, kv
 // head)'s chunk partials in chunk order.
 #include "backends/cpu/attention_cpu.h"
 
@@ -124,7 +124,7 @@ void attention_fast_isa(Isa isa, const Tensor& q, const KvLayerView& kv, const A
   const int n_threads = static_cast<int>(std::min<int64_t>(pool.n_threads(), n_items));
   s.thread_buffers.resize(std::max<size_t>(s.thread_buffers.size(), static_cast<size_t>(pool.n_threads())));
   std::atomic<int64_t> next_item{0};
-  pool.run([&](int thread) {
+  pool.run_dynamic([&](int thread) {
     if (thread >= n_threads) return;
     float* buffer = thread_buffer(s.thread_buffers[thread], scratch_floats);
     detail::UnitQuery queries[kAttentionTileTokens];

@@ -294,17 +294,26 @@ void matmul_group_isa(Isa isa, std::span<const Tensor* const> ws, const float* x
     return;
   }
   // Prefill-sized calls also split the activation quantization (else a serial ~10% of the work)
-  // and meet at a barrier; decode quantizes its row on the calling thread first.
-  const bool split_quantization = format != ActFormat::kF32 && n >= kSplitQuantizationRows;
-  if (!split_quantization) quantize_rows(lv, format, x, act, 0, n);
-  SpinBarrier quantized(n_threads);
-  pool.run([&](int t) {
-    if (t >= n_threads) return;
-    if (split_quantization) {
+  // and meet at a barrier, so every thread takes part.
+  if (format != ActFormat::kF32 && n >= kSplitQuantizationRows) {
+    SpinBarrier quantized(n_threads);
+    pool.run([&](int t) {
+      if (t >= n_threads) return;
       quantize_rows(lv, format, x, act, n * t / n_threads, n * (t + 1) / n_threads);
       quantized.arrive_and_wait();
-    }
-    run_grains(n_grains * t / n_threads, n_grains * (t + 1) / n_threads);
+      run_grains(n_grains * t / n_threads, n_grains * (t + 1) / n_threads);
+    });
+    return;
+  }
+  // Decode: the calling thread quantizes, then the threads that show up claim runs of grains
+  // (a descheduled worker on a shared machine no longer stalls the step; results do not depend
+  // on who computes a row). ~8 claims per thread balance the load at one atomic add each.
+  quantize_rows(lv, format, x, act, 0, n);
+  const int64_t claim = std::max<int64_t>(1, n_grains / (8 * n_threads));
+  std::atomic<int64_t> next{0};
+  pool.run_dynamic([&](int) {
+    for (int64_t g = next.fetch_add(claim); g < n_grains; g = next.fetch_add(claim))
+      run_grains(g, std::min(n_grains, g + claim));
   });
 }
 
