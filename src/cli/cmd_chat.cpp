@@ -15,6 +15,7 @@
 #include "cli/kv_tier_flags.h"
 #include "cli/model_setup.h"
 #include "engine/session.h"
+#include "spec/cost_aware_drafter.h"
 #include "spec/ngram_drafter.h"
 
 namespace tern::cli {
@@ -120,11 +121,12 @@ int run_chat(const ChatArgs& a) {
     }
     const std::vector<int32_t> prompt = tok.encode(text.value(), true, true);
     NgramDrafter ngram;
+    CostAwareDrafter governed(ngram);  // drafts only while it pays
     GenerateOptions o;
     o.max_tokens = std::min(a.n_predict, lm.model->n_ctx() - static_cast<int>(prompt.size()));
     o.sampling.temperature = a.temperature;
     o.sampling.seed = a.seed;
-    o.drafter = a.speculate ? &ngram : nullptr;
+    o.drafter = a.speculate ? &governed : nullptr;
     o.cancel = &g_interrupt;
     o.on_text = [](std::string_view piece) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "engine/sequence_runner.h"
+#include "spec/cost_aware_drafter.h"
 #include "spec/ngram_drafter.h"
 
 namespace tern {
@@ -41,6 +42,7 @@ struct Engine::Active {
   uint64_t rank = 0;  // admission order; preemption takes the highest
   Session session;
   NgramDrafter ngram;
+  CostAwareDrafter governed{ngram};  // the n-gram drafter under the speculation cost model
   GenerateOptions options;
   SequenceRunner runner;
   bool started = false;   // kStarted emitted
@@ -153,6 +155,7 @@ void Engine::finish(Active& a) {
   ++(s.stop_reason == StopReason::kCancelled ? metrics_.requests_cancelled : metrics_.requests_finished);
   metrics_.prompt_tokens += s.prompt_tokens;
   metrics_.cached_tokens += s.cached_tokens;
+  metrics_.restored_tokens += s.restored_tokens;
   metrics_.generated_tokens += s.generated_tokens;
   metrics_.drafts_proposed += s.drafts_proposed;
   metrics_.drafts_accepted += s.drafts_accepted;
@@ -253,7 +256,7 @@ void Engine::admit() {
     o.think_budget_tokens = p.think_budget_tokens;
     auto a = std::make_unique<Active>(*this, std::move(q), o);
     a->rank = next_rank_++;
-    a->options.drafter = p.speculate ? &a->ngram : nullptr;
+    a->options.drafter = p.speculate ? &a->governed : nullptr;
     Active* raw = a.get();
     a->options.on_text = [this, raw](std::string_view text) {
       EngineEvent e;

@@ -88,6 +88,7 @@ struct EngineMetrics {
   std::atomic<int64_t> requests_preempted{0};  // preemptions (KV pool full); a request may count twice
   std::atomic<int64_t> prompt_tokens{0};
   std::atomic<int64_t> cached_tokens{0};
+  std::atomic<int64_t> restored_tokens{0};     // of cached_tokens, restored from the host-RAM or SSD tier
   std::atomic<int64_t> generated_tokens{0};
   std::atomic<int64_t> drafts_proposed{0};
   std::atomic<int64_t> drafts_accepted{0};

@@ -12,6 +12,8 @@ Json usage_json(const Usage& u) {
   return Json{{"input_tokens", u.prompt_tokens - u.cached_tokens},
               {"cache_creation_input_tokens", 0},
               {"cache_read_input_tokens", u.cached_tokens},
+              // tern's: the part of cache_read_input_tokens restored from the host-RAM or SSD tier.
+              {"cache_restored_input_tokens", u.restored_tokens},
               {"output_tokens", u.completion_tokens}};
 }
 

@@ -77,6 +77,7 @@ struct Usage {
   int prompt_tokens = 0;
   int cached_tokens = 0;      // prompt tokens whose KV came from the prefix cache
   int completion_tokens = 0;
+  int restored_tokens = 0;    // of cached_tokens, restored from the host-RAM or SSD tier
 };
 
 struct FinishInfo {

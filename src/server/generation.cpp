@@ -123,6 +123,7 @@ FinishInfo Generation::finish_info(const EngineEvent& e) const {
   FinishInfo f;
   f.usage.prompt_tokens = e.stats.prompt_tokens;
   f.usage.cached_tokens = e.stats.cached_tokens;
+  f.usage.restored_tokens = e.stats.restored_tokens;
   f.usage.completion_tokens = e.stats.generated_tokens;
   switch (e.stats.stop_reason) {
     case StopReason::kMaxTokens:
@@ -147,6 +148,7 @@ void Generation::on_engine_event(EngineEvent&& e, std::vector<GenEvent>* out) {
       g.kind = GenEvent::Kind::kStarted;
       g.usage.prompt_tokens = e.stats.prompt_tokens;
       g.usage.cached_tokens = e.stats.cached_tokens;
+      g.usage.restored_tokens = e.stats.restored_tokens;
       out->push_back(std::move(g));
       if (!prompt_.forced_output.empty()) emit_output(parser_.feed(prompt_.forced_output), out);
       break;

@@ -44,7 +44,16 @@ std::string render_metrics(const EngineMetrics& m, const RequestCounters& reques
   const double prefill_s = m.prefill_seconds.load(), decode_s = m.decode_seconds.load();
   metric(out, "tern_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", prompt);
   metric(out, "tern_cached_tokens_total", "counter", "Prompt tokens whose KV came from the prefix cache.", cached);
+  metric(out, "tern_restored_tokens_total", "counter",
+         "Prompt tokens (part of tern_cached_tokens_total) restored from the host-RAM or SSD KV tier.",
+         static_cast<double>(m.restored_tokens.load()));
   metric(out, "tern_generated_tokens_total", "counter", "Generated tokens.", generated);
+  metric(out, "tern_engine_preemptions_total", "counter", "Requests preempted because the KV pool ran out.",
+         static_cast<double>(m.requests_preempted.load()));
+  metric(out, "tern_engine_steps_total", "counter", "Forward passes (one per engine step, every running request in it).",
+         static_cast<double>(m.steps.load()));
+  metric(out, "tern_engine_step_tokens_total", "counter", "Tokens over all forward passes (mean batch = / steps).",
+         static_cast<double>(m.step_tokens.load()));
   metric(out, "tern_prefill_seconds_total", "counter", "Seconds spent prefilling prompts.", prefill_s);
   metric(out, "tern_decode_seconds_total", "counter", "Seconds spent decoding.", decode_s);
   metric(out, "tern_prefill_tokens_per_second", "gauge", "Prefilled (uncached) prompt tokens per prefill second, lifetime.",

@@ -13,7 +13,9 @@ Json usage_json(const Usage& u) {
   return Json{{"prompt_tokens", u.prompt_tokens},
               {"completion_tokens", u.completion_tokens},
               {"total_tokens", u.prompt_tokens + u.completion_tokens},
-              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+              // restored_tokens (tern's): the part of cached_tokens that came back from the
+              // host-RAM or SSD tier rather than device memory.
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}, {"restored_tokens", u.restored_tokens}}}};
 }
 
 Json envelope(const ResponseMeta& meta, const char* object) {

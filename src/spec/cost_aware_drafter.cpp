@@ -24,10 +24,8 @@ CostAwareDrafter::CostAwareDrafter(DraftSource& inner, CostAwareDrafterOptions o
     : inner_(&inner), options_(options), clock_(clock ? std::move(clock) : Clock(steady_seconds)) {}
 
 void CostAwareDrafter::prefill(std::span<const int32_t> prompt) {
-  // The estimates carry over (same model, same machine); the step timing chain does not: the
-  // time until the first draft() of a generation is its prefill.
-  last_draft_time_.reset();
-  last_width_ = 0;
+  // The estimates carry over (same model, same machine).
+  step_start_.reset();
   inner_->prefill(prompt);
 }
 
@@ -63,10 +61,7 @@ int CostAwareDrafter::chosen_width(int max_tokens) const {
 }
 
 Draft CostAwareDrafter::draft(std::span<const int32_t> context, int max_tokens) {
-  const double now = clock_();
-  if (last_draft_time_) observe_step(now - *last_draft_time_, last_width_);
-  last_draft_time_ = now;
-
+  step_start_ = clock_();
   int width = chosen_width(max_tokens);
   if (width == 0 && base_seconds_ && extra_seconds_ && ++steps_since_probe_ >= options_.probe_interval) {
     width = std::min({options_.probe_width, max_tokens, options_.max_width});
@@ -78,11 +73,15 @@ Draft CostAwareDrafter::draft(std::span<const int32_t> context, int max_tokens) 
     d.tokens.resize(width);
     if (d.probs.size() > d.tokens.size()) d.probs.resize(d.tokens.size());
   }
-  last_width_ = static_cast<int>(d.tokens.size());
+  step_width_ = static_cast<int>(d.tokens.size());
   return d;
 }
 
 void CostAwareDrafter::commit(int n_drafted, int n_accepted) {
+  if (step_start_) {  // a step this wrapper was asked to draft for (commit(0, 0) may come without one)
+    observe_step(clock_() - *step_start_, step_width_);
+    step_start_.reset();
+  }
   if (n_drafted > 0) {
     const double d = options_.ema_decay;
     successes_ = d * successes_ + n_accepted;

@@ -9,8 +9,10 @@
 // and the width is the k in [0, max_tokens] that maximises rate(k), provided it beats plain
 // decoding by min_gain; otherwise the step does not draft. All three quantities are measured
 // online: a from commit() outcomes (each draft is `accepted` successes and, if cut short, one
-// failure), the step costs from the wall time between consecutive draft() calls, attributed to
-// the width of the previous draft. While the model says "don't draft", every probe_interval-th
+// failure), the step costs from the wall time between draft() and the commit() of the same step
+// (drafting, the forward and the verification), attributed to the width drafted. Steps where the
+// caller did not ask for a draft (the Engine suppresses drafting in prefill-heavy steps) are not
+// timed, so they cannot distort the model. While the model says "don't draft", every probe_interval-th
 // step still drafts probe_width tokens, so a change (the agent starts quoting a file) is noticed.
 //
 // The wrapper changes only how many tokens are proposed, never which, so the verify executor's
@@ -62,8 +64,8 @@ class CostAwareDrafter final : public DraftSource {
   double failures_ = 1.0;
   std::optional<double> base_seconds_;
   std::optional<double> extra_seconds_;
-  std::optional<double> last_draft_time_;  // when the previous draft() returned
-  int last_width_ = 0;                      // tokens it proposed
+  std::optional<double> step_start_;  // when this step's draft() was called (until its commit())
+  int step_width_ = 0;                 // tokens it proposed
   int steps_since_probe_ = 0;
 };
 

@@ -44,13 +44,26 @@ struct Simulation {
       Draft d = drafter.draft(ctx, max_tokens);
       const int k = static_cast<int>(d.tokens.size());
       const int a = std::min(k, accept(k));
+      now += base + per_row * k;  // the forward
       drafter.commit(k, a);
       if (k > 0) ++drafted_steps;
       total_width += k;
-      now += base + per_row * k;
+      now += 0.5;  // sampling, streaming, other sequences' work: not part of the step's cost
     }
   }
 };
+
+TEST(CostAwareDrafter, StepsWithoutADraftRequestAreNotTimed) {
+  // The caller skipped draft() (drafting suppressed): its commit(0, 0) must not count the time
+  // since the last draft() as a step.
+  Simulation s;
+  s.run(3, [](int k) { return k; });
+  ASSERT_TRUE(s.drafter.base_seconds().has_value());
+  const double base = *s.drafter.base_seconds();
+  s.now += 100.0;
+  s.drafter.commit(0, 0);
+  EXPECT_EQ(*s.drafter.base_seconds(), base);
+}
 
 TEST(CostAwareDrafter, MeasuresBaseFirstThenDraftsWideWhenEverythingIsAccepted) {
   Simulation s;

@@ -139,7 +139,7 @@ TEST(AnthropicResponse, BlocksAndUsage) {
   c.text = "Let me look.";
   c.tool_calls.push_back(ToolCall{"toolu_x_0", "read_file", R"({"path": "a.txt"})"});
   c.finish.reason = FinishReason::kToolCalls;
-  c.finish.usage = Usage{100, 80, 12};
+  c.finish.usage = Usage{100, 80, 12, 32};
   const Json j = anthropic_response(c, ResponseMeta{"msg_1", "m", 0});
   EXPECT_EQ(j["type"], "message");
   ASSERT_EQ(j["content"].size(), 3u);
@@ -151,6 +151,7 @@ TEST(AnthropicResponse, BlocksAndUsage) {
   // Anthropic's input_tokens excludes what was read from the cache.
   EXPECT_EQ(j["usage"]["input_tokens"], 20);
   EXPECT_EQ(j["usage"]["cache_read_input_tokens"], 80);
+  EXPECT_EQ(j["usage"]["cache_restored_input_tokens"], 32);
   EXPECT_EQ(j["usage"]["output_tokens"], 12);
 
   Completion stopped;

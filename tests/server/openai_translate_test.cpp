@@ -182,7 +182,7 @@ TEST(OpenAiResponse, ChatWithToolCalls) {
   c.reasoning = "let me see";
   c.tool_calls.push_back(ToolCall{"call_a", "f", R"({"x": 1})"});
   c.finish.reason = FinishReason::kToolCalls;
-  c.finish.usage = Usage{100, 64, 9};
+  c.finish.usage = Usage{100, 64, 9, 48};
   const Json j = openai_chat_response(c, ResponseMeta{"chatcmpl-1", "m", 5});
   EXPECT_EQ(j["object"], "chat.completion");
   const Json& msg = j["choices"][0]["message"];
@@ -192,6 +192,7 @@ TEST(OpenAiResponse, ChatWithToolCalls) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_EQ(j["usage"]["total_tokens"], 109);
   EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 64);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["restored_tokens"], 48);
 }
 
 TEST(OpenAiStream, ChunksCarryDeltasToolCallsAndUsage) {
