@@ -2,6 +2,7 @@
 //
 // Float kernels, per output: one 8-lane accumulator; element j goes to lane j % 8 through
 // acc = fma(w[j..j+8), x[j..j+8), acc) in ascending j (a tail is zero-padded), then hsum.
+#include <cmath>
 #include <immintrin.h>
 
 #include "backends/cpu/matmul_kernels.h"
@@ -87,7 +88,8 @@ inline float quantize_block(const float* x, int len, int8_t* qs, int64_t plane_s
   for (int j = 0; j < len; j += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask));
   const float amax = hmax(vmax);
   const float d = amax / kQMax;
-  const __m256 id = _mm256_set1_ps(amax > 0.0f ? kQMax / amax : 0.0f);
+  const float inv = kQMax / amax;  // inf for a zero or < ~1e-34 block: zeros (matmul_scalar.cpp)
+  const __m256 id = _mm256_set1_ps(std::isfinite(inv) ? inv : 0.0f);
   for (int j = 0; j < len; j += 8) {
     const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), id));
     if constexpr (kDigits == 1) {

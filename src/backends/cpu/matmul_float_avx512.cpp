@@ -3,6 +3,7 @@
 // Float kernels, per output: one 16-lane accumulator; element j goes to lane j % 16 through
 // acc = fma(w[j..j+16), x[j..j+16), acc) in ascending j (the tail masked), then hsum. Tiles of
 // several weight and activation rows only share the loads.
+#include <cmath>
 #include <immintrin.h>
 
 #include "backends/cpu/matmul_kernels.h"
@@ -79,7 +80,8 @@ inline float quantize_block(const float* x, int len, int8_t* qs, int64_t plane_s
   for (int j = 0; j < len; j += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + j)));
   const float amax = hmax(vmax);
   const float d = amax / kQMax;
-  const __m512 id = _mm512_set1_ps(amax > 0.0f ? kQMax / amax : 0.0f);
+  const float inv = kQMax / amax;  // inf for a zero or < ~1e-34 block: zeros (matmul_scalar.cpp)
+  const __m512 id = _mm512_set1_ps(std::isfinite(inv) ? inv : 0.0f);
   for (int j = 0; j < len; j += 16) {
     const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), id));
     if constexpr (kDigits == 1) {

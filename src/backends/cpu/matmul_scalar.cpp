@@ -33,7 +33,10 @@ float quantize_block(const float* x, int len, int8_t* qs, int64_t plane_stride, 
   float amax = 0.0f;
   for (int j = 0; j < len; ++j) amax = std::fmax(amax, std::fabs(x[j]));
   const float d = amax / kQMax;
-  const float id = amax > 0.0f ? kQMax / amax : 0.0f;
+  // q_max / amax overflows to inf for amax below ~1e-34 (and is inf for amax = 0); such a block
+  // quantizes to zeros, since 0 * inf would be NaN and NaN -> int is undefined.
+  const float inv = kQMax / amax;
+  const float id = std::isfinite(inv) ? inv : 0.0f;
   for (int j = 0; j < len; ++j) {
     q[j] = round_to_int(x[j] * id);
     if constexpr (kDigits == 1) {
