@@ -1,12 +1,13 @@
 // matmul_bench: speed of cpu::matmul against the machine's measured limits.
 //
 //   matmul_bench [--threads=1,2] [--isa=scalar|avx2|avx512] [--act-bits=8|16] [--reps=N] [--quick] [--hot]
-//                [--cpu-time]
+//                [--cpu-time] [--decode-pack]
 //
 // --act-bits: activation precision of the quantized kernels (matmul.h ActBits; default: the
 // library default, or TERN_CPU_ACT_BITS if set).
 // --hot: decode weights are not rotated (cache-resident): the kernels' compute speed, an upper
-// bound for the memory-bound numbers. --cpu-time: time the calling thread's CPU time instead of
+// bound for the memory-bound numbers. --decode-pack: decode matvecs read the weights' decode packs
+// (matmul.h), as the backend's do. --cpu-time: time the calling thread's CPU time instead of
 // wall time (use with --threads=1 on a busy machine).
 //
 // Sections:
@@ -51,6 +52,7 @@ struct Options {
   int reps = 21;
   bool quick = false;
   bool hot = false;       // decode weights stay cache-resident
+  bool decode_pack = false;  // decode section: weights with a decode pack (matmul.h) use it
   bool cpu_time = false;  // calling thread's CPU time instead of wall time
 };
 
@@ -144,8 +146,24 @@ struct WeightSet {
   int64_t rows, cols;
   size_t bytes_per_copy;
   std::vector<std::vector<uint8_t>> copies;
+  std::vector<std::vector<uint8_t>> packs;  // per copy: decode pack storage (--decode-pack), 64 bytes of slack
   Tensor tensor(size_t copy) const {
     return Tensor::view(const_cast<uint8_t*>(copies[copy].data()), dtype, rows, cols);
+  }
+  // The copy's decode pack (64-byte aligned inside its storage), or nullptr.
+  const uint8_t* pack(size_t copy) const {
+    if (copy >= packs.size() || packs[copy].empty()) return nullptr;
+    const auto p = reinterpret_cast<uintptr_t>(packs[copy].data());
+    return reinterpret_cast<const uint8_t*>((p + 63) / 64 * 64);
+  }
+  void make_packs(Isa isa) {
+    const size_t bytes = cpu::decode_pack_bytes(isa, tensor(0));
+    if (bytes == 0) return;
+    packs.resize(copies.size());
+    for (size_t c = 0; c < copies.size(); ++c) {
+      packs[c].resize(bytes + 64);
+      cpu::make_decode_pack(isa, tensor(c), const_cast<uint8_t*>(pack(c)));
+    }
   }
 };
 
@@ -225,7 +243,8 @@ void bench_decode(const Options& o, const std::vector<double>& peak) {
   std::vector<Shape> shapes(std::begin(kSmolShapes), std::end(kSmolShapes));
   if (!o.quick) shapes.insert(shapes.end(), std::begin(kLlamaShapes), std::end(kLlamaShapes));
   for (const Shape& s : shapes) {
-    const WeightSet w = make_weights(s.dtype, s.rows, s.cols, o.hot ? 0 : kColdBytes);
+    WeightSet w = make_weights(s.dtype, s.rows, s.cols, o.hot ? 0 : kColdBytes);
+    if (o.decode_pack) w.make_packs(o.isa);
     const std::vector<float> x = random_activations(1, s.cols);
     std::vector<float> y(static_cast<size_t>(s.rows));
     for (size_t ti = 0; ti < o.threads.size(); ++ti) {
@@ -233,7 +252,7 @@ void bench_decode(const Options& o, const std::vector<double>& peak) {
       size_t copy = 0;
       const int reps = std::max<int>(o.reps, static_cast<int>(2 * w.copies.size()));
       const double t = median_seconds(reps, [&] {
-        cpu::matmul_isa(o.isa, w.tensor(copy), x.data(), 1, y.data(), pool, o.act_bits);
+        cpu::matmul_isa(o.isa, w.tensor(copy), x.data(), 1, y.data(), pool, o.act_bits, w.pack(copy));
         copy = (copy + 1) % w.copies.size();
       });
       const double gbps = w.bytes_per_copy / t * 1e-9;
@@ -357,12 +376,14 @@ bool parse(int argc, char** argv, Options& o) {
       o.quick = true;
     } else if (a == "--hot") {
       o.hot = true;
+    } else if (a == "--decode-pack") {
+      o.decode_pack = true;
     } else if (a == "--cpu-time") {
       o.cpu_time = true;
     } else {
       std::fprintf(stderr,
                    "usage: matmul_bench [--threads=1,2] [--isa=scalar|avx2|avx512] [--act-bits=8|16] [--reps=N] [--quick] "
-                   "[--hot] [--cpu-time]\n");
+                   "[--hot] [--cpu-time] [--decode-pack]\n");
       return false;
     }
   }

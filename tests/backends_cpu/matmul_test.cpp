@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -459,6 +460,49 @@ TEST(MatmulGroup, EqualsSeparateCalls) {
             ASSERT_EQ(0, std::memcmp(got[i].data(), want[i].data(), want[i].size() * sizeof(float)))
                 << isa_name(isa) << " member " << i << " (" << dtype_name(types[i]) << ") n " << n << " threads "
                 << pool->n_threads();
+        }
+      }
+    }
+  }
+}
+
+// A decode pack only moves bytes: with it every output is bitwise the same as without, for decode
+// and prefill sizes, a tail panel (rows % 16 != 0), random code/scale bytes, both activation
+// modes, 1 and 2 threads, alone and in a group. Levels without packs report 0 bytes.
+TEST(MatmulDecodePack, BitwiseSameAsWithout) {
+  const int64_t rows = 16 * 5 + 9, cols = 768;
+  const Weights w = make_weights(DType::Q4_K, rows, cols, WeightSource::kRandomBytes, 31);
+  const Weights other = make_weights(DType::Q6_K, 48, cols, WeightSource::kQuantized, 32);
+  ThreadPool pool1(1), pool2(2);
+  for (Isa isa : supported_isas()) {
+    const size_t bytes = decode_pack_bytes(isa, w.tensor);
+    EXPECT_EQ(decode_pack_bytes(isa, other.tensor), 0u) << "only q4_k has a pack";
+    if (isa != Isa::kAvx512) {
+      EXPECT_EQ(bytes, 0u) << isa_name(isa);
+      continue;
+    }
+    ASSERT_GT(bytes, 0u);
+    struct Free {
+      void operator()(uint8_t* p) const { std::free(p); }
+    };
+    std::unique_ptr<uint8_t, Free> pack(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    make_decode_pack(isa, w.tensor, pack.get());
+    for (ActBits bits : kAllModes) {
+      for (int64_t n : {1, 2, 3, 5}) {
+        const std::vector<float> x = random_activations(n, cols, 33 + static_cast<uint32_t>(n));
+        for (ThreadPool* pool : {&pool1, &pool2}) {
+          std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size(), NAN);
+          matmul_isa(isa, w.tensor, x.data(), n, want.data(), *pool, bits);
+          matmul_isa(isa, w.tensor, x.data(), n, got.data(), *pool, bits, pack.get());
+          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+              << mode_name(bits) << " n " << n << " threads " << pool->n_threads();
+          // In a group, after a member without a pack.
+          std::vector<float> other_y(static_cast<size_t>(n * other.tensor.rows)), got2(want.size(), NAN);
+          const Tensor* ws[] = {&other.tensor, &w.tensor};
+          float* ys[] = {other_y.data(), got2.data()};
+          const uint8_t* packs[] = {nullptr, pack.get()};
+          matmul_group_isa(isa, ws, x.data(), n, ys, *pool, bits, packs);
+          ASSERT_EQ(0, std::memcmp(got2.data(), want.data(), want.size() * sizeof(float))) << "group, n " << n;
         }
       }
     }

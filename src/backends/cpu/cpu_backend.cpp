@@ -29,6 +29,31 @@ class HostBuffer final : public Buffer {
   size_t bytes_ = 0;
 };
 
+// A weight's decode pack; unregisters itself from the backend when the model releases it.
+class PackBuffer final : public Buffer {
+ public:
+  PackBuffer(size_t bytes, std::shared_ptr<CpuBackend::PackRegistry> registry, const void* key)
+      : host_(bytes), registry_(std::move(registry)), key_(key) {}
+  ~PackBuffer() override {
+    std::lock_guard<std::mutex> lock(registry_->mutex);
+    auto it = registry_->packs.find(key_);
+    if (it != registry_->packs.end() && it->second == data()) registry_->packs.erase(it);
+  }
+  void* data() const override { return host_.data(); }
+  size_t bytes() const override { return host_.bytes(); }
+
+ private:
+  HostBuffer host_;
+  std::shared_ptr<CpuBackend::PackRegistry> registry_;
+  const void* key_;
+};
+
+bool decode_packs_from_env(bool requested) {
+  const char* env = std::getenv("TERN_CPU_DECODE_PACK");
+  if (env == nullptr || *env == '\0') return requested;
+  return std::strcmp(env, "0") != 0;
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(CpuBackendOptions options)
@@ -37,13 +62,33 @@ CpuBackend::CpuBackend(CpuBackendOptions options)
                  "CpuBackendOptions::activation_bits must be 8 or 16");
   const ActBits requested = options.activation_bits == 8 ? ActBits::k8 : ActBits::k16;
   options_.activation_bits = static_cast<int>(act_bits_from_env(requested));
+  options_.decode_packs = decode_packs_from_env(options.decode_packs) && !options.reference;
 }
 
 std::unique_ptr<Buffer> CpuBackend::alloc(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 
 Tensor CpuBackend::upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) {
   owner.reset();
-  return host;  // used in place from the memory map
+  // The weight stays in the memory map (embed reads rows of it); matmuls of few rows read its
+  // decode pack instead, where it has one.
+  const size_t pack_bytes = options_.decode_packs ? decode_pack_bytes(isa_, host) : 0;
+  if (pack_bytes > 0) {
+    auto pack = std::make_unique<PackBuffer>(pack_bytes, packs_, host.data);
+    make_decode_pack(isa_, host, static_cast<uint8_t*>(pack->data()));
+    {
+      std::lock_guard<std::mutex> lock(packs_->mutex);
+      packs_->packs[host.data] = static_cast<const uint8_t*>(pack->data());
+    }
+    owner = std::move(pack);
+  }
+  return host;
+}
+
+const uint8_t* CpuBackend::pack_of(const Tensor& w) {
+  std::lock_guard<std::mutex> lock(packs_->mutex);
+  if (packs_->packs.empty()) return nullptr;
+  auto it = packs_->packs.find(w.data);
+  return it == packs_->packs.end() ? nullptr : it->second;
 }
 
 void CpuBackend::copy_from_host(const void* src, Tensor& dst) { std::memcpy(dst.data, src, dst.bytes()); }
@@ -65,17 +110,22 @@ void CpuBackend::matmul(const Tensor& w, const Tensor& x, Tensor& out) {
   if (options_.reference) {
     matmul_ref(w, x.f32(), x.rows, out.f32());
   } else {
-    cpu::matmul(w, x.f32(), x.rows, out.f32(), pool_, static_cast<ActBits>(options_.activation_bits));
+    cpu::matmul(w, x.f32(), x.rows, out.f32(), pool_, static_cast<ActBits>(options_.activation_bits), pack_of(w));
   }
 }
 
 void CpuBackend::matmul_group(const Tensor* const* ws, Tensor* const* outs, int n, const Tensor& x) {
   if (options_.reference) return Backend::matmul_group(ws, outs, n, x);
   float* ys[8];
+  const uint8_t* packs[8];
   TERN_CHECK(n >= 1 && n <= 8);
-  for (int i = 0; i < n; ++i) ys[i] = outs[i]->f32();
-  cpu::matmul_group(std::span<const Tensor* const>(ws, static_cast<size_t>(n)), x.f32(), x.rows,
-                    std::span<float* const>(ys, static_cast<size_t>(n)), pool_, static_cast<ActBits>(options_.activation_bits));
+  for (int i = 0; i < n; ++i) {
+    ys[i] = outs[i]->f32();
+    packs[i] = pack_of(*ws[i]);
+  }
+  const size_t count = static_cast<size_t>(n);
+  cpu::matmul_group(std::span<const Tensor* const>(ws, count), x.f32(), x.rows, std::span<float* const>(ys, count), pool_,
+                    static_cast<ActBits>(options_.activation_bits), std::span<const uint8_t* const>(packs, count));
 }
 
 void CpuBackend::add_bias(Tensor& x, const Tensor& bias) { ref::add_bias(x, bias); }

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "backends/cpu/attention_cpu.h"
 #include "backends/cpu/cpu_features.h"
@@ -19,6 +21,10 @@ struct CpuBackendOptions {
   // 8 or 16: precision of the activations that meet quantized weights in the fast matmul (matmul.h,
   // ActBits). The environment variable TERN_CPU_ACT_BITS=8|16 overrides it (benchmarks).
   int activation_bits = 16;
+  // Keep a decode pack of each weight that has one (matmul.h: q4_k at AVX-512; costs that
+  // weight's size again in RAM, saves rearranging it on every decode step). TERN_CPU_DECODE_PACK=0
+  // turns it off (A/B benchmarks).
+  bool decode_packs = true;
 };
 
 class CpuBackend final : public Backend {
@@ -28,6 +34,12 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return options_.reference ? "cpu-reference" : "cpu"; }
   Device device() const override { return Device::kCpu; }
   int n_threads() const { return pool_.n_threads(); }
+
+  // Decode packs by weight data pointer (see CpuBackendOptions::decode_packs).
+  struct PackRegistry {
+    std::mutex mutex;
+    std::unordered_map<const void*, const uint8_t*> packs;
+  };
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override;
   Tensor upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) override;
@@ -55,6 +67,10 @@ class CpuBackend final : public Backend {
   BatchPlan plan_;  // the current step's plan (a host copy; the CPU needs no upload)
   AttentionScratch attention_scratch_;
   RopeTableCache rope_table_;  // this step's cos/sin, built by its first rope op
+  // Shared with the pack buffers, which unregister themselves when the model that owns them
+  // goes away.
+  std::shared_ptr<PackRegistry> packs_ = std::make_shared<PackRegistry>();
+  const uint8_t* pack_of(const Tensor& w);
 };
 
 }  // namespace tern::cpu

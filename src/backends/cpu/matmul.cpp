@@ -234,15 +234,29 @@ void matmul_ref(const Tensor& w, const float* x, int64_t n, float* y) {
   }
 }
 
-void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool, ActBits act_bits) {
+size_t decode_pack_bytes(Isa isa, const Tensor& w) {
+  if (isa != Isa::kAvx512 || w.dtype != DType::Q4_K || w.device != Device::kCpu || w.rows < kRowGrain) return 0;
+  if (w.row_stride * kRowGrain >= (size_t{1} << 31)) return 0;  // the transposes' int32 offsets
+  return detail::avx512_q4k_decode_pack_bytes(w.rows, w.cols);
+}
+
+void make_decode_pack(Isa isa, const Tensor& w, uint8_t* out) {
+  TERN_CHECK(decode_pack_bytes(isa, w) > 0 && reinterpret_cast<uintptr_t>(out) % 64 == 0);
+  detail::avx512_pack_q4k_for_decode(static_cast<const uint8_t*>(w.data), w.row_stride, w.rows, w.cols, out);
+}
+
+void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool, ActBits act_bits,
+                const uint8_t* pack) {
   const Tensor* ws[] = {&w};
   float* ys[] = {y};
-  matmul_group_isa(isa, ws, x, n, ys, pool, act_bits);
+  const uint8_t* packs[] = {pack};
+  matmul_group_isa(isa, ws, x, n, ys, pool, act_bits, packs);
 }
 
 void matmul_group_isa(Isa isa, std::span<const Tensor* const> ws, const float* x, int64_t n, std::span<float* const> ys,
-                      ThreadPool& pool, ActBits act_bits) {
+                      ThreadPool& pool, ActBits act_bits, std::span<const uint8_t* const> packs) {
   TERN_CHECK(ws.size() == ys.size() && !ws.empty());
+  TERN_CHECK(packs.empty() || packs.size() == ws.size());
   TERN_CHECK(isa_supported(isa));
   const int digits = digits_of(act_bits);
   const int64_t cols = ws[0]->cols;
@@ -250,7 +264,8 @@ void matmul_group_isa(Isa isa, std::span<const Tensor* const> ws, const float* x
   const ActFormat format = find_kernel(isa, ws[0]->dtype, digits).act;
   for (const Tensor* w : ws) {
     if (w->cols != cols || find_kernel(isa, w->dtype, digits).act != format) {
-      for (size_t i = 0; i < ws.size(); ++i) matmul_isa(isa, *ws[i], x, n, ys[i], pool, act_bits);
+      for (size_t i = 0; i < ws.size(); ++i)
+        matmul_isa(isa, *ws[i], x, n, ys[i], pool, act_bits, packs.empty() ? nullptr : packs[i]);
       return;
     }
   }
@@ -259,6 +274,8 @@ void matmul_group_isa(Isa isa, std::span<const Tensor* const> ws, const float* x
     Kernel kernel;
     float* y;
     int64_t grain_begin;  // first grain of this weight in the group's grain sequence
+    const uint8_t* pack;  // decode pack or nullptr
+    size_t pack_grain_bytes;  // pack bytes per grain (16 rows)
   };
   constexpr size_t kMaxGroup = 8;
   TERN_CHECK(ws.size() <= kMaxGroup);
@@ -266,7 +283,11 @@ void matmul_group_isa(Isa isa, std::span<const Tensor* const> ws, const float* x
   int64_t n_grains = 0, macs = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
     check_args(*ws[i], x, n, ys[i]);
-    parts[i] = {ws[i], find_kernel(isa, ws[i]->dtype, digits), ys[i], n_grains};
+    const uint8_t* pack = packs.empty() ? nullptr : packs[i];
+    const size_t pack_bytes = pack != nullptr ? decode_pack_bytes(isa, *ws[i]) : 0;
+    TERN_CHECK(pack == nullptr || pack_bytes > 0);
+    parts[i] = {ws[i], find_kernel(isa, ws[i]->dtype, digits), ys[i], n_grains, pack,
+                pack != nullptr ? pack_bytes / static_cast<size_t>(ws[i]->rows / kRowGrain) : 0};
     TERN_CHECK(parts[i].kernel.gemm != nullptr);
     n_grains += (ws[i]->rows + kRowGrain - 1) / kRowGrain;
     macs += n * ws[i]->rows * cols;
@@ -283,7 +304,9 @@ void matmul_group_isa(Isa isa, std::span<const Tensor* const> ws, const float* x
       const int64_t b = std::max(g0, p.grain_begin), e = std::min(g1, p.grain_begin + own);
       if (b >= e) continue;
       const int64_t r0 = (b - p.grain_begin) * kRowGrain, r1 = std::min(p.w->rows, (e - p.grain_begin) * kRowGrain);
-      const WeightRows rows{static_cast<const uint8_t*>(p.w->row(r0)), p.w->row_stride, r1 - r0, cols};
+      // r0 is a multiple of the grain, so the run starts at a packed panel.
+      const uint8_t* pack = p.pack != nullptr ? p.pack + static_cast<size_t>(r0 / kRowGrain) * p.pack_grain_bytes : nullptr;
+      const WeightRows rows{static_cast<const uint8_t*>(p.w->row(r0)), p.w->row_stride, r1 - r0, cols, pack};
       p.kernel.gemm(rows, act, p.y + r0, p.w->rows);
     }
   };
@@ -317,13 +340,14 @@ void matmul_group_isa(Isa isa, std::span<const Tensor* const> ws, const float* x
   });
 }
 
-void matmul(const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool, ActBits act_bits) {
-  matmul_isa(active_isa(), w, x, n, y, pool, act_bits);
+void matmul(const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool, ActBits act_bits,
+            const uint8_t* pack) {
+  matmul_isa(active_isa(), w, x, n, y, pool, act_bits, pack);
 }
 
 void matmul_group(std::span<const Tensor* const> ws, const float* x, int64_t n, std::span<float* const> ys,
-                  ThreadPool& pool, ActBits act_bits) {
-  matmul_group_isa(active_isa(), ws, x, n, ys, pool, act_bits);
+                  ThreadPool& pool, ActBits act_bits, std::span<const uint8_t* const> packs) {
+  matmul_group_isa(active_isa(), ws, x, n, ys, pool, act_bits, packs);
 }
 
 }  // namespace tern::cpu

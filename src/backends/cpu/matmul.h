@@ -58,24 +58,37 @@ bool matmul_supports(DType t);
 // Preconditions (bugs if broken): matmul_supports(w.dtype), w on the CPU, n >= 0.
 void matmul_ref(const Tensor& w, const float* x, int64_t n, float* y);
 
-// The fast path at active_isa(): one pool.run per call; activations quantized into scratch owned
-// by the calling thread (reused across calls, no per-call allocation once warm).
+// A weight's decode pack: a copy of its rows rearranged once (at load) for the kernels of small
+// calls (n <= 3: decode), which otherwise rearrange them on every call. Today: q4_k at AVX-512,
+// whose decode kernel transposes 16 rows' bytes per super-block (a load-time pack leaves it only
+// aligned loads of one sequential stream). A pack changes where bytes are read, never the
+// arithmetic: results are bitwise those without it.
+// Bytes of w's pack at `isa` (0: no pack for this weight or level).
+size_t decode_pack_bytes(Isa isa, const Tensor& w);
+// Writes the pack; out: decode_pack_bytes(isa, w) bytes, 64-byte aligned.
+void make_decode_pack(Isa isa, const Tensor& w, uint8_t* out);
+
+// The fast path at active_isa(): one parallel region per call; activations quantized into
+// scratch owned by the calling thread (reused across calls, no per-call allocation once warm).
+// pack: w's decode pack made at active_isa(), or nullptr.
 // Preconditions: as matmul_ref; x and y must not overlap.
 void matmul(const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool,
-            ActBits act_bits = kDefaultActBits);
+            ActBits act_bits = kDefaultActBits, const uint8_t* pack = nullptr);
 
 // The fast path at a chosen level (tests, benchmarks). Precondition: isa_supported(isa).
 void matmul_isa(Isa isa, const Tensor& w, const float* x, int64_t n, float* y, ThreadPool& pool,
-                ActBits act_bits = kDefaultActBits);
+                ActBits act_bits = kDefaultActBits, const uint8_t* pack = nullptr);
 
 // y_i = x @ w_i^T for several weights of one input (Q/K/V, gate/up): x is quantized once and one
 // parallel region splits the weights' rows together (a decode step saves a fork-join and a
 // quantization per extra weight). Each y_i is bitwise what matmul would write. Weights whose
 // kernels read different activation forms fall back to one call each.
 // Preconditions: as matmul for each pair; 1 <= ws.size() == ys.size() <= 8.
+// packs: empty, or one decode pack (or nullptr) per weight.
 void matmul_group(std::span<const Tensor* const> ws, const float* x, int64_t n, std::span<float* const> ys,
-                  ThreadPool& pool, ActBits act_bits = kDefaultActBits);
+                  ThreadPool& pool, ActBits act_bits = kDefaultActBits, std::span<const uint8_t* const> packs = {});
 void matmul_group_isa(Isa isa, std::span<const Tensor* const> ws, const float* x, int64_t n,
-                      std::span<float* const> ys, ThreadPool& pool, ActBits act_bits = kDefaultActBits);
+                      std::span<float* const> ys, ThreadPool& pool, ActBits act_bits = kDefaultActBits,
+                      std::span<const uint8_t* const> packs = {});
 
 }  // namespace tern::cpu

@@ -66,12 +66,14 @@ struct Activations {
   ActQ8x256 q8x256;
 };
 
-// A run of weight rows (one thread's share).
+// A run of weight rows (one thread's share), starting at a multiple of 16 rows of its tensor.
 struct WeightRows {
   const uint8_t* data = nullptr;  // first row
   size_t row_stride = 0;          // bytes between rows
   int64_t n_rows = 0;
   int64_t cols = 0;
+  // The run's first panel in the tensor's decode pack (matmul.h DecodePack), or nullptr.
+  const uint8_t* decode_pack = nullptr;
 };
 
 // Writes y[i * ldy + r] = dot(activation row i, weight row r) for i < x.n, r < w.n_rows.
@@ -99,6 +101,11 @@ Kernel avx2_find_kquant_kernel(DType t, int digits);
 Kernel avx512_find_float_kernel(DType t, int digits);
 Kernel avx512_find_legacy_kernel(DType t, int digits);
 Kernel avx512_find_kquant_kernel(DType t, int digits);
+
+// q4_k decode packs (AVX-512 only): every full 16-row panel's super-blocks in the lane order the
+// kernel consumes (matmul_kquant_avx512.cpp), 64-byte aligned `out`; the tail rows are not packed.
+size_t avx512_q4k_decode_pack_bytes(int64_t rows, int64_t cols);
+void avx512_pack_q4k_for_decode(const uint8_t* data, size_t row_stride, int64_t rows, int64_t cols, uint8_t* out);
 
 // Activation quantizers: q8 = D = 1, q16 = D = 2.
 void scalar_quantize_q8x32(const float* x, int64_t cols, int8_t* qs, float* ds);

@@ -93,6 +93,12 @@ struct KPanel45 {
   static void scales(const uint8_t* sb, const PanelRows& rows, PanelScales& out) {
     __m512i h[4];  // d | dmin << 16, then the scale dwords u0, u1, u2
     transpose16x4(sb, rows.stride, h);
+    scales_from(h, out);
+  }
+
+  // The same from the block head's 4 dwords of each lane's row (h[k] lane L: dword k of row
+  // lane_row(L)), however they were obtained (transposed here, or loaded from a decode pack).
+  static void scales_from(const __m512i (&h)[4], PanelScales& out) {
     out.d = halves_low(h[0]);
     out.dmin = halves_high(h[0]);
     const __m512i m3f = _mm512_set1_epi32(0x3f3f3f3f), m0f = _mm512_set1_epi32(0x0f0f0f0f),
@@ -114,9 +120,17 @@ struct KPanel45 {
   [[gnu::always_inline]] static void for_each_group(const uint8_t* sb, const PanelRows& rows, F&& f) {
     [[maybe_unused]] __m512i qh[8];
     if constexpr (kQ5) transpose_slices<2>(sb + offsetof(BlockQ5_K, qh), rows.stride, qh);
+    for_each_group_from([&](int c, __m512i (&q8)[8]) { transpose_slices<2>(sb + kQs + 32 * c, rows.stride, q8); },
+                        qh, f);
+  }
+
+  // The same with the qs dwords supplied by load(c, q8): q8[m] lane L = dword m of bytes
+  // [32c, 32c + 32) of row lane_row(L)'s qs.
+  template <class Load, class F>
+  [[gnu::always_inline]] static void for_each_group_from(Load&& load, [[maybe_unused]] const __m512i (&qh)[8], F&& f) {
     for (int c = 0; c < 4; ++c) {
       __m512i q8[8];
-      transpose_slices<2>(sb + kQs + 32 * c, rows.stride, q8);
+      load(c, q8);
 #pragma GCC unroll 2
       for (int half = 0; half < 2; ++half) {
         __m512i z[8];
@@ -338,25 +352,68 @@ template <bool kMins, int kDigits>
 template <int kDigits>
 constexpr int kChainsPerDigit = kDigits == 1 ? 2 : 1;
 
+// Where a decode panel's super-blocks come from. Both give the kernel the same integers, so the
+// results are bitwise the same whichever is used (and the same as prefill's).
+// From the weight rows: 16x4 transposes in registers; the next panel's bytes are prefetched a
+// slice per super-block (its 16 interleaved row streams defeat the hardware prefetchers).
+template <DType T>
+struct RowsSource {
+  using K = KPanel<T>;
+  const PanelRows& rows;
+  const uint8_t* next;
+  size_t next_bytes;
+  size_t slice;
+  void begin(int64_t s) const {
+    for (size_t off = s * slice; off < (s + 1) * slice && off < next_bytes; off += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
+  }
+  void scales(int64_t s, PanelScales& ps) const { K::scales(rows.base + s * K::kBytes, rows, ps); }
+  template <class F>
+  [[gnu::always_inline]] void groups(int64_t s, F&& f) const {
+    K::for_each_group(rows.base + s * K::kBytes, rows, f);
+  }
+};
+
+// From a q4_k decode pack (pack_q4k_for_decode): per super-block, the 4 head vectors and the 32
+// qs vectors already in lane order, one sequential stream the hardware prefetchers follow.
+constexpr int kQ4kPackVectors = 4 + 32;  // per super-block of a 16-row panel
+struct PackedQ4kSource {
+  const __m512i* panel;  // [n_super][kQ4kPackVectors]
+  void begin(int64_t) const {}
+  void scales(int64_t s, PanelScales& ps) const {
+    const __m512i* p = panel + s * kQ4kPackVectors;
+    const __m512i h[4] = {_mm512_load_si512(p), _mm512_load_si512(p + 1), _mm512_load_si512(p + 2),
+                          _mm512_load_si512(p + 3)};
+    KPanel<DType::Q4_K>::scales_from(h, ps);
+  }
+  template <class F>
+  [[gnu::always_inline]] void groups(int64_t s, F&& f) const {
+    const __m512i* p = panel + s * kQ4kPackVectors + 4;
+    const __m512i no_qh[8] = {};
+    KPanel<DType::Q4_K>::for_each_group_from(
+        [&](int c, __m512i (&q8)[8]) {
+#pragma GCC unroll 8
+          for (int m = 0; m < 8; ++m) q8[m] = _mm512_load_si512(p + 8 * c + m);
+        },
+        no_qh, f);
+  }
+};
+
 // Decode (NA <= 3 activation rows): each group's codes are built in registers and used at once,
-// no scratch; the next panel is prefetched meanwhile (see matmul_legacy_avx512.cpp).
-template <DType T, int kDigits, int NA>
-void panel_fused(const PanelRows& rows, const Activations& x, float* y, int64_t ldy, int n_valid, const uint8_t* next,
-                 size_t next_bytes) {
-  constexpr int kChains = kChainsPerDigit<kDigits>;
+// no scratch.
+template <DType T, int kDigits, int NA, class Source>
+void panel_fused(const Source& src, const Activations& x, float* y, int64_t ldy, int n_valid) {
+  constexpr int kChains = 2;  // NA <= 3 rows leave too few chains otherwise (integer sums: exact in any order)
   using K = KPanel<T>;
   const int64_t n_super = x.cols / kQK_K;
   const int64_t n_groups16 = x.cols / kQ8x256SumGroup;
-  const size_t slice = (next_bytes / static_cast<size_t>(n_super) + 63) / 64 * 64;
   __m512 acc[NA];
 #pragma GCC unroll 4
   for (int a = 0; a < NA; ++a) acc[a] = _mm512_setzero_ps();
   for (int64_t s = 0; s < n_super; ++s) {
-    for (size_t off = s * slice; off < (s + 1) * slice && off < next_bytes; off += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
-    const uint8_t* sb = rows.base + s * K::kBytes;
+    src.begin(s);
     PanelScales ps;
-    K::scales(sb, rows, ps);
+    src.scales(s, ps);
     const int8_t* q[NA];
     __m512i isum[NA][kDigits];
 #pragma GCC unroll 4
@@ -365,7 +422,7 @@ void panel_fused(const PanelRows& rows, const Activations& x, float* y, int64_t 
 #pragma GCC unroll 2
       for (int k = 0; k < kDigits; ++k) isum[a][k] = _mm512_setzero_si512();
     }
-    K::for_each_group(sb, rows, [&](int g, const __m512i* z) {
+    src.groups(s, [&](int g, const __m512i* z) {
       __m512i part[NA][kDigits][kChains];
 #pragma GCC unroll 4
       for (int a = 0; a < NA; ++a)
@@ -460,6 +517,15 @@ void panel_pass(const PanelSuperBlock* panel, const Activations& x, int64_t i0, 
   for (int a = 0; a < NA; ++a) store_panel(acc[a], y + (i0 + a) * ldy, n_valid);
 }
 
+template <DType T, int kDigits, class Source>
+void decode_panel(const Source& src, const Activations& x, float* y, int64_t ldy, int n_valid) {
+  switch (x.n) {
+    case 1: panel_fused<T, kDigits, 1>(src, x, y, ldy, n_valid); break;
+    case 2: panel_fused<T, kDigits, 2>(src, x, y, ldy, n_valid); break;
+    default: panel_fused<T, kDigits, 3>(src, x, y, ldy, n_valid); break;
+  }
+}
+
 template <DType T, int kDigits>
 void kquant_panels(const WeightRows& w, const Activations& x, float* y, int64_t ldy) {
   using K = KPanel<T>;
@@ -474,14 +540,18 @@ void kquant_panels(const WeightRows& w, const Activations& x, float* y, int64_t 
     const PanelRows rows = panel_rows_clamped(w.data + static_cast<size_t>(r0) * w.row_stride, w.row_stride, n_valid,
                                               row_bytes, tail_rows);
     if (x.n <= 3) {
+      if constexpr (T == DType::Q4_K) {
+        if (w.decode_pack != nullptr && n_valid == kPanel) {
+          const PackedQ4kSource src{reinterpret_cast<const __m512i*>(w.decode_pack) + r0 / kPanel * n_super * kQ4kPackVectors};
+          decode_panel<T, kDigits>(src, x, y + r0, ldy, n_valid);
+          continue;
+        }
+      }
       const int64_t next_rows = w.n_rows - (r0 + kPanel) < kPanel ? w.n_rows - (r0 + kPanel) : kPanel;
       const uint8_t* next = w.data + static_cast<size_t>(r0 + kPanel) * w.row_stride;
       const size_t next_bytes = next_rows > 0 ? static_cast<size_t>(next_rows) * w.row_stride : 0;
-      switch (x.n) {
-        case 1: panel_fused<T, kDigits, 1>(rows, x, y + r0, ldy, n_valid, next, next_bytes); break;
-        case 2: panel_fused<T, kDigits, 2>(rows, x, y + r0, ldy, n_valid, next, next_bytes); break;
-        default: panel_fused<T, kDigits, 3>(rows, x, y + r0, ldy, n_valid, next, next_bytes); break;
-      }
+      const size_t slice = (next_bytes / static_cast<size_t>(n_super) + 63) / 64 * 64;
+      decode_panel<T, kDigits>(RowsSource<T>{rows, next, next_bytes, slice}, x, y + r0, ldy, n_valid);
       continue;
     }
     for (int64_t s = 0; s < n_super; ++s) repack<T>(rows.base + s * K::kBytes, rows, panel[s]);
@@ -513,6 +583,29 @@ Kernel find(DType t) {
 
 Kernel avx512_find_kquant_kernel(DType t, int digits) {
   return digits == 2 ? find<2>(t) : find<1>(t);
+}
+
+size_t avx512_q4k_decode_pack_bytes(int64_t rows, int64_t cols) {
+  return static_cast<size_t>(rows / kPanel) * static_cast<size_t>(cols / kQK_K) * kQ4kPackVectors * sizeof(__m512i);
+}
+
+void avx512_pack_q4k_for_decode(const uint8_t* data, size_t row_stride, int64_t rows, int64_t cols, uint8_t* out) {
+  const int64_t n_super = cols / kQK_K;
+  auto* dst = reinterpret_cast<__m512i*>(out);
+  for (int64_t r0 = 0; r0 + kPanel <= rows; r0 += kPanel) {
+    const PanelRows panel = panel_rows(data + static_cast<size_t>(r0) * row_stride, row_stride);
+    for (int64_t s = 0; s < n_super; ++s) {
+      const uint8_t* sb = panel.base + s * sizeof(BlockQ4_K);
+      __m512i h[4];
+      transpose16x4(sb, row_stride, h);  // what KPanel45::scales reads
+      for (const __m512i& v : h) _mm512_store_si512(dst++, v);
+      for (int c = 0; c < 4; ++c) {  // what KPanel45::for_each_group reads
+        __m512i q8[8];
+        transpose_slices<2>(sb + offsetof(BlockQ4_K, qs) + 32 * c, row_stride, q8);
+        for (const __m512i& v : q8) _mm512_store_si512(dst++, v);
+      }
+    }
+  }
 }
 
 }  // namespace tern::cpu::detail
