@@ -76,7 +76,9 @@ TEST_F(EngineOnDefaultModel, GreedyIsIdenticalWithSpeculationReuseAndChunking) {
         } else {
           plain_forwards = r.value().stats.forwards;
         }
-        if (reuse) EXPECT_GT(r.value().stats.cached_tokens, 0);  // blocks of the first session
+        if (reuse) {
+          EXPECT_GT(r.value().stats.cached_tokens, 0);  // blocks of the first session
+        }
       }
     }
   }
