@@ -3,9 +3,11 @@
 //
 //   ppP  one prefill of P random tokens into an empty KV cache (one forward).
 //   tgN  N single-token decode steps, each a forward with logits, starting after a 1-token
-//        prompt (llama-bench's tg also decodes from an empty context).
+//        prompt (llama-bench's tg also decodes from an empty context), or with -d D after a
+//        D-token prompt (llama-bench's -d): decode at depth, where attention reads D tokens of
+//        KV per step. The depth prompt is prefilled once; repetitions reuse it from the cache.
 // Each test runs once untimed (warm-up: page faults, caches, thread spin-up), then --reps times;
-// tok/s is the median. Decode also reports the weight bytes streamed per second and that as a
+// tok/s is the median. Decode also reports the weight (and, at depth, KV) bytes streamed per second and that as a
 // share of the memory read bandwidth measured by the same tool with the same thread count;
 // prefill reports GFLOP/s (2 per weight per token, plus attention). --profile adds a per-op
 // breakdown of a decode step and of a prefill (OpProfiler). Decode bytes count every weight once
@@ -40,6 +42,7 @@ struct BenchOptions {
   std::string threads;       // "1,2"; empty = 1 and all cores
   int n_prompt = 512;        // P of ppP; 0 skips prefill
   int n_gen = 128;           // N of tgN; 0 skips decode
+  int depth = 0;             // decode after a prompt of this many tokens
   int reps = 5;
   int membw_mib = 1024;      // read-bandwidth buffer; 0 skips the measurement
   bool profile = false;
@@ -165,10 +168,12 @@ Stats summarize(std::vector<double> v) {
 
 class Runner {
  public:
-  Runner(Model& model, KvPool& kv, uint64_t seed, int n_prompt, bool cpu_time = false)
+  Runner(Model& model, KvPool& kv, uint64_t seed, int n_prompt, bool cpu_time = false, int depth = 0)
       : session_(model, kv), n_vocab_(model.config().n_vocab), rng_state_(seed),
         clock_(cpu_time ? thread_cpu_seconds : now_seconds) {
     options_.prefill_chunk_tokens = std::max(1, n_prompt);
+    depth_prompt_.resize(static_cast<size_t>(std::max(1, depth)));
+    for (int32_t& id : depth_prompt_) id = next_token();
   }
   // Seconds for one prefill of n tokens into an empty cache.
   Result<double> prefill(int n_tokens) {
@@ -183,8 +188,9 @@ class Runner {
   // so Session::prefill runs exactly one single-token forward with logits. `on_start` runs just
   // before the timed part (the profiler resets there).
   Result<double> decode(int n_steps, const std::function<void()>& on_start = {}) {
-    session_.reset();
-    std::vector<int32_t> tokens = {next_token()};
+    // The depth prompt stays in the session between calls: each call trims back to it (reusing
+    // its KV) instead of prefilling it again.
+    std::vector<int32_t> tokens = depth_prompt_;
     TERN_RETURN_IF_ERROR(step(tokens));
     if (on_start) on_start();
     const double t0 = clock_();
@@ -206,6 +212,7 @@ class Runner {
   Session session_;
   int n_vocab_;
   uint64_t rng_state_;
+  std::vector<int32_t> depth_prompt_;  // decode starts after these tokens (1 unless -d)
   double (*clock_)();
   GenerateOptions options_;
 };
@@ -220,7 +227,7 @@ struct Row {
 };
 
 void print_table(const std::string& label, const std::vector<Row>& rows) {
-  std::printf("\n| model | threads | test | tok/s | min - max | ms/tok | weights GB/s | %% of read BW | GFLOP/s |\n");
+  std::printf("\n| model | threads | test | tok/s | min - max | ms/tok | weights+KV GB/s | %% of read BW | GFLOP/s |\n");
   std::printf("|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
     char gbs[32] = "", pct[32] = "", gflops[32] = "";
@@ -241,7 +248,7 @@ Status profile(const LoadedModel& lm, int n_threads, const BenchOptions& o) {
   mo.n_ctx = lm.model->n_ctx();
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(lm.file, prof, mo));
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<KvPool> kv, KvPool::create(prof, lm.kv->config()));
-  Runner runner(*model, *kv, o.seed, o.n_prompt);
+  Runner runner(*model, *kv, o.seed, o.n_prompt, false, o.depth);
   // Decode rows show weight GB/s (memory-bound); prefill rows show GFLOP/s (compute-bound).
   auto report = [&](const std::string& what, double seconds, int n_tokens, int n_forwards, bool decode) {
     double op_seconds = 0;
@@ -312,7 +319,7 @@ Status run_bench(const BenchOptions& o) {
     ModelSetupOptions so;
     so.path = path;
     so.n_threads = nt;
-    so.n_ctx = std::max({o.n_prompt, o.n_gen + 1, 16});
+    so.n_ctx = std::max({o.n_prompt, o.depth + o.n_gen + 1, 16});
     so.need_tokenizer = false;  // token ids are random; synthesized models have no vocabulary
     TERN_ASSIGN_OR_RETURN(LoadedModel lm, load_for_inference(so));
     const ModelCosts costs = model_costs(*lm.file, *lm.model);
@@ -325,7 +332,7 @@ Status run_bench(const BenchOptions& o) {
         std::printf("note: the weights fit in the %.0f MB last-level cache, so decode can beat DRAM bandwidth\n",
                     llc / 1e6);
     }
-    Runner runner(*lm.model, *lm.kv, o.seed, o.n_prompt, o.cpu_time);
+    Runner runner(*lm.model, *lm.kv, o.seed, o.n_prompt, o.cpu_time, o.depth);
     if (o.n_prompt > 0) {
       TERN_RETURN_IF_ERROR(status_of(runner.prefill(o.n_prompt)));  // warm-up
       std::vector<double> tps;
@@ -345,8 +352,11 @@ Status run_bench(const BenchOptions& o) {
         TERN_ASSIGN_OR_RETURN(double seconds, runner.decode(o.n_gen));
         tps.push_back(o.n_gen / seconds);
       }
-      Row row{nt, "tg" + std::to_string(o.n_gen), summarize(tps)};
-      row.gbs = costs.decode_bytes * row.tok_per_s.median / 1e9;
+      Row row{nt, "tg" + std::to_string(o.n_gen) + (o.depth > 0 ? " @ d" + std::to_string(o.depth) : ""),
+              summarize(tps)};
+      // KV read per step: every position before it, on average depth + n_gen / 2.
+      const double kv_bytes = static_cast<double>(lm.kv->bytes_per_token()) * (o.depth + 0.5 * o.n_gen);
+      row.gbs = (costs.decode_bytes + kv_bytes) * row.tok_per_s.median / 1e9;
       row.peak_gbs = peak_gbs[ti];
       rows.push_back(row);
     }
@@ -367,6 +377,9 @@ void register_bench(CLI::App& app, CommandRunner* run) {
   cmd->add_option("-t,--threads", opts->threads, "comma-separated thread counts (default: 1 and all cores)");
   cmd->add_option("-p,--n-prompt", opts->n_prompt, "prefill test length P (ppP); 0 skips")->capture_default_str();
   cmd->add_option("-n,--n-gen", opts->n_gen, "decode test length N (tgN); 0 skips")->capture_default_str();
+  cmd->add_option("-d,--depth", opts->depth, "decode after a prompt of D tokens (KV read per step grows with D)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("-r,--reps", opts->reps, "timed repetitions per test (median reported)")->capture_default_str();
   cmd->add_option("--membw-mib", opts->membw_mib, "read-bandwidth buffer in MiB; 0 skips")->capture_default_str();
   cmd->add_flag("--profile", opts->profile, "per-op time breakdown of decode and prefill");
