@@ -7,25 +7,15 @@
 #include <future>
 
 #include "../common/model_fixture.h"
+#include "engine_harness.h"
 
 namespace tern {
 namespace {
 
-struct Collected {
-  std::vector<EngineEvent> events;
-  std::promise<void> done;
-};
+using testing::Collected;
 
 EngineRequest make_request(std::vector<int32_t> prompt, int max_tokens, std::shared_ptr<Collected> sink) {
-  EngineRequest r;
-  r.prompt = std::move(prompt);
-  r.params.max_tokens = max_tokens;
-  r.on_event = [sink](EngineEvent&& e) {
-    const bool last = e.kind == EngineEvent::Kind::kFinished || e.kind == EngineEvent::Kind::kError;
-    sink->events.push_back(std::move(e));
-    if (last) sink->done.set_value();
-  };
-  return r;
+  return testing::collect_request(std::move(prompt), max_tokens, std::move(sink));
 }
 
 class EngineTest : public ::testing::Test {
