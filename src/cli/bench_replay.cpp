@@ -90,9 +90,7 @@ double quoted_fraction(const std::vector<int32_t>& prompt, const std::vector<int
   for (size_t e = kGram; e <= prompt.size(); ++e) seen.insert(key(e));
   int quoted = 0, counted = 0;
   for (size_t g = kGram - 1; g < generated.size(); ++g) {
-    const size_t end = prompt.size() + g + 1;
-    if (end < kGram) continue;
-    const uint64_t k = key(end);
+    const uint64_t k = key(prompt.size() + g + 1);
     quoted += seen.count(k) ? 1 : 0;
     ++counted;
     seen.insert(k);
@@ -279,7 +277,6 @@ Verdict judge(const std::vector<TurnRecord>& turns, const std::vector<TurnRecord
     }
   }
   v.quoting_decode_speedup = q_base > 0 ? q_tern / q_base : 0.0;
-  v.worst_session_decode_speedup = 0;
   bool first = true;
   for (const std::string& id : session_ids) {
     auto in = [&id](const TurnRecord& r) { return r.session_id == id; };
