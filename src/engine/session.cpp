@@ -40,11 +40,17 @@ void Session::truncate(size_t n) {
     // A block another sequence shares is never written again: cut back to its start instead. A
     // registered block only this session holds leaves the index and is rewritten in place.
     if (n % bt != 0) {
+      KvPool& pool = kv_.pool();
       const int32_t b = kv_.blocks()[n / bt];
-      if (kv_.pool().refcount(b) > 1) {
-        n = n / bt * bt;
+      if (pool.refcount(b) == 1) {
+        pool.unregister_block(b);
+      } else if (const std::optional<int32_t> copy = pool.allocate()) {
+        // Copy-on-write: a private copy of the shared block (bit-identical KV), so the tokens
+        // before n in it are kept rather than recomputed.
+        pool.copy_block(b, *copy);
+        kv_.replace_block(n / bt, *copy);
       } else {
-        kv_.pool().unregister_block(b);
+        n = n / bt * bt;  // no block to copy into: recompute from the block's start
       }
     }
     tokens_.resize(n);
@@ -120,29 +126,48 @@ size_t Session::match_prefix(std::span<const int32_t> prompt, bool use_index) {
   // The last prompt token is always computed (its logits start the decode).
   truncate(std::min(common, prompt.size() - 1));
 
-  // Extend with blocks from the prefix index (other sessions' work on the same prefix).
+  // Extend with blocks from the prefix index (other sessions' work on the same prefix, restored
+  // from a lower tier when the device no longer holds it), a batch of keys at a time so that a
+  // run of restored blocks is read together.
   KvPool& pool = kv_.pool();
   const size_t bt = static_cast<size_t>(pool.config().block_tokens);
+  bool last_restored = false;
   if (use_index && options_.share_blocks && tokens_.size() % bt == 0) {
-    for (size_t i = tokens_.size() / bt; (i + 1) * bt < prompt.size(); ++i) {
-      const BlockHash parent = i == 0 ? root_hash_ : hashes_[i - 1];
-      BlockKey key;
-      key.tokens.assign(prompt.begin() + static_cast<std::ptrdiff_t>(i * bt), prompt.begin() + static_cast<std::ptrdiff_t>((i + 1) * bt));
-      key.hash = hash_block(parent, key.tokens);
-      key.parent = parent;
-      key.root = root_hash_;
-      key.first_position = static_cast<int32_t>(i * bt);
-      const BlockHash h = key.hash;
-      bool restored = false;  // from host RAM or SSD rather than the device pool
-      const std::optional<int32_t> block = pool.acquire_cached(key, &restored);
-      if (!block) break;
-      if (restored) restored_tokens_ += static_cast<int>(bt);
-      kv_.append_shared_block(*block);
-      tokens_.insert(tokens_.end(), prompt.begin() + static_cast<std::ptrdiff_t>(i * bt),
-                     prompt.begin() + static_cast<std::ptrdiff_t>((i + 1) * bt));
-      hashes_.push_back(h);
-      last_logits_valid_ = false;
+    constexpr size_t kKeysPerBatch = 256;
+    std::vector<BlockKey> keys;
+    std::vector<bool> restored;  // per block: from host RAM or SSD rather than the device pool
+    for (size_t i = tokens_.size() / bt; (i + 1) * bt <= prompt.size();) {
+      keys.clear();
+      for (; (i + 1) * bt <= prompt.size() && keys.size() < kKeysPerBatch; ++i) {
+        BlockKey key;
+        key.parent = i == 0 ? root_hash_ : keys.empty() ? hashes_[i - 1] : keys.back().hash;
+        key.tokens.assign(prompt.begin() + static_cast<std::ptrdiff_t>(i * bt),
+                          prompt.begin() + static_cast<std::ptrdiff_t>((i + 1) * bt));
+        key.hash = hash_block(key.parent, key.tokens);
+        key.root = root_hash_;
+        key.first_position = static_cast<int32_t>(i * bt);
+        keys.push_back(std::move(key));
+      }
+      const std::vector<int32_t> blocks = pool.acquire_cached_chain(keys, &restored);
+      for (size_t j = 0; j < blocks.size(); ++j) {
+        if (restored[j]) restored_tokens_ += static_cast<int>(bt);
+        last_restored = restored[j];
+        kv_.append_shared_block(blocks[j]);
+        tokens_.insert(tokens_.end(), keys[j].tokens.begin(), keys[j].tokens.end());
+        hashes_.push_back(keys[j].hash);
+        last_logits_valid_ = false;
+      }
+      if (blocks.size() < keys.size()) break;
     }
+  }
+  // A prompt that ends on a block boundary may now be held whole, but the last token's logits
+  // are still needed: keep all but that token (copy-on-write of the last block if it is shared)
+  // and compute just the one.
+  if (tokens_.size() == prompt.size() && !last_logits_valid_) {
+    truncate(prompt.size() - 1);
+    // The tokens cut off the last block are computed, not restored (1, or the whole block when
+    // there was no room for a copy).
+    if (last_restored) restored_tokens_ -= static_cast<int>(prompt.size() - tokens_.size());
   }
   return tokens_.size();
 }

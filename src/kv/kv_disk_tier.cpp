@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 
 #include "kv/kv_checksum.h"
 
@@ -475,6 +477,30 @@ bool KvDiskTier::read(const BlockKey& key, std::span<const HostSegment> dst) {
   }
   work_cv_.notify_one();
   return true;
+}
+
+std::vector<uint8_t> KvDiskTier::read_many(std::span<const BlockKey> keys,
+                                            std::span<const std::vector<HostSegment>> dsts) {
+  TERN_CHECK(keys.size() == dsts.size());
+  std::vector<uint8_t> ok(keys.size(), 0);
+  std::atomic<size_t> next{0};
+  // Blocks are claimed in chain order, so the first ones (which the prompt needs first, and
+  // which end the run if they fail) finish first.
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < keys.size();) ok[i] = read(keys[i], dsts[i]);
+  };
+  const size_t n_threads = std::min<size_t>(static_cast<size_t>(std::max(1, options_.max_readers)), keys.size());
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < n_threads; ++t) {
+    try {
+      helpers.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no thread to be had: fewer reads in flight, same result
+    }
+  }
+  work();
+  for (std::thread& h : helpers) h.join();
+  return ok;
 }
 
 }  // namespace tern

@@ -11,7 +11,8 @@
 // dead writers are removed by the next open().
 // Faults: a full disk or an unwritable directory turns writes off with one warning; reads of the
 // files already there go on, and so does serving.
-// Threads: read() runs on the engine thread, writes on the writer thread; the index is shared
+// Threads: read() runs on the engine thread (read_many adds short-lived reader threads), writes on
+// the writer thread; the index is shared
 // under a mutex. A process may share a directory with others (each has its own index; a file
 // another one deleted is just a miss).
 #pragma once
@@ -44,6 +45,7 @@ struct KvDiskTierOptions {
   uint64_t max_pending_bytes = 256ull << 20;      // write-behind queue; newer writes are dropped beyond it
   std::function<void(const std::string&)> warn;   // one line per event; default: stderr
   std::function<int(DiskOp)> fault_errno;         // tests: errno to fail `op` with, 0 = none
+  int max_readers = 4;                            // threads reading one run of blocks (read_many)
 };
 
 struct KvDiskTierStats {
@@ -78,6 +80,10 @@ class KvDiskTier {
   // Reads the block for `key` into `dst` (segment sizes must match the identity's). False on a
   // miss or a bad file (then warned and deleted); dst may have been written either way.
   bool read(const BlockKey& key, std::span<const HostSegment> dst);
+  // read() of keys[i] into dsts[i] for every i, up to max_readers at a time (the calling thread
+  // is one of them): a cold restore of a long prefix keeps several reads in flight instead of
+  // waiting out each file's latency in turn. ok[i] = read()'s result for keys[i].
+  std::vector<uint8_t> read_many(std::span<const BlockKey> keys, std::span<const std::vector<HostSegment>> dsts);
   // Waits until every queued write is done (tests, benchmarks, shutdown).
   void flush();
 

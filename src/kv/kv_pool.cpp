@@ -175,6 +175,47 @@ std::optional<int32_t> KvPool::acquire_cached(const BlockKey& key, bool* restore
   return b;
 }
 
+std::vector<int32_t> KvPool::acquire_cached_chain(std::span<const BlockKey> keys, std::vector<bool>* restored) {
+  std::vector<int32_t> out;
+  if (restored != nullptr) restored->clear();
+  size_t i = 0;
+  while (i < keys.size()) {
+    if (std::optional<int32_t> b = acquire_cached(keys[i].hash)) {
+      out.push_back(*b);
+      if (restored != nullptr) restored->push_back(false);
+      ++i;
+      continue;
+    }
+    // The run of keys only the tiers hold (a miss everywhere ends the chain and evicts nothing).
+    size_t end = i;
+    while (end < keys.size() && tiers_ && !index_.count(keys[end].hash) && tiers_->contains(keys[end].hash)) ++end;
+    if (end == i) break;
+    const std::vector<int32_t> got = tiers_->restore_run(*this, keys.subspan(i, end - i));
+    // Every block restored is registered, even past a failed one: its KV stays cached.
+    size_t n_leading = 0;
+    bool leading = true;
+    for (size_t j = 0; j < got.size(); ++j) {
+      if (got[j] < 0) {
+        leading = false;
+        continue;
+      }
+      const bool registered = register_block(got[j], keys[i + j]);
+      TERN_CHECK(registered);  // the index missed these hashes a moment ago
+      ++stats_.restored_blocks;
+      if (leading) {
+        out.push_back(got[j]);
+        if (restored != nullptr) restored->push_back(true);
+        ++n_leading;
+      } else {
+        release(got[j]);
+      }
+    }
+    if (n_leading < end - i) break;
+    i = end;
+  }
+  return out;
+}
+
 KvTierIdentity KvPool::tier_identity(const KvTierOptions& options) const {
   KvTierIdentity id;
   id.model_id = options.model_id;
@@ -200,18 +241,39 @@ Tensor KvPool::block_segment(int32_t block, int segment) const {
 }
 
 void KvPool::copy_block_to_host(int32_t block, uint8_t* dst) const {
+  std::vector<Backend::DeviceToHost> copies;
+  copies.reserve(2 * static_cast<size_t>(config_.n_layers));
   for (int seg = 0; seg < 2 * config_.n_layers; ++seg) {
     const Tensor t = block_segment(block, seg);
-    backend_->copy_to_host(t, dst);
+    copies.push_back({t, dst});
     dst += t.bytes();
   }
+  backend_->copy_to_host_n(copies);
 }
 
 void KvPool::copy_block_from_host(const uint8_t* src, int32_t block) {
+  copy_blocks_from_host(std::span<const uint8_t* const>(&src, 1), std::span<const int32_t>(&block, 1));
+}
+
+void KvPool::copy_blocks_from_host(std::span<const uint8_t* const> srcs, std::span<const int32_t> blocks) {
+  TERN_CHECK(srcs.size() == blocks.size());
+  std::vector<Backend::HostToDevice> copies;
+  copies.reserve(blocks.size() * 2 * static_cast<size_t>(config_.n_layers));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const uint8_t* src = srcs[i];
+    for (int seg = 0; seg < 2 * config_.n_layers; ++seg) {
+      const Tensor t = block_segment(blocks[i], seg);
+      copies.push_back({src, t});
+      src += t.bytes();
+    }
+  }
+  backend_->copy_from_host_n(copies);
+}
+
+void KvPool::copy_block(int32_t src, int32_t dst) {
   for (int seg = 0; seg < 2 * config_.n_layers; ++seg) {
-    Tensor t = block_segment(block, seg);
-    backend_->copy_from_host(src, t);
-    src += t.bytes();
+    Tensor t = block_segment(dst, seg);
+    backend_->copy_on_device(block_segment(src, seg), t);
   }
 }
 
@@ -259,6 +321,12 @@ void KvSequence::append_shared_block(int32_t block) {
   TERN_CHECK(n_tokens_ % bt == 0 && static_cast<int>(blocks_.size()) * bt == n_tokens_);
   blocks_.push_back(block);
   n_tokens_ += bt;
+}
+
+void KvSequence::replace_block(size_t i, int32_t block) {
+  TERN_CHECK(i < blocks_.size());
+  pool_->release(blocks_[i]);
+  blocks_[i] = block;
 }
 
 int64_t KvSequence::slot(int pos) const {

@@ -88,6 +88,11 @@ class KvPool {
   // fresh one (registered under key.hash), setting *restored.
   bool register_block(int32_t block, const BlockKey& key);
   std::optional<int32_t> acquire_cached(const BlockKey& key, bool* restored = nullptr);
+  // acquire_cached over a chain of keys (keys[i + 1].parent == keys[i].hash), stopping at the
+  // first miss: the blocks of the longest prefix found, one reference each. Consecutive tier hits
+  // are restored together, so the SSD reads of a long prefix overlap instead of going one by one.
+  // restored (optional) gets one flag per returned block: it came from a tier.
+  std::vector<int32_t> acquire_cached_chain(std::span<const BlockKey> keys, std::vector<bool>* restored = nullptr);
 
   // Attaches host-RAM / SSD tiers (replacing any). The pool supplies dtype and layout to the
   // identity; unusable SSD directories are warned about and left out (never an error).
@@ -100,6 +105,11 @@ class KvPool {
   size_t block_payload_bytes() const { return bytes_per_token() * static_cast<size_t>(config_.block_tokens); }
   void copy_block_to_host(int32_t block, uint8_t* dst) const;
   void copy_block_from_host(const uint8_t* src, int32_t block);
+  // srcs[i] into blocks[i], as one backend transfer (one wait on a device backend, not one per
+  // segment).
+  void copy_blocks_from_host(std::span<const uint8_t* const> srcs, std::span<const int32_t> blocks);
+  // dst's KV = src's, on the device (copy-on-write of a shared block a sequence must write into).
+  void copy_block(int32_t src, int32_t dst);
   // The block's segments as host memory, when the pool lives in host memory (CPU backend);
   // empty otherwise.
   std::vector<HostSegment> block_host_segments(int32_t block) const;
@@ -156,6 +166,9 @@ class KvSequence {
   // Appends a block found in the index (the caller acquired its reference). Precondition: the
   // sequence ends on a block boundary.
   void append_shared_block(int32_t block);
+  // Puts `block` (the caller's reference moves in) at table index i, releasing the one there:
+  // copy-on-write swaps a shared block for a private copy.
+  void replace_block(size_t i, int32_t block);
   // KV slot of position pos: block * block_tokens + offset.
   int64_t slot(int pos) const;
 

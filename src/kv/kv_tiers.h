@@ -18,7 +18,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "kv/block_key.h"
 #include "kv/kv_block_file.h"
@@ -35,6 +37,7 @@ struct KvTierOptions {
   uint64_t disk_bytes = 0;     // SSD tier cap in bytes
   bool write_behind = true;    // queue every registered block for the SSD at once, not only on spill
   uint64_t disk_max_pending_bytes = 256ull << 20;  // write-behind queue cap (beyond it, writes wait for a spill)
+  int disk_readers = 4;        // SSD reads in flight while restoring a run of blocks
   // Identity stored in and checked against every file (dtype and layout come from the pool).
   std::string model_id;
   uint64_t model_fingerprint = 0;
@@ -67,6 +70,12 @@ class KvTiers {
   // registered); nullopt on a miss or when the pool has no block to give. A host copy is taken
   // out before the block is allocated, since the allocation may itself spill into host RAM.
   std::optional<int32_t> restore(KvPool& pool, const BlockKey& key);
+  // restore() for a chain of keys, as one operation: host copies go to the device in one
+  // transfer and the SSD files are read several at a time. Returns one entry per key attempted
+  // (a prefix of keys: it stops where the tiers or the pool run out): the block (refcount 1, not
+  // registered) or -1 where that block failed its checks (warned, deleted; later ones may
+  // still have succeeded).
+  std::vector<int32_t> restore_run(KvPool& pool, std::span<const BlockKey> keys);
 
   KvHostTier* host() { return host_.get(); }
   KvDiskTier* disk() { return disk_.get(); }
@@ -80,7 +89,11 @@ class KvTiers {
   KvTierIdentity identity_;
   std::unique_ptr<KvHostTier> host_;
   std::unique_ptr<KvDiskTier> disk_;
-  std::vector<uint8_t> staging_;  // SSD reads for a device pool that is not host memory
+  // SSD reads into a pool that is not host memory: into staging_, then one copy to the device.
+  void read_via_staging(KvPool& pool, std::span<const BlockKey> keys, std::span<const int32_t> blocks,
+                        std::vector<uint8_t>& ok);
+
+  std::vector<uint8_t> staging_;
   KvTierStats stats_;
 };
 

@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor.h"
 #include "ops/batch_plan.h"
@@ -61,6 +63,34 @@ class Backend {
   virtual Tensor upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) = 0;
   virtual void copy_from_host(const void* src, Tensor& dst) = 0;
   virtual void copy_to_host(const Tensor& src, void* dst) = 0;  // waits for prior work
+
+  // Many small copies as one transfer (the KV tiers move a block as 2 * n_layers row ranges, and
+  // a restore moves runs of blocks). A device backend stages them together and waits once
+  // instead of once per copy. The defaults loop over the single-copy forms.
+  struct HostToDevice {
+    const void* src;  // dst.bytes() contiguous bytes
+    Tensor dst;
+  };
+  struct DeviceToHost {
+    Tensor src;
+    void* dst;  // receives src.bytes() contiguous bytes
+  };
+  virtual void copy_from_host_n(std::span<const HostToDevice> copies) {
+    for (const HostToDevice& c : copies) {
+      Tensor dst = c.dst;
+      copy_from_host(c.src, dst);
+    }
+  }
+  virtual void copy_to_host_n(std::span<const DeviceToHost> copies) {
+    for (const DeviceToHost& c : copies) copy_to_host(c.src, c.dst);
+  }
+  // dst = src, both this backend's memory, same dtype and shape (the KV pool's copy-on-write of
+  // a shared block). Ordered after prior work. The default stages through host memory.
+  virtual void copy_on_device(const Tensor& src, Tensor& dst) {
+    std::vector<uint8_t> staging(row_bytes(src.dtype, src.cols) * static_cast<size_t>(src.rows));
+    copy_to_host(src, staging.data());
+    copy_from_host(staging.data(), dst);
+  }
 
   // Step: uploads the plan once; the plan-dependent ops below use it.
   virtual void begin_step(const BatchPlan& plan) = 0;
