@@ -3,6 +3,7 @@
 //   gpu_bench [--model FILE | --preset NAME --mix MIX] [--ctx 1024,32768] [--decode-steps 64]
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
 //             [--tc-prefill]
+//   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
 //
 // --preset synthesizes the model (formats/synth.h) into $TMPDIR once; random weights decode at
 // the same speed as real ones. Sections, each one line per measurement:
@@ -14,6 +15,7 @@
 //            projections' share of the bf16 tensor-core peak (2 * weight params * tokens / time;
 //            --tc-prefill: the opt-in cuBLASLt path, CudaBackendOptions::tc_prefill)
 //   batch    tok/s of B sequences decoding together (each at --batch-ctx tokens of context)
+//   attn     (--attn, instead of the model) the attention op alone (attention_bench.h)
 // A forward's time includes its logits copy to the host (the sync point), as the engine's does.
 #include <algorithm>
 #include <chrono>
@@ -26,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_bench.h"
 #include "backends/cuda/cuda_backend.h"
 #include "formats/gguf.h"
 #include "formats/synth.h"
@@ -45,12 +48,28 @@ struct Options {
   int chunk = 512;
   bool graphs = true;
   bool tc_prefill = false;
+  bool attn = false;
+  AttentionBenchOptions attn_options;
 };
 
 std::vector<int> parse_list(const char* s) {
   std::vector<int> v;
   for (const char* p = s; *p;) {
     v.push_back(std::atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return v;
+}
+
+// "C+P,C+P": (cached tokens, new tokens) pairs.
+std::vector<std::pair<int, int>> parse_pairs(const char* s) {
+  std::vector<std::pair<int, int>> v;
+  for (const char* p = s; *p;) {
+    const int cached = std::atoi(p);
+    while (*p && *p != '+' && *p != ',') ++p;
+    const int n = *p == '+' ? std::atoi(++p) : 0;
+    v.emplace_back(cached, n);
     while (*p && *p != ',') ++p;
     if (*p == ',') ++p;
   }
@@ -72,6 +91,9 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--chunk") o.chunk = std::atoi(next());
     else if (a == "--no-graphs") o.graphs = false;
     else if (a == "--tc-prefill") o.tc_prefill = true;
+    else if (a == "--attn") o.attn = true;
+    else if (a == "--attn-ctx") o.attn_options.decode_ctx = parse_list(next());
+    else if (a == "--attn-prefill") o.attn_options.prefill = parse_pairs(next());
     else {
       std::fprintf(stderr, "gpu_bench: unknown argument '%s'\n", a.c_str());
       return false;
@@ -281,5 +303,9 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   tern::bench::Options o;
   if (!tern::bench::parse(argc, argv, o)) return 2;
+  if (o.attn) {
+    o.attn_options.tc = o.tc_prefill;
+    return tern::bench::run_attention_bench(o.attn_options);
+  }
   return tern::bench::run(o);
 }

@@ -7,6 +7,10 @@
 #   OUT=/tmp/out BIN=.device/gpu bench/gpu/run_device.sh [tests] [sanitize] [bench-small]
 #       [bench-8b-q4k] [bench-8b-q8] [bench-8b-f16] [bench-long] [bench-tc] [gemm] [profile-small] [profile-8b]
 # bench-tc: 8B Q4_K_M prefill at 512 / 4096 tokens with the opt-in tensor-core prefill (one chunk).
+# attn: the attention op alone (gpu_bench --attn): decode at 1k / 32k (default kernel), prefill
+#   512 without and 512 / 4096 / 2048-on-30720 with the tensor-core kernel.
+# long-tc-q4k / long-tc-f16: 8B decode at 1k / 32k (contexts filled with the tensor-core prefill)
+#   and tensor-core prefill at 512 / 4096 in 4096-token chunks.
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -78,6 +82,12 @@ PY
     bench-8b-q8) bench 8b-q8 150 --preset llama3-8b --mix q8_0 --ctx 1024 --prefill 512 ;;
     bench-8b-f16) bench 8b-f16 200 --preset llama3-8b --mix f16 --ctx 1024 --prefill 512 ;;
     bench-tc) bench tc 150 --preset llama3-8b --mix q4_k_m --ctx "" --decode-steps 0 --prefill 512,4096 --chunk 4096 --tc-prefill ;;
+    attn)
+      bench attn 60 --attn --attn-prefill 0+512
+      bench attn-tc 60 --attn --attn-ctx "" --attn-prefill 0+512,0+4096,30720+2048 --tc-prefill
+      ;;
+    long-tc-q4k) bench long-tc-q4k 100 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill 512,4096 --chunk 4096 --tc-prefill --decode-steps 16 ;;
+    long-tc-f16) bench long-tc-f16 150 --preset llama3-8b --mix f16 --ctx 1024,32768 --prefill 512,4096 --chunk 4096 --tc-prefill --decode-steps 16 ;;
     bench-long) bench long 200 --preset llama3-8b --mix q4_k_m --ctx 32768 --prefill 4096 --decode-steps 32 ;;
     profile-small | profile-8b)  # per-kernel device times of a decode step (ncu serializes kernels)
       if [[ $step == profile-small ]]; then model=(--preset smollm2-135m --mix q4_1); else model=(--preset llama3-8b --mix q4_k_m); fi

@@ -1,7 +1,9 @@
 // Paged attention kernels: the chunk kernel (fused and split modes) and the split-mode merge.
-// attention.h states the arithmetic every path shares; the fold is one function used by both.
+// attention.h states the arithmetic every path shares; each step is one function used by both
+// modes, so the modes cannot drift apart.
 #include <cmath>
 
+#include "backends/cuda/async_copy.cuh"
 #include "backends/cuda/attention.h"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
@@ -13,10 +15,14 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int C = kAttnChunkTokens;
+constexpr int kSeg = 8;             // dimensions per score segment (one 16-byte f16 load)
+constexpr int kQueriesPerPass = 4;  // queries whose q segments a thread holds in registers
 static_assert(C == 64, "the softmax phase gives each lane positions lane and lane + 32");
+static_assert(kAttnMaxHeadDim <= 32 * kSeg, "a key's segments must fit one warp");
 
 struct Shape {
   int group, hpb, n_slices, nq_alloc;
+  int seg_lanes;  // lanes per key in the score phase: the power of two >= head_dim / kSeg
 };
 
 __host__ __device__ inline Shape shape_of(const AttentionArgs& a) {
@@ -25,11 +31,30 @@ __host__ __device__ inline Shape shape_of(const AttentionArgs& a) {
   s.hpb = s.group < kAttnMaxHeadsPerBlock ? s.group : kAttnMaxHeadsPerBlock;
   s.n_slices = (s.group + s.hpb - 1) / s.hpb;
   s.nq_alloc = a.plan.max_tile_tokens * s.hpb;
+  s.seg_lanes = 1;
+  while (s.seg_lanes * kSeg < a.head_dim) s.seg_lanes *= 2;
   return s;
 }
 
-// Folds chunk partial (m, l) into the running (M, L); returns the scales of the old state and of
-// the partial. Precondition: m > -inf (empty chunks are skipped by the callers).
+// Shared memory of one block, in bytes from the start: floats, then ints, then the K/V stages.
+struct SmemLayout {
+  size_t q, span_a, p, stats, tok, kv, total;
+};
+__host__ __device__ inline SmemLayout smem_layout(const AttentionArgs& a, const Shape& sh) {
+  const size_t nq = sh.nq_alloc, hd = a.head_dim, elem = a.kv_dtype == DType::F16 ? 2 : 4;
+  SmemLayout l;
+  l.q = 0;                                      // [nq][hd] queries
+  l.span_a = l.q + 4 * nq * hd;                 // [nq][hd] running A of the current span
+  l.p = l.span_a + 4 * nq * hd;                 // [nq][C] scores, then probabilities
+  l.stats = l.p + 4 * nq * C;                   // [8][nq] chunk / span / total statistics
+  l.tok = l.stats + 4 * 8 * nq;                 // [2][kAttnTileTokens] positions, first positions
+  l.kv = (l.tok + 4 * 2 * kAttnTileTokens + 15) / 16 * 16;  // [stages][K, V][C][hd]
+  l.total = l.kv + static_cast<size_t>(a.kv_stages) * 2 * C * hd * elem;
+  return l;
+}
+
+// Folds partial (m, l) into the running (M, L); returns the scales of the old state and of the
+// partial. Precondition: m > -inf (empty chunks and spans are skipped by the callers).
 struct FoldScales {
   float sa, sb;
 };
@@ -46,114 +71,204 @@ __device__ __forceinline__ float fold_acc(float A, float a, FoldScales f) {
   return __fadd_rn(__fmul_rn(A, f.sa), __fmul_rn(a, f.sb));
 }
 
-__device__ __forceinline__ float load_kv(const void* base, bool f16, int64_t idx) {
-  return f16 ? __half2float(static_cast<const __half*>(base)[idx]) : static_cast<const float*>(base)[idx];
+__device__ __forceinline__ void load8(const __half* p, float (&x)[8]) {
+  const uint4 w = *reinterpret_cast<const uint4*>(p);
+  const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    x[2 * e] = half_bits_to_float(static_cast<uint16_t>(u[e] & 0xffffu));
+    x[2 * e + 1] = half_bits_to_float(static_cast<uint16_t>(u[e] >> 16));
+  }
+}
+__device__ __forceinline__ void load8(const float* p, float (&x)[8]) {
+  const float4 lo = reinterpret_cast<const float4*>(p)[0], hi = reinterpret_cast<const float4*>(p)[1];
+  x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w, x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+}
+__device__ __forceinline__ void load4(const __half* p, float (&x)[4]) {
+  const uint2 w = *reinterpret_cast<const uint2*>(p);
+  x[0] = half_bits_to_float(static_cast<uint16_t>(w.x & 0xffffu));
+  x[1] = half_bits_to_float(static_cast<uint16_t>(w.x >> 16));
+  x[2] = half_bits_to_float(static_cast<uint16_t>(w.y & 0xffffu));
+  x[3] = half_bits_to_float(static_cast<uint16_t>(w.y >> 16));
+}
+__device__ __forceinline__ void load4(const float* p, float (&x)[4]) {
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
 }
 
-// Chunks [c_begin, c_end) of one tile for the head slice of blockIdx.y (attention.h).
-__device__ __forceinline__ void attend_tile(const AttentionArgs& a, const Shape& sh, int tile, int c_begin, int c_end,
-                                            float* sm) {
-  const DevicePlan& P = a.plan;
+// Starts the copy of K and V rows j0 .. j0 + n_rows - 1 into k_dst / v_dst ([C][hd] each).
+// 16-byte cp.async when every row is 16-byte aligned (the pool's layout), else plain loads.
+template <typename T>
+__device__ __forceinline__ void issue_chunk(const AttentionArgs& a, const int32_t* blocks, int64_t kv_col, int j0,
+                                            int n_rows, bool vec, T* k_dst, T* v_dst) {
   const int hd = a.head_dim;
+  const T* k_src = static_cast<const T*>(a.k_cache);
+  const T* v_src = static_cast<const T*>(a.v_cache);
+  if (vec) {
+    constexpr int kPer16 = 16 / sizeof(T);
+    const int per_row = hd / kPer16, n = n_rows * per_row;
+    for (int i = threadIdx.x; i < 2 * n; i += kThreads) {
+      const bool is_v = i >= n;
+      const int r = is_v ? i - n : i;
+      const int jj = r / per_row, e0 = (r - jj * per_row) * kPer16;
+      const int j = j0 + jj;
+      const int64_t slot = int64_t{blocks[j / a.block_tokens]} * a.block_tokens + j % a.block_tokens;
+      const T* src = is_v ? v_src + slot * a.v_cache_stride : k_src + slot * a.k_cache_stride;
+      cp_async16((is_v ? v_dst : k_dst) + jj * hd + e0, src + kv_col + e0);
+    }
+  } else {
+    for (int i = threadIdx.x; i < n_rows * hd; i += kThreads) {
+      const int jj = i / hd, d = i - jj * hd;
+      const int j = j0 + jj;
+      const int64_t slot = int64_t{blocks[j / a.block_tokens]} * a.block_tokens + j % a.block_tokens;
+      k_dst[i] = k_src[slot * a.k_cache_stride + kv_col + d];
+      v_dst[i] = v_src[slot * a.v_cache_stride + kv_col + d];
+    }
+  }
+}
+
+// Spans [s_begin, s_end) of one tile for the head slice of blockIdx.y (attention.h).
+template <typename T, int kStages>
+__device__ __forceinline__ void attend_tile(const AttentionArgs& a, const Shape& sh, int tile, int s_begin, int s_end,
+                                            unsigned char* sm) {
+  const DevicePlan& P = a.plan;
+  const int hd = a.head_dim, hd4 = hd / 4;
   const int g = blockIdx.y / sh.n_slices, slice = blockIdx.y % sh.n_slices;
   const int h0 = g * sh.group + slice * sh.hpb;
   const int nh = min(sh.hpb, sh.group - slice * sh.hpb);
   const int t0 = P.tile_token_begin[tile], nt = P.tile_n_tokens[tile];
   const int nq = nt * nh;
 
-  float* q_s = sm;                          // [nq_alloc][hd]
-  float* acc_s = q_s + sh.nq_alloc * hd;    // [nq_alloc][hd]   fused mode: running A
-  float* k_s = acc_s + sh.nq_alloc * hd;    // [C][hd + 1]      padded: conflict-free dot loop
-  float* v_s = k_s + C * (hd + 1);          // [C][hd]
-  float* p_s = v_s + C * hd;                // [nq_alloc][C]    scores, then probabilities
-  float* m_c = p_s + sh.nq_alloc * C;       // [nq_alloc] chunk max
-  float* l_c = m_c + sh.nq_alloc;           // [nq_alloc] chunk sum
-  float* M_s = l_c + sh.nq_alloc;           // [nq_alloc] running max (fused)
-  float* L_s = M_s + sh.nq_alloc;           // [nq_alloc] running sum (fused)
-  float* sa_s = L_s + sh.nq_alloc;          // [nq_alloc] fold scales of this chunk (fused)
-  float* sb_s = sa_s + sh.nq_alloc;
-  int* tok_pos = reinterpret_cast<int*>(sb_s + sh.nq_alloc);  // [kAttnTileTokens]
-  int* tok_first = tok_pos + kAttnTileTokens;                  // first attended position
+  const SmemLayout L = smem_layout(a, sh);
+  float* q_s = reinterpret_cast<float*>(sm + L.q);
+  float* span_a = reinterpret_cast<float*>(sm + L.span_a);
+  float* p_s = reinterpret_cast<float*>(sm + L.p);
+  float* stats = reinterpret_cast<float*>(sm + L.stats);
+  const int na = sh.nq_alloc;
+  float* m_c = stats;               // chunk max (then: span non-empty flag)
+  float* l_c = stats + na;          // chunk sum
+  float* span_m = stats + 2 * na;   // running span max
+  float* span_l = stats + 3 * na;   // running span sum
+  float* tot_m = stats + 4 * na;    // fused: running total max
+  float* tot_l = stats + 5 * na;    // fused: running total sum
+  float* sa_s = stats + 6 * na;     // fold scales of the current fold
+  float* sb_s = stats + 7 * na;
+  int* tok_pos = reinterpret_cast<int*>(sm + L.tok);
+  int* tok_first = tok_pos + kAttnTileTokens;
+  T* kv_s = reinterpret_cast<T*>(sm + L.kv);
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  __syncthreads();  // a previous call's readers are done with this shared memory
+  const int tid = threadIdx.x, lane = tid & 31;
+  const bool fused = !a.split;
+  auto out_at = [&](int qi, int d) -> float& {
+    return a.out[int64_t{t0 + qi / nh} * a.out_stride + int64_t{h0 + qi % nh} * hd + d];
+  };
   if (tid < nt) {
     const int pos = P.positions[t0 + tid];
     tok_pos[tid] = pos;
     tok_first[tid] = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
   }
   for (int i = tid; i < nq * hd; i += kThreads) {
-    const int qi = i / hd, d = i % hd;
-    const int tt = qi / nh, hh = qi % nh;
-    q_s[i] = a.q[(t0 + tt) * a.q_stride + int64_t{h0 + hh} * hd + d];
-    acc_s[i] = 0.0f;
+    const int qi = i / hd, d = i - qi * hd;
+    q_s[i] = a.q[int64_t{t0 + qi / nh} * a.q_stride + int64_t{h0 + qi % nh} * hd + d];
+    span_a[i] = 0.0f;
+    if (fused) out_at(qi, d) = 0.0f;  // the running total A lives in the output rows
   }
   for (int i = tid; i < nq; i += kThreads) {
-    M_s[i] = -INFINITY;
-    L_s[i] = 0.0f;
+    span_m[i] = -INFINITY;
+    span_l[i] = 0.0f;
+    tot_m[i] = -INFINITY;
+    tot_l[i] = 0.0f;
   }
   __syncthreads();
   int max_pos = 0;
   for (int tt = 0; tt < nt; ++tt) max_pos = max(max_pos, tok_pos[tt]);
   const int seq = P.seq_index[t0];
   const int32_t* blocks = P.block_ids + P.block_offsets[seq];
-  const bool f16 = a.kv_dtype == DType::F16;
   const int64_t kv_col = int64_t{g} * hd;
-  const bool vec_f16 = f16 && hd % 8 == 0 && a.k_cache_stride % 8 == 0 && a.v_cache_stride % 8 == 0 &&
-                       reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
+  const bool vec = a.k_cache_stride % (16 / sizeof(T)) == 0 && a.v_cache_stride % (16 / sizeof(T)) == 0 &&
+                   reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
 
-  for (int c = c_begin; c < c_end; ++c) {
-    const int j0 = c * C;
-    const int n_load = min(C, max_pos + 1 - j0);
-    __syncthreads();  // the previous chunk's readers are done with k_s, v_s, p_s
-    if (vec_f16) {  // 16-byte loads: 8 halves of a row per thread step
-      const int per_row = hd / 8;
-      for (int i = tid; i < n_load * per_row; i += kThreads) {
-        const int jj = i / per_row, d0 = (i % per_row) * 8;
-        const int j = j0 + jj;
-        const int64_t slot = int64_t{blocks[j / a.block_tokens]} * a.block_tokens + j % a.block_tokens;
-        const uint4 kw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(a.k_cache) +
-                                                         slot * a.k_cache_stride + kv_col + d0);
-        const uint4 vw = *reinterpret_cast<const uint4*>(static_cast<const __half*>(a.v_cache) +
-                                                         slot * a.v_cache_stride + kv_col + d0);
-        const uint32_t kk[4] = {kw.x, kw.y, kw.z, kw.w}, vv[4] = {vw.x, vw.y, vw.z, vw.w};
+  const int c_begin = s_begin * kAttnSpanChunks;
+  const int c_end = min(s_end * kAttnSpanChunks, max_pos / C + 1);
+  const int n_iter = c_end - c_begin;
+  auto stage_k = [&](int i) { return kv_s + (i % kStages) * 2 * C * hd; };
+  auto issue = [&](int i) {  // always commits a group, so the wait count below stays uniform
+    if (i < n_iter) {
+      const int j0 = (c_begin + i) * C;
+      T* k_dst = stage_k(i);
+      issue_chunk<T>(a, blocks, kv_col, j0, min(C, max_pos + 1 - j0), vec, k_dst, k_dst + C * hd);
+    }
+    cp_async_commit();
+  };
+  for (int i = 0; i + 1 < kStages; ++i) issue(i);
+
+  const int seg_lanes = sh.seg_lanes;
+  const int seg = lane & (seg_lanes - 1);
+  const bool seg_live = seg * kSeg < hd;
+  const int key_stride = kThreads / seg_lanes;  // keys the block scores at once
+  const int key0 = tid / seg_lanes;
+
+  for (int i = 0; i < n_iter; ++i) {
+    issue(i + kStages - 1);
+    cp_async_wait<kStages - 1>();
+    __syncthreads();  // chunk i has landed for every thread
+    const int c = c_begin + i, j0 = c * C;
+    const T* k_s = stage_k(i);
+    const T* v_s = k_s + C * hd;
+
+    // Scores: seg_lanes lanes per (query, key), a segment each, then the butterfly tree.
+    for (int qg = 0; qg < nq; qg += kQueriesPerPass) {
+      float qr[kQueriesPerPass][kSeg];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          k_s[jj * (hd + 1) + d0 + 2 * e] = half_bits_to_float(static_cast<uint16_t>(kk[e] & 0xffffu));
-          k_s[jj * (hd + 1) + d0 + 2 * e + 1] = half_bits_to_float(static_cast<uint16_t>(kk[e] >> 16));
-          v_s[jj * hd + d0 + 2 * e] = half_bits_to_float(static_cast<uint16_t>(vv[e] & 0xffffu));
-          v_s[jj * hd + d0 + 2 * e + 1] = half_bits_to_float(static_cast<uint16_t>(vv[e] >> 16));
+      for (int qq = 0; qq < kQueriesPerPass; ++qq) {
+        if (qg + qq < nq && seg_live) {
+          load8(q_s + (qg + qq) * hd + seg * kSeg, qr[qq]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kSeg; ++e) qr[qq][e] = 0.0f;
         }
       }
-    } else {
-      for (int i = tid; i < n_load * hd; i += kThreads) {
-        const int jj = i / hd, d = i % hd;
-        const int j = j0 + jj;
-        const int64_t slot = int64_t{blocks[j / a.block_tokens]} * a.block_tokens + j % a.block_tokens;
-        k_s[jj * (hd + 1) + d] = load_kv(a.k_cache, f16, slot * a.k_cache_stride + kv_col + d);
-        v_s[jj * hd + d] = load_kv(a.v_cache, f16, slot * a.v_cache_stride + kv_col + d);
+      for (int jj = key0; jj < C; jj += key_stride) {
+        float kr[kSeg];
+        if (seg_live) {
+          load8(k_s + jj * hd + seg * kSeg, kr);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kSeg; ++e) kr[e] = 0.0f;
+        }
+        float part[kQueriesPerPass];
+#pragma unroll
+        for (int qq = 0; qq < kQueriesPerPass; ++qq) {
+          part[qq] = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kSeg; ++e) part[qq] = __fmaf_rn(qr[qq][e], kr[e], part[qq]);
+        }
+        for (int off = 1; off < seg_lanes; off <<= 1) {
+#pragma unroll
+          for (int qq = 0; qq < kQueriesPerPass; ++qq) {
+            part[qq] = __fadd_rn(part[qq], __shfl_xor_sync(kFullMask, part[qq], off));
+          }
+        }
+        if (seg == 0) {
+          const int j = j0 + jj;
+#pragma unroll
+          for (int qq = 0; qq < kQueriesPerPass; ++qq) {
+            const int qi = qg + qq;
+            if (qi >= nq) break;
+            const int tt = qi / nh;
+            float s = -INFINITY;
+            if (j <= tok_pos[tt] && j >= tok_first[tt]) {
+              s = __fmul_rn(part[qq], a.scale);
+              if (a.softcap > 0.0f) s = __fmul_rn(a.softcap, tanhf(__fdiv_rn(s, a.softcap)));
+            }
+            p_s[qi * C + jj] = s;
+          }
+        }
       }
     }
     __syncthreads();
-    // Scores, one (query, position) pair per thread step.
-    for (int i = tid; i < nq * C; i += kThreads) {
-      const int qi = i / C, jj = i % C;
-      const int tt = qi / nh;
-      const int j = j0 + jj;
-      float s = -INFINITY;
-      if (j <= tok_pos[tt] && j >= tok_first[tt]) {
-        const float* qv = q_s + qi * hd;
-        const float* kv = k_s + jj * (hd + 1);
-        float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) dot = __fmaf_rn(qv[d], kv[d], dot);
-        s = __fmul_rn(dot, a.scale);
-        if (a.softcap > 0.0f) s = __fmul_rn(a.softcap, tanhf(__fdiv_rn(s, a.softcap)));
-      }
-      p_s[i] = s;
-    }
-    __syncthreads();
-    // Chunk softmax statistics: a warp per query.
-    for (int qi = warp; qi < nq; qi += kWarps) {
+    // Chunk softmax statistics and the fold into the span: a warp per query.
+    for (int qi = tid >> 5; qi < nq; qi += kWarps) {
       const float s0 = p_s[qi * C + lane], s1 = p_s[qi * C + lane + 32];
       const float m = warp_max(fmaxf(s0, s1));
       float p0 = 0.0f, p1 = 0.0f, l = 0.0f;
@@ -167,73 +282,101 @@ __device__ __forceinline__ void attend_tile(const AttentionArgs& a, const Shape&
       if (lane == 0) {
         m_c[qi] = m;
         l_c[qi] = l;
-        if (!a.split && m != -INFINITY) {
-          const FoldScales f = fold_stats(M_s[qi], L_s[qi], m, l);
+        if (m != -INFINITY) {
+          const FoldScales f = fold_stats(span_m[qi], span_l[qi], m, l);
           sa_s[qi] = f.sa;
           sb_s[qi] = f.sb;
         }
       }
     }
     __syncthreads();
-    // Weighted values: one (query, dim) output per thread step, positions in order.
-    for (int i = tid; i < nq * hd; i += kThreads) {
-      const int qi = i / hd, d = i % hd;
-      const int tt = qi / nh, hh = qi % nh;
+    // Weighted values: four dimensions of one query per thread step, positions in order.
+    for (int o = tid; o < nq * hd4; o += kThreads) {
+      const int qi = o / hd4, d0 = (o - qi * hd4) * 4;
+      const int tt = qi / nh;
       const int jb = max(0, tok_first[tt] - j0);
       const int je = min(C, tok_pos[tt] - j0 + 1);
-      float acc = 0.0f;
-      for (int jj = jb; jj < je; ++jj) acc = __fmaf_rn(p_s[qi * C + jj], v_s[jj * hd + d], acc);
-      if (a.split) {
-        if (j0 <= tok_pos[tt]) {  // the token owns a partial slot for this chunk
-          const int t = t0 + tt;
-          float* rec = a.partials +
-                       (int64_t{P.token_partial_begin[t] + c} * a.n_heads + h0 + hh) * (hd + 2);
-          rec[2 + d] = acc;
-          if (d == 0) {
-            rec[0] = m_c[qi];
-            rec[1] = l_c[qi];
-          }
-        }
-      } else if (m_c[qi] != -INFINITY) {
-        acc_s[i] = fold_acc(acc_s[i], acc, FoldScales{sa_s[qi], sb_s[qi]});
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int jj = jb; jj < je; ++jj) {
+        const float p = p_s[qi * C + jj];
+        float v[4];
+        load4(v_s + jj * hd + d0, v);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[e] = __fmaf_rn(p, v[e], acc[e]);
+      }
+      if (m_c[qi] != -INFINITY) {
+        const FoldScales f{sa_s[qi], sb_s[qi]};
+        float* A = span_a + qi * hd + d0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) A[e] = fold_acc(A[e], acc[e], f);
       }
     }
+    if ((c + 1) % kAttnSpanChunks == 0 || i + 1 == n_iter) {  // the span is complete
+      const int span = c / kAttnSpanChunks;
+      __syncthreads();
+      if (!fused) {
+        for (int o = tid; o < nq * hd; o += kThreads) {
+          const int qi = o / hd, d = o - qi * hd;
+          const int t = t0 + qi / nh;
+          if (span * kAttnSpanTokens > tok_pos[qi / nh]) continue;  // the token owns no slot here
+          float* rec = a.partials + (int64_t{P.token_partial_begin[t] + span} * a.n_heads + h0 + qi % nh) * (hd + 2);
+          rec[2 + d] = span_a[o];
+          if (d == 0) {
+            rec[0] = span_m[qi];
+            rec[1] = span_l[qi];
+          }
+        }
+      } else {
+        for (int qi = tid; qi < nq; qi += kThreads) {
+          const bool live = span_m[qi] != -INFINITY;
+          if (live) {
+            const FoldScales f = fold_stats(tot_m[qi], tot_l[qi], span_m[qi], span_l[qi]);
+            sa_s[qi] = f.sa;
+            sb_s[qi] = f.sb;
+          }
+          m_c[qi] = live ? 1.0f : 0.0f;
+          span_m[qi] = -INFINITY;
+          span_l[qi] = 0.0f;
+        }
+        __syncthreads();
+        for (int o = tid; o < nq * hd; o += kThreads) {
+          const int qi = o / hd, d = o - qi * hd;
+          if (m_c[qi] != 0.0f) out_at(qi, d) = fold_acc(out_at(qi, d), span_a[o], FoldScales{sa_s[qi], sb_s[qi]});
+          span_a[o] = 0.0f;
+        }
+      }
+    }
+    __syncthreads();  // stage i, p_s and the statistics are free for the next chunk
   }
-  if (a.split) return;
-  __syncthreads();
-  for (int i = tid; i < nq * hd; i += kThreads) {
-    const int qi = i / hd, d = i % hd;
-    const int tt = qi / nh, hh = qi % nh;
-    a.out[(t0 + tt) * a.out_stride + int64_t{h0 + hh} * hd + d] = __fdiv_rn(acc_s[i], L_s[qi]);
+  if (!fused) return;
+  for (int o = tid; o < nq * hd; o += kThreads) {
+    const int qi = o / hd, d = o - qi * hd;
+    out_at(qi, d) = __fdiv_rn(out_at(qi, d), tot_l[qi]);
   }
 }
 
-// Fused mode: block x = one tile, all its chunks. Split mode: block x = items
-// [x * items_per_block, ...) of the (tile, chunk) list, one partial each.
+// Fused mode: block x = one tile, all its spans. Split mode: block x = one (tile, span) item.
+template <typename T, int kStages>
 __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionArgs a) {
   pdl_enter();
-  extern __shared__ __align__(16) float sm[];
+  extern __shared__ __align__(16) unsigned char sm[];
   const Shape sh = shape_of(a);
   const DevicePlan& P = a.plan;
   if (!a.split) {
-    attend_tile(a, sh, blockIdx.x, 0, P.tile_n_chunks[blockIdx.x], sm);
+    attend_tile<T, kStages>(a, sh, blockIdx.x, 0, P.tile_n_spans[blockIdx.x], sm);
     return;
   }
-  const int first = blockIdx.x * a.items_per_block;
-  const int last = min(P.n_split_items, first + a.items_per_block);
-  for (int item = first; item < last; ++item) {
-    const int c = P.split_chunk[item];
-    attend_tile(a, sh, P.split_tile[item], c, c + 1, sm);
-  }
+  const int span = P.split_span[blockIdx.x];
+  attend_tile<T, kStages>(a, sh, P.split_tile[blockIdx.x], span, span + 1, sm);
 }
 
-// Split mode: folds a (token, head)'s chunk partials in chunk order. One block per (token, head).
+// Split mode: folds a (token, head)'s span partials in span order. One block per (token, head).
 __global__ void __launch_bounds__(kThreads) attention_merge_kernel(AttentionArgs a) {
   pdl_enter();
   constexpr int kPerThread = kAttnMaxHeadDim / kThreads;
   const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
   const DevicePlan& P = a.plan;
-  const int n_chunks = P.positions[t] / C + 1;
+  const int n_spans = P.positions[t] / kAttnSpanTokens + 1;
   const int64_t first = int64_t{P.token_partial_begin[t]};
   float M = -INFINITY, L = 0.0f;
   float A[kPerThread];
@@ -241,13 +384,13 @@ __global__ void __launch_bounds__(kThreads) attention_merge_kernel(AttentionArgs
   for (int k = 0; k < kPerThread; ++k) A[k] = 0.0f;
   // Loads a batch of partials (independent, all in flight together), then folds them in order.
   constexpr int kBatch = 16;
-  for (int c0 = 0; c0 < n_chunks; c0 += kBatch) {
+  for (int s0 = 0; s0 < n_spans; s0 += kBatch) {
     float m[kBatch], l[kBatch], av[kBatch][kPerThread];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       m[b] = -INFINITY;
-      if (c0 + b < n_chunks) {
-        const float* rec = a.partials + ((first + c0 + b) * a.n_heads + h) * (hd + 2);
+      if (s0 + b < n_spans) {
+        const float* rec = a.partials + ((first + s0 + b) * a.n_heads + h) * (hd + 2);
         m[b] = rec[0];
         l[b] = rec[1];
 #pragma unroll
@@ -272,25 +415,38 @@ __global__ void __launch_bounds__(kThreads) attention_merge_kernel(AttentionArgs
   }
 }
 
+template <typename T>
+void launch_chunk(const AttentionArgs& a, const LaunchEnv& env, dim3 grid, size_t smem) {
+  if (a.kv_stages >= 2) {
+    launch_kernel(env, attention_chunk_kernel<T, 2>, grid, kThreads, smem, a);
+  } else {
+    launch_kernel(env, attention_chunk_kernel<T, 1>, grid, kThreads, smem, a);
+  }
+}
+
 }  // namespace
 
 size_t attention_partials_bytes(const AttentionArgs& a) {
   return sizeof(float) * static_cast<size_t>(a.plan.n_partials) * a.n_heads * (a.head_dim + 2);
 }
 
-size_t attention_smem_bytes(const AttentionArgs& a) {
-  const Shape sh = shape_of(a);
-  const size_t hd = a.head_dim, nq = sh.nq_alloc;
-  const size_t floats = 2 * nq * hd + C * (hd + 1) + C * hd + nq * C + 6 * nq;
-  return floats * sizeof(float) + 2 * kAttnTileTokens * sizeof(int);
-}
+size_t attention_smem_bytes(const AttentionArgs& a) { return smem_layout(a, shape_of(a)).total; }
 
 void launch_attention(const AttentionArgs& a, const LaunchEnv& env) {
   if (a.plan.n_tokens == 0) return;
+  if (a.tc) {
+    launch_attention_tc(a, env);
+    return;
+  }
   const Shape sh = shape_of(a);
-  const int64_t blocks_x = a.split ? (a.plan.n_split_items + a.items_per_block - 1) / a.items_per_block : a.plan.n_tiles;
+  const int64_t blocks_x = a.split ? a.plan.n_split_items : a.plan.n_tiles;
   const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(a.n_kv_heads * sh.n_slices));
-  launch_kernel(env, attention_chunk_kernel, grid, kThreads, attention_smem_bytes(a), a);
+  const size_t smem = attention_smem_bytes(a);
+  if (a.kv_dtype == DType::F16) {
+    launch_chunk<__half>(a, env, grid, smem);
+  } else {
+    launch_chunk<float>(a, env, grid, smem);
+  }
   if (a.split) {
     launch_kernel(env, attention_merge_kernel, dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)),
                   kThreads, 0, a);
@@ -298,8 +454,14 @@ void launch_attention(const AttentionArgs& a, const LaunchEnv& env) {
 }
 
 void init_attention(int max_smem_bytes) {
-  TERN_CUDA_CHECK(
-      cudaFuncSetAttribute(attention_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_chunk_kernel<__half, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       max_smem_bytes));
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_chunk_kernel<__half, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       max_smem_bytes));
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_chunk_kernel<float, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       max_smem_bytes));
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_chunk_kernel<float, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       max_smem_bytes));
 }
 
 }  // namespace tern::cuda

@@ -83,6 +83,14 @@ bool use_tc_prefill(const CudaBackendOptions& options) {
   return options.tc_prefill;
 }
 
+// The tensor-core prefill attention (with tc_prefill): TERN_CUDA_TC_ATTENTION (1 / 0) overrides
+// CudaBackendOptions::tc_attention.
+bool use_tc_attention(const CudaBackendOptions& options) {
+  const char* env = std::getenv("TERN_CUDA_TC_ATTENTION");
+  if (env != nullptr && *env) return std::strcmp(env, "0") != 0;
+  return options.tc_attention;
+}
+
 // True when the float rows [a + r * a_stride, + a_cols) and [b + r * b_stride, + b_cols),
 // r < rows, lie in address ranges that do not overlap.
 bool disjoint_rows(const float* a, int64_t a_stride, int64_t a_cols, const float* b, int64_t b_stride, int64_t b_cols,
@@ -106,7 +114,8 @@ class CudaBackend final : public Backend {
         max_smem_bytes_(static_cast<int>(prop.sharedMemPerBlockOptin)),
         stream_(stream),
         queue_(std::make_shared<StepQueue>(stream, options.use_graphs, use_pdl(options, prop))),
-        tc_gemm_(std::move(tc_gemm)) {
+        tc_gemm_(std::move(tc_gemm)),
+        tc_attention_(tc_gemm_ != nullptr && use_tc_attention(options)) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
   }
   ~CudaBackend() override {
@@ -127,6 +136,7 @@ class CudaBackend final : public Backend {
   CudaBackendStats stats() const {
     CudaBackendStats s = queue_->stats();
     s.tc_matmuls = tc_matmuls_;
+    s.tc_attentions = tc_attentions_;
     return s;
   }
 
@@ -167,7 +177,7 @@ class CudaBackend final : public Backend {
 
   void begin_step(const BatchPlan& plan) override {
     queue_->flush();  // the previous step's records read the plan buffer we are about to refill
-    layout_ = pack_plan(plan, kAttnChunkTokens, kAttnTileTokens, plan_words_);
+    layout_ = pack_plan(plan, AttentionPlanSizes{kAttnSpanTokens, kAttnTileTokens, kAttnTcTileTokens}, plan_words_);
     const size_t bytes = std::max<size_t>(static_cast<size_t>(layout_.total) * sizeof(int32_t), 4);
     if (plan_dev_ == nullptr || plan_dev_->bytes() < bytes) {
       plan_dev_ = alloc(std::max({bytes, 2 * (plan_dev_ ? plan_dev_->bytes() : 0), size_t{1} << 16}));
@@ -190,10 +200,12 @@ class CudaBackend final : public Backend {
     p.logit_rows = base + layout_.logit_rows;
     p.tile_token_begin = base + layout_.tile_token_begin;
     p.tile_n_tokens = base + layout_.tile_n_tokens;
-    p.tile_n_chunks = base + layout_.tile_n_chunks;
+    p.tile_n_spans = base + layout_.tile_n_spans;
     p.split_tile = base + layout_.split_tile;
-    p.split_chunk = base + layout_.split_chunk;
+    p.split_span = base + layout_.split_span;
     p.token_partial_begin = base + layout_.token_partial_begin;
+    p.tc_tile_token_begin = base + layout_.tc_tile_token_begin;
+    p.tc_tile_n_tokens = base + layout_.tc_tile_n_tokens;
     p.n_tokens = layout_.n_tokens;
     p.n_seqs = layout_.n_seqs;
     p.n_logit_rows = layout_.n_logit_rows;
@@ -201,6 +213,7 @@ class CudaBackend final : public Backend {
     p.n_split_items = layout_.n_split_items;
     p.n_partials = layout_.n_partials;
     p.max_tile_tokens = layout_.max_tile_tokens;
+    p.n_tc_tiles = layout_.n_tc_tiles;
     have_plan_ = true;
   }
 
@@ -343,11 +356,23 @@ class CudaBackend final : public Backend {
     TERN_CHECK_MSG(is_device(q) && is_device(out) && is_device(kv.k) && is_device(kv.v),
                    "attention: tensors must be on the CUDA device");
     TERN_CHECK_MSG(kv.k.dtype == DType::F16 || kv.k.dtype == DType::F32, "attention: cache must be f16 or f32");
-    TERN_CHECK_MSG(p.head_dim <= kAttnMaxHeadDim, "attention: head_dim above 256 is not supported on CUDA");
+    TERN_CHECK_MSG(p.head_dim <= kAttnMaxHeadDim && p.head_dim % 8 == 0,
+                   "attention: CUDA supports head_dim <= 256 and a multiple of 8");
     TERN_CHECK(q.rows == plan_.n_tokens);
     AttentionArgs a;
     std::memset(&a, 0, sizeof(a));
     fill_attention(q, kv, p, out, a);
+    // The opt-in tensor-core prefill attention (attention_tc.h) for large steps it supports.
+    if (tc_attention_ && plan_.n_tokens >= options_.tc_prefill_min_tokens && attention_tc_supports(a)) {
+      a.tc = 1;
+      ++tc_attentions_;
+      AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
+      std::memcpy(&rec, &a, sizeof(a));
+      return;
+    }
+    // Two K/V chunks in flight per block where they fit the shared memory, else one.
+    a.kv_stages = 2;
+    if (attention_smem_bytes(a) > static_cast<size_t>(max_smem_bytes_)) a.kv_stages = 1;
     TERN_CHECK_MSG(attention_smem_bytes(a) <= static_cast<size_t>(max_smem_bytes_),
                    "attention: tile does not fit the device's shared memory");
     // Split (flash-decoding) when tiles alone cannot fill the GPU; the two modes give
@@ -358,10 +383,6 @@ class CudaBackend final : public Backend {
     if (options_.attention_split == AttentionSplit::kNever) split = false;
     if (split) {
       a.split = 1;
-      // Enough blocks for ~4 per SM, each taking a few consecutive chunks (long contexts);
-      // partials stay per chunk, so this grouping does not change any result.
-      const int64_t items = int64_t{plan_.n_split_items} * p.n_kv_heads;
-      a.items_per_block = static_cast<int>(std::max<int64_t>(1, items / (4 * int64_t{n_sm_})));
       const size_t need = attention_partials_bytes(a);
       // Growing frees the old buffer, which flushes the records that still use it.
       if (partials_ == nullptr || partials_->bytes() < need) {
@@ -486,6 +507,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<TcGemm> tc_gemm_;          // set when the tensor-core prefill is on
   std::unique_ptr<Buffer> tc_x16_, tc_w16_;  // its bf16 activations and weight tile (matmul_tc.h)
   int64_t tc_matmuls_ = 0;
+  bool tc_attention_ = false;  // tensor-core prefill attention on (with tc_gemm_)
+  int64_t tc_attentions_ = 0;
   PackedPlanLayout layout_;
   DevicePlan plan_{};
   bool have_plan_ = false;
@@ -520,6 +543,7 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   }
   init_matmul(static_cast<int>(prop.sharedMemPerBlockOptin));
   init_attention(static_cast<int>(prop.sharedMemPerBlockOptin));
+  init_attention_tc(static_cast<int>(prop.sharedMemPerBlockOptin));
   std::unique_ptr<TcGemm> tc_gemm;
   if (use_tc_prefill(options)) {
     if (options.tc_prefill_min_tokens < 1) {

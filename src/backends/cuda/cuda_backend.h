@@ -47,6 +47,10 @@ struct CudaBackendOptions {
   // TERN_CUDA_TC_PREFILL overrides this flag (1: on, 0: off). Needs libcublasLt at run time.
   bool tc_prefill = false;
   int tc_prefill_min_tokens = 64;  // activation rows from which a product takes the tensor cores
+  // With tc_prefill: steps of at least tc_prefill_min_tokens tokens also run attention on the
+  // tensor cores (attention_tc.h: f16 q and p, not bit-identical to decode). The environment
+  // variable TERN_CUDA_TC_ATTENTION (1 / 0) overrides this flag.
+  bool tc_attention = true;
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).
@@ -62,6 +66,7 @@ struct CudaBackendStats {
   int64_t steps_graph = 0;       // op lists replayed from a cached graph
   int64_t graphs_built = 0;      // graphs captured and instantiated (or updated)
   int64_t tc_matmuls = 0;        // products recorded for the tensor-core prefill path
+  int64_t tc_attentions = 0;     // attention ops recorded for the tensor-core prefill kernel
 };
 CudaBackendStats backend_stats(const Backend& backend);
 

@@ -33,16 +33,19 @@ struct DevicePlan {
   const int32_t* logit_rows;           // [n_logit_rows]
   const int32_t* tile_token_begin;     // [n_tiles] first token of each attention tile
   const int32_t* tile_n_tokens;        // [n_tiles] tokens in the tile (<= kAttnTileTokens)
-  const int32_t* tile_n_chunks;        // [n_tiles] chunks 0 .. n-1 cover the tile's contexts
-  const int32_t* split_tile;           // [n_split_items] (tile, chunk) work items, split mode
-  const int32_t* split_chunk;          // [n_split_items]
-  const int32_t* token_partial_begin;  // [n_tokens] first partial slot of each token's chunks
+  const int32_t* tile_n_spans;         // [n_tiles] spans 0 .. n-1 cover the tile's contexts
+  const int32_t* split_tile;           // [n_split_items] (tile, span) work items, split mode
+  const int32_t* split_span;           // [n_split_items]
+  const int32_t* token_partial_begin;  // [n_tokens] first partial slot of each token's spans
+  const int32_t* tc_tile_token_begin;  // [n_tc_tiles] tiles of the tensor-core prefill attention
+  const int32_t* tc_tile_n_tokens;     // [n_tc_tiles] (<= kAttnTcTileTokens)
   int n_tokens;
   int n_seqs;
   int n_logit_rows;
   int n_tiles;
   int n_split_items;
-  int n_partials;  // sum over tokens of (position / kAttnChunkTokens + 1)
+  int n_partials;  // sum over tokens of (position / kAttnSpanTokens + 1)
+  int n_tc_tiles;
   int max_tile_tokens;  // tokens in the largest tile (sizes the attention blocks' memory)
 };
 
@@ -160,16 +163,20 @@ struct AttentionArgs {
   float scale;
   int sliding_window;
   float softcap;
-  int split;        // 1: blocks of (tile, chunk) items + merge kernel; 0: one block per tile
-  int items_per_block;  // split mode: consecutive (tile, chunk) items each block takes
+  int split;        // 1: one block per (tile, span) item + merge kernel; 0: one block per tile
+  int tc;           // 1: the tensor-core prefill kernel (attention_tc.h); split is then 0
+  int kv_stages;    // K/V chunks a block keeps in flight (1 or 2: what fits shared memory)
   float* partials;  // split mode: [n_partials, n_heads, head_dim + 2]
   DevicePlan plan;
 };
 
 // Sizes the kernels are specialized for (the invariance contract fixes them; see attention.h).
-constexpr int kAttnChunkTokens = 64;   // context positions per chunk
-constexpr int kAttnTileTokens = 8;     // query tokens per tile
-constexpr int kAttnMaxHeadDim = 256;
+constexpr int kAttnChunkTokens = 64;                                // positions per softmax chunk
+constexpr int kAttnSpanChunks = 4;                                  // chunks per split partial
+constexpr int kAttnSpanTokens = kAttnChunkTokens * kAttnSpanChunks;  // positions per span
+constexpr int kAttnTileTokens = 8;                                  // query tokens per tile
+constexpr int kAttnMaxHeadDim = 256;                                // and head_dim % 8 == 0
+constexpr int kAttnTcTileTokens = 16;                               // tensor-core prefill tiles
 
 // Bytes of attention partials a split launch needs.
 size_t attention_partials_bytes(const AttentionArgs& a);
@@ -192,6 +199,10 @@ void launch_kv_write(const KvWriteArgs& a, const LaunchEnv& env);
 void launch_gather_rows(const GatherRowsArgs& a, const LaunchEnv& env);
 void launch_matmul(const MatmulArgs& a, const LaunchEnv& env);
 void launch_attention(const AttentionArgs& a, const LaunchEnv& env);
+// The tensor-core prefill attention (attention_tc.h); launch_attention calls it when a.tc is set.
+void launch_attention_tc(const AttentionArgs& a, const LaunchEnv& env);
+// True when the tensor-core kernel handles this shape (f16 cache, head_dim 64 or 128).
+bool attention_tc_supports(const AttentionArgs& a);
 
 // True for every weight dtype launch_matmul / launch_embed accept.
 bool matmul_supports(DType t);
@@ -200,5 +211,6 @@ bool matmul_supports(DType t);
 // opt-in maximum. Call on each device before its first launch; idempotent.
 void init_matmul(int max_smem_bytes);
 void init_attention(int max_smem_bytes);
+void init_attention_tc(int max_smem_bytes);
 
 }  // namespace tern::cuda

@@ -1,0 +1,25 @@
+// gpu_bench --attn: the attention op alone at the Llama-3-8B shape (32 q heads, 8 KV heads,
+// head_dim 128, f16 KV in 16-token blocks), 32 layers of distinct KV buffers per step so no
+// layer finds its KV in L2, timed per step of 32 calls (CUDA graph replay, one small sync):
+//   decode   one token after C cached tokens (the batch-invariant kernel, split mode): us per
+//            layer, KV bytes per token, GB/s and % of the copy bandwidth
+//   prefill  P tokens on top of C cached tokens (with --tc-prefill the tensor-core kernel,
+//            else the batch-invariant one): ms per layer, ms for 32 layers, TFLOP/s
+#pragma once
+
+#include <utility>
+#include <vector>
+
+namespace tern::bench {
+
+struct AttentionBenchOptions {
+  std::vector<int> decode_ctx = {1024, 32768};
+  std::vector<std::pair<int, int>> prefill = {{0, 512}, {0, 4096}, {30720, 2048}};  // (cached, new)
+  bool tc = false;
+  int reps = 10;
+};
+
+// Returns the process exit code.
+int run_attention_bench(const AttentionBenchOptions& o);
+
+}  // namespace tern::bench

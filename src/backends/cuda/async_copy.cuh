@@ -1,0 +1,25 @@
+// cp.async (sm_80+) wrappers for the attention kernels: 16-byte global -> shared copies that
+// bypass L1 (.cg: K/V rows are streamed once per block), committed in groups and waited on
+// with a compile-time count of groups still allowed in flight.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace tern::cuda {
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+// Copies src_bytes (0 or 16) and fills the rest of the 16 bytes with zeros.
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+}  // namespace tern::cuda
