@@ -111,8 +111,10 @@ void attention_fast_isa(Isa isa, const Tensor& q, const KvLayerView& kv, const A
       c_lo = std::min(c_lo, span.c0);
       c_hi = std::max(c_hi, span.c1);
     }
-    for (int g = 0; g < p.n_kv_heads; ++g)
-      for (int c = c_lo; c <= c_hi; ++c)
+    // Chunk-major: the kv heads of a chunk read neighbouring parts of the same K/V rows, so taking
+    // them back to back finds the rows' lines already in cache (the prefetchers fetch whole rows).
+    for (int c = c_lo; c <= c_hi; ++c)
+      for (int g = 0; g < p.n_kv_heads; ++g)
         s.items.push_back({static_cast<int32_t>(t0), static_cast<int32_t>(t1), g, c});
     t0 = t1;
   }

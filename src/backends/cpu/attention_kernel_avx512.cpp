@@ -1,13 +1,15 @@
 // The AVX-512 attention unit kernel (attention_kernel.h). Keys sit in vector lanes: the unit's K
-// rows are converted once and transposed into 16-key tiles (kt[d][key]), so one query's scores for
-// 16 keys are one FMA chain over d with q[d] broadcast, and the tile's loads are shared by up to
-// kScoreBlock query vectors. V rows are converted once ([key][d]) and every query's acc is an FMA
-// chain over its keys, shared loads again. Per query vector, at this ISA:
+// rows are converted and transposed one 16-key tile at a time into a small L1 buffer (kt[d][key]),
+// and every block of up to kScoreBlock query vectors that reaches the tile scores it there: one
+// query's scores for 16 keys are one FMA chain over d with q[d] broadcast. V is read in key order
+// into per-query FMA chains: straight from the cache when the unit has one block of query vectors
+// (decode), from V rows converted once into scratch otherwise. Per query vector, at this ISA:
 //   score lanes: two chains over d (even d, odd d), summed, times scale (then softcap);
 //   m = max; p = exp(s - m) (exp_ps, simd_math_avx512.h) on the query's keys, 0 elsewhere; l = sum of the
 //   16-lane p vectors over its key tiles in order, then hsum;
 //   acc[d] = fma(p_j, v_j[d], acc[d]) over its keys j in order (masked off for other keys).
-// None of this depends on which other queries share the unit (batch invariance).
+// None of this depends on which other queries share the unit, or on where V was converted
+// (conversion is exact), so decode and any prefill tiling give the same bits (batch invariance).
 #include <immintrin.h>
 
 #include <cmath>
@@ -19,9 +21,13 @@
 namespace tern::cpu::detail {
 namespace {
 
-constexpr int kScoreBlock = 8;  // query vectors per pass over a K tile
-constexpr int kPvBlock = 4;     // query vectors per pass over V
-constexpr int kPvStrips = 4;    // 16-column strips of acc per pass (kPvBlock x kPvStrips accumulators)
+constexpr int kScoreBlock = 8;     // query vectors per pass over a K tile
+constexpr int kPvBlock = 4;        // query vectors per pass over V
+constexpr int kPvStrips = 4;       // 16-column strips of acc per pass (kPvBlock x kPvStrips accumulators)
+// Decode reads K/V once from memory and is bound by its latency and bandwidth: while a tile is
+// scored, the K rows kPrefetchTiles tiles ahead and the tile's V rows (for the P V pass) are
+// prefetched.
+constexpr int kPrefetchTiles = 2;
 
 int round_up16(int n) { return (n + kKeyTile - 1) / kKeyTile * kKeyTile; }
 
@@ -74,17 +80,49 @@ __mmask16 range_mask(int jt, int j0, int j1) {  // lanes jt + i with j0 <= jt + 
   return static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
 }
 
-// Scores of NB query vectors (q[b], head_dim floats) against one 16-key tile of kt (rows ks
-// floats apart), scaled; written to out + b * ks.
+// The rows of the 16 positions jt .. jt+15 from column kv_col; null for positions outside
+// [lo, hi). One block-table lookup per tile when blocks hold whole tiles (the usual 16 tokens).
+void tile_rows(const Tensor& cache, const int32_t* blocks, int block_tokens, int jt, int lo, int hi, int64_t kv_col,
+               const uint8_t** rows) {
+  if (block_tokens % kKeyTile == 0) {
+    const uint8_t* first = kv_row(cache, blocks, block_tokens, jt, kv_col);
+    const int64_t stride = static_cast<int64_t>(cache.row_stride);
+    for (int i = 0; i < kKeyTile; ++i) rows[i] = jt + i >= lo && jt + i < hi ? first + i * stride : nullptr;
+    return;
+  }
+  for (int i = 0; i < kKeyTile; ++i)
+    rows[i] = jt + i >= lo && jt + i < hi ? kv_row(cache, blocks, block_tokens, jt + i, kv_col) : nullptr;
+}
+
+// Prefetches the non-null rows (`bytes` each) of a tile into L1, or into L2 only.
+template <bool kToL1>
+void prefetch_rows(const uint8_t* const* rows, int bytes) {
+  for (int i = 0; i < kKeyTile; ++i) {
+    if (rows[i] == nullptr) continue;
+    for (int b = 0; b < bytes; b += 64) {
+      const char* line = reinterpret_cast<const char*>(rows[i] + b);
+      if constexpr (kToL1) {
+        _mm_prefetch(line, _MM_HINT_T0);
+      } else {
+        _mm_prefetch(line, _MM_HINT_T1);
+      }
+    }
+  }
+}
+
+// Scores of NB query vectors (q[b], head_dim floats) against one 16-key tile of transposed K (kt,
+// rows kt_stride floats apart), scaled; written to out + b * out_stride. Per lane (key): two FMA
+// chains over d (even d, odd d) from zero, summed, times scale.
 template <int NB>
-void score_tile(const float* const* q, const float* kt, int ks, int hd, float scale, float* out) {
+void score_tile(const float* const* q, const float* kt, int kt_stride, int hd, float scale, float* out,
+                int out_stride) {
   __m512 even[NB], odd[NB];
 #pragma GCC unroll 8
   for (int b = 0; b < NB; ++b) even[b] = odd[b] = _mm512_setzero_ps();
   int d = 0;
   for (; d + 2 <= hd; d += 2) {
-    const __m512 k0 = _mm512_loadu_ps(kt + static_cast<int64_t>(d) * ks);
-    const __m512 k1 = _mm512_loadu_ps(kt + static_cast<int64_t>(d + 1) * ks);
+    const __m512 k0 = _mm512_loadu_ps(kt + static_cast<int64_t>(d) * kt_stride);
+    const __m512 k1 = _mm512_loadu_ps(kt + static_cast<int64_t>(d + 1) * kt_stride);
 #pragma GCC unroll 8
     for (int b = 0; b < NB; ++b) {
       even[b] = _mm512_fmadd_ps(_mm512_set1_ps(q[b][d]), k0, even[b]);
@@ -92,25 +130,33 @@ void score_tile(const float* const* q, const float* kt, int ks, int hd, float sc
     }
   }
   if (d < hd) {
-    const __m512 k0 = _mm512_loadu_ps(kt + static_cast<int64_t>(d) * ks);
+    const __m512 k0 = _mm512_loadu_ps(kt + static_cast<int64_t>(d) * kt_stride);
 #pragma GCC unroll 8
     for (int b = 0; b < NB; ++b) even[b] = _mm512_fmadd_ps(_mm512_set1_ps(q[b][d]), k0, even[b]);
   }
 #pragma GCC unroll 8
   for (int b = 0; b < NB; ++b)
-    _mm512_storeu_ps(out + static_cast<int64_t>(b) * ks, _mm512_mul_ps(_mm512_add_ps(even[b], odd[b]), _mm512_set1_ps(scale)));
+    _mm512_storeu_ps(out + static_cast<int64_t>(b) * out_stride,
+                     _mm512_mul_ps(_mm512_add_ps(even[b], odd[b]), _mm512_set1_ps(scale)));
 }
 
-template <int NB>
-void score_block(const float* const* q, int lo, int hi, int base, const float* kt, int ks, int hd, float scale,
-                 float* out) {
-  for (int jt = lo / kKeyTile * kKeyTile; jt < hi; jt += kKeyTile) score_tile<NB>(q, kt + (jt - base), ks, hd, scale, out + (jt - base));
-}
+// Where pv_block reads V: straight from the cache (converting each row as it goes), or from rows
+// already converted into `staged` ([key - base][hd_pad]).
+struct VSource {
+  const Tensor* cache;
+  const int32_t* blocks;
+  int block_tokens;
+  int64_t kv_col;
+  bool f16;
+  const float* staged;  // null: read the cache
+  int base;
+  int hd_pad;
+};
 
 // acc (NB query vectors x up to kPvStrips strips from column s0) = sum over each query's keys of
-// p_j * v_j. p[b]: the query's probabilities, indexed by j - base.
+// p_j * v_j, in key order. p[b]: the query's probabilities, indexed by j - base.
 template <int NB>
-void pv_block(const float* const* p, const int* j0, const int* j1, int base, const float* v, int hd_pad, int hd, int s0,
+void pv_block(const float* const* p, const int* j0, const int* j1, const VSource& vs, int hd, int s0,
               float* const* acc_out) {
   int lo = j0[0], hi = j1[0];
   for (int b = 1; b < NB; ++b) {
@@ -123,21 +169,28 @@ void pv_block(const float* const* p, const int* j0, const int* j1, int base, con
   for (int b = 0; b < NB; ++b)
 #pragma GCC unroll 4
     for (int s = 0; s < kPvStrips; ++s) acc[b][s] = _mm512_setzero_ps();
-  for (int j = lo; j < hi; ++j) {
-    const float* vj = v + static_cast<int64_t>(j - base) * hd_pad + s0;
-    __mmask16 active[NB];
-    __m512 pj[NB];
+  for (int jt = lo / kKeyTile * kKeyTile; jt < hi; jt += kKeyTile) {
+    const uint8_t* rows[kKeyTile];
+    if (vs.staged == nullptr) tile_rows(*vs.cache, vs.blocks, vs.block_tokens, jt, lo, hi, vs.kv_col, rows);
+    const int j_end = jt + kKeyTile < hi ? jt + kKeyTile : hi;
+    for (int j = jt > lo ? jt : lo; j < j_end; ++j) {
+      __mmask16 active[NB];
+      __m512 pj[NB];
 #pragma GCC unroll 4
-    for (int b = 0; b < NB; ++b) {
-      active[b] = static_cast<unsigned>(j - j0[b]) < static_cast<unsigned>(j1[b] - j0[b]) ? 0xffff : 0;
-      pj[b] = _mm512_set1_ps(p[b][j - base]);
-    }
+      for (int b = 0; b < NB; ++b) {
+        active[b] = static_cast<unsigned>(j - j0[b]) < static_cast<unsigned>(j1[b] - j0[b]) ? 0xffff : 0;
+        pj[b] = _mm512_set1_ps(p[b][j - vs.base]);
+      }
+      const float* staged_row = vs.staged == nullptr ? nullptr : vs.staged + static_cast<int64_t>(j - vs.base) * vs.hd_pad;
 #pragma GCC unroll 4
-    for (int s = 0; s < kPvStrips; ++s) {
-      if (s >= ns) break;
-      const __m512 vs = _mm512_loadu_ps(vj + 16 * s);
+      for (int s = 0; s < kPvStrips; ++s) {
+        if (s >= ns) break;
+        const int d0 = s0 + 16 * s;
+        const __m512 v = staged_row != nullptr ? _mm512_loadu_ps(staged_row + d0)
+                                               : load16(rows[j - jt], vs.f16, d0, mask16(hd - d0));
 #pragma GCC unroll 4
-      for (int b = 0; b < NB; ++b) acc[b][s] = _mm512_mask3_fmadd_ps(pj[b], vs, acc[b][s], active[b]);
+        for (int b = 0; b < NB; ++b) acc[b][s] = _mm512_mask3_fmadd_ps(pj[b], v, acc[b][s], active[b]);
+      }
     }
   }
 #pragma GCC unroll 4
@@ -154,18 +207,36 @@ void attend_unit_avx512(const AttentionUnit& u) {
   const int hd = u.head_dim, group = u.group;
   const int hd_pad = round_up16(hd);
   const int base = u.key_lo / kKeyTile * kKeyTile;
-  const int ks = round_up16(u.key_hi) - base;  // keys in the unit's tiles: the K tile row stride
+  const int ks = round_up16(u.key_hi) - base;  // keys in the unit's tiles: the scores' row stride
+  const int n_qv = u.n_queries * group;
   const bool k_f16 = kv.k.dtype == DType::F16, v_f16 = kv.v.dtype == DType::F16;
-  float* kt = u.scratch;                                          // [hd, ks]: K transposed
-  float* v = kt + static_cast<int64_t>(hd_pad) * ks;              // [ks, hd_pad]
-  float* scores = v + static_cast<int64_t>(ks) * hd_pad;          // [n_queries * group, ks]
+  const int k_row_bytes = hd * (k_f16 ? 2 : 4), v_row_bytes = hd * (v_f16 ? 2 : 4);
+  float* kt = u.scratch;                                     // [hd_pad, 16]: one K tile, transposed
+  float* scores = kt + static_cast<int64_t>(hd_pad) * kKeyTile;  // [n_qv, ks]
+  float* v = scores + static_cast<int64_t>(n_qv) * ks;       // [ks, hd_pad], only when V is staged
 
-  // K: 16 keys x 16 columns at a time, transposed in registers. Keys outside the unit are zero.
+  // Query vector qv = (query qv / group, head qv % group).
+  auto q_of = [&](int qv) { return u.queries[qv / group].q + static_cast<int64_t>(qv % group) * hd; };
+  auto j0_of = [&](int qv) { return u.queries[qv / group].j0; };
+  auto j1_of = [&](int qv) { return u.queries[qv / group].j1; };
+  auto acc_of = [&](int qv) {
+    return u.queries[qv / group].partial + 2 * group + static_cast<int64_t>(qv % group) * hd;
+  };
+
+  // Scores, one 16-key tile at a time: its K rows are converted and transposed into kt (which
+  // stays in L1) and scored there by every block of query vectors whose keys reach the tile.
   for (int jt = base; jt < base + ks; jt += kKeyTile) {
     const uint8_t* rows[kKeyTile];
-    for (int i = 0; i < kKeyTile; ++i) {
-      const int j = jt + i;
-      rows[i] = j >= u.key_lo && j < u.key_hi ? kv_row(kv.k, u.blocks, kv.block_tokens, j, u.kv_col) : nullptr;
+    tile_rows(kv.k, u.blocks, kv.block_tokens, jt, u.key_lo, u.key_hi, u.kv_col, rows);
+    if (jt + kPrefetchTiles * kKeyTile < u.key_hi) {
+      const uint8_t* ahead[kKeyTile];
+      tile_rows(kv.k, u.blocks, kv.block_tokens, jt + kPrefetchTiles * kKeyTile, u.key_lo, u.key_hi, u.kv_col, ahead);
+      prefetch_rows<true>(ahead, k_row_bytes);
+    }
+    {
+      const uint8_t* vrows[kKeyTile];
+      tile_rows(kv.v, u.blocks, kv.block_tokens, jt, u.key_lo, u.key_hi, u.kv_col, vrows);
+      prefetch_rows<false>(vrows, v_row_bytes);
     }
     for (int d0 = 0; d0 < hd; d0 += 16) {
       const __mmask16 m = mask16(hd - d0);
@@ -174,43 +245,28 @@ void attend_unit_avx512(const AttentionUnit& u) {
       for (int i = 0; i < kKeyTile; ++i) r[i] = rows[i] != nullptr ? load16(rows[i], k_f16, d0, m) : _mm512_setzero_ps();
       transpose16x16(r);
       const int n_cols = hd - d0 < 16 ? hd - d0 : 16;
-      for (int c = 0; c < n_cols; ++c) _mm512_storeu_ps(kt + static_cast<int64_t>(d0 + c) * ks + (jt - base), r[c]);
+      for (int c = 0; c < n_cols; ++c) _mm512_store_ps(kt + static_cast<int64_t>(d0 + c) * kKeyTile, r[c]);
     }
-  }
-  for (int j = u.key_lo; j < u.key_hi; ++j) {
-    const uint8_t* row = kv_row(kv.v, u.blocks, kv.block_tokens, j, u.kv_col);
-    float* dst = v + static_cast<int64_t>(j - base) * hd_pad;
-    for (int d0 = 0; d0 < hd_pad; d0 += 16) _mm512_storeu_ps(dst + d0, load16(row, v_f16, d0, mask16(hd - d0)));
-  }
-
-  // Query vector qv = (query qv / group, head qv % group).
-  const int n_qv = u.n_queries * group;
-  auto q_of = [&](int qv) { return u.queries[qv / group].q + static_cast<int64_t>(qv % group) * hd; };
-  auto j0_of = [&](int qv) { return u.queries[qv / group].j0; };
-  auto j1_of = [&](int qv) { return u.queries[qv / group].j1; };
-  auto acc_of = [&](int qv) {
-    return u.queries[qv / group].partial + 2 * group + static_cast<int64_t>(qv % group) * hd;
-  };
-
-  for (int qb = 0; qb < n_qv; qb += kScoreBlock) {
-    const int nb = n_qv - qb < kScoreBlock ? n_qv - qb : kScoreBlock;
-    const float* q[kScoreBlock];
-    int lo = INT32_MAX, hi = -1;
-    for (int b = 0; b < nb; ++b) {
-      q[b] = q_of(qb + b);
-      lo = j0_of(qb + b) < lo ? j0_of(qb + b) : lo;
-      hi = j1_of(qb + b) > hi ? j1_of(qb + b) : hi;
-    }
-    float* out = scores + static_cast<int64_t>(qb) * ks;
-    switch (nb) {
-      case 1: score_block<1>(q, lo, hi, base, kt, ks, hd, u.scale, out); break;
-      case 2: score_block<2>(q, lo, hi, base, kt, ks, hd, u.scale, out); break;
-      case 3: score_block<3>(q, lo, hi, base, kt, ks, hd, u.scale, out); break;
-      case 4: score_block<4>(q, lo, hi, base, kt, ks, hd, u.scale, out); break;
-      case 5: score_block<5>(q, lo, hi, base, kt, ks, hd, u.scale, out); break;
-      case 6: score_block<6>(q, lo, hi, base, kt, ks, hd, u.scale, out); break;
-      case 7: score_block<7>(q, lo, hi, base, kt, ks, hd, u.scale, out); break;
-      default: score_block<8>(q, lo, hi, base, kt, ks, hd, u.scale, out); break;
+    for (int qb = 0; qb < n_qv; qb += kScoreBlock) {
+      const int nb = n_qv - qb < kScoreBlock ? n_qv - qb : kScoreBlock;
+      bool reached = false;  // does any query vector of the block attend to a key of this tile?
+      const float* q[kScoreBlock];
+      for (int b = 0; b < nb; ++b) {
+        q[b] = q_of(qb + b);
+        reached |= j0_of(qb + b) < jt + kKeyTile && j1_of(qb + b) > jt;
+      }
+      if (!reached) continue;
+      float* out = scores + static_cast<int64_t>(qb) * ks + (jt - base);
+      switch (nb) {
+        case 1: score_tile<1>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
+        case 2: score_tile<2>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
+        case 3: score_tile<3>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
+        case 4: score_tile<4>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
+        case 5: score_tile<5>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
+        case 6: score_tile<6>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
+        case 7: score_tile<7>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
+        default: score_tile<8>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
+      }
     }
   }
 
@@ -238,7 +294,22 @@ void attend_unit_avx512(const AttentionUnit& u) {
     partial[group + qv % group] = hsum(l);
   }
 
-  // acc = P V.
+  // acc = P V. With a single block of query vectors (decode) each V row is converted straight from
+  // the cache into registers, once; a bigger tile converts the unit's V rows into scratch once and
+  // every block reads them there. The values and each query's FMA sequence are the same either way.
+  const bool v_direct = n_qv <= kPvBlock;
+  if (!v_direct) {
+    for (int jt = base; jt < base + ks; jt += kKeyTile) {
+      const uint8_t* rows[kKeyTile];
+      tile_rows(kv.v, u.blocks, kv.block_tokens, jt, u.key_lo, u.key_hi, u.kv_col, rows);
+      for (int i = 0; i < kKeyTile; ++i) {
+        if (rows[i] == nullptr) continue;
+        float* dst = v + static_cast<int64_t>(jt + i - base) * hd_pad;
+        for (int d0 = 0; d0 < hd_pad; d0 += 16) _mm512_storeu_ps(dst + d0, load16(rows[i], v_f16, d0, mask16(hd - d0)));
+      }
+    }
+  }
+  const VSource vsrc{&kv.v, u.blocks, kv.block_tokens, u.kv_col, v_f16, v_direct ? nullptr : v, base, hd_pad};
   for (int s0 = 0; s0 < hd; s0 += 16 * kPvStrips) {
     for (int qb = 0; qb < n_qv; qb += kPvBlock) {
       const int nb = n_qv - qb < kPvBlock ? n_qv - qb : kPvBlock;
@@ -252,10 +323,10 @@ void attend_unit_avx512(const AttentionUnit& u) {
         acc[b] = acc_of(qb + b);
       }
       switch (nb) {
-        case 1: pv_block<1>(p, j0, j1, base, v, hd_pad, hd, s0, acc); break;
-        case 2: pv_block<2>(p, j0, j1, base, v, hd_pad, hd, s0, acc); break;
-        case 3: pv_block<3>(p, j0, j1, base, v, hd_pad, hd, s0, acc); break;
-        default: pv_block<4>(p, j0, j1, base, v, hd_pad, hd, s0, acc); break;
+        case 1: pv_block<1>(p, j0, j1, vsrc, hd, s0, acc); break;
+        case 2: pv_block<2>(p, j0, j1, vsrc, hd, s0, acc); break;
+        case 3: pv_block<3>(p, j0, j1, vsrc, hd, s0, acc); break;
+        default: pv_block<4>(p, j0, j1, vsrc, hd, s0, acc); break;
       }
     }
   }
