@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "attention_test_util.h"
 
@@ -118,6 +119,29 @@ TEST_F(GpuAttentionTc, UnsupportedShapesFallBack) {
     const int64_t before = cuda::backend_stats(*backend_).tc_attentions;
     EXPECT_LE(gputest::rel_l2(run_gpu(*backend_, plan, cache, s, q), run_ref(plan, cache, s, q)), 2e-5);
     EXPECT_EQ(cuda::backend_stats(*backend_).tc_attentions, before);
+  }
+}
+
+// The per-row block-table copy (TERN_CUDA_ATTN_ROW_COPY=1) must give the per-piece copy's bits
+// (the same bytes land in the same places), for head_dim 64 (two rows per warp step) and 128,
+// and for blocks of 1, 3 and 4 warps.
+TEST_F(GpuAttentionTc, RowCopyEqualsPieceCopyBitwise) {
+  ::setenv("TERN_CUDA_ATTN_ROW_COPY", "1", 1);
+  auto rows = gputest::make_cuda(tc_options());
+  ::unsetenv("TERN_CUDA_ATTN_ROW_COPY");
+  ASSERT_NE(rows, nullptr);
+  uint32_t seed = 600;
+  for (const Shape& s : kTcShapes) {
+    SCOPED_TRACE(describe(s));
+    Cache cache_a(*backend_, s, 120, seed), cache_b(*rows, s, 120, seed);
+    const auto blocks = cache_a.take_blocks(700);
+    (void)cache_b.take_blocks(700);
+    BatchPlan plan;
+    add_sequence(plan, 600, 77, blocks);
+    const HostTensor q = random_q(plan.n_tokens(), s, seed + 1);
+    const auto want = run_gpu(*backend_, plan, cache_a, s, q);
+    EXPECT_TRUE(gputest::bitwise_equal(run_gpu(*rows, plan, cache_b, s, q), want));
+    seed += 2;
   }
 }
 

@@ -6,7 +6,8 @@
 // summation order).
 //
 // Invariance, bit for bit: the split (flash-decoding) and fused modes over several spans; a token
-// attended in a large prefill step and alone in a decode step.
+// attended in a large prefill step and alone in a decode step; the two K/V copy loops
+// (TERN_CUDA_ATTN_ROW_COPY), which move the same bytes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -118,6 +119,34 @@ TEST_F(GpuAttention, PrefillRowsEqualDecodeRowsBitwise) {
     HostTensor qi = gputest::host_f32(std::vector<float>(qv.begin() + i * cols, qv.begin() + (i + 1) * cols), 1, cols);
     const auto alone = run_gpu(*backend_, one, cache, s, qi);
     EXPECT_TRUE(gputest::bitwise_equal(alone, std::vector<float>(all.begin() + i * cols, all.begin() + (i + 1) * cols)));
+  }
+}
+
+// The per-row block-table copy (TERN_CUDA_ATTN_ROW_COPY=1, read when a backend is created) loads
+// the same K/V rows as the per-piece copy, so every mode must give the same bits with it.
+TEST_F(GpuAttention, RowCopyEqualsPieceCopyBitwise) {
+  ::setenv("TERN_CUDA_ATTN_ROW_COPY", "1", 1);
+  auto rows = gputest::make_cuda();
+  cuda::CudaBackendOptions fused_opts;
+  fused_opts.attention_split = cuda::AttentionSplit::kNever;
+  auto rows_fused = gputest::make_cuda(fused_opts);
+  ::unsetenv("TERN_CUDA_ATTN_ROW_COPY");
+  ASSERT_TRUE(rows && rows_fused);
+  uint32_t seed = 500;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(describe(s));
+    Cache cache_a(*backend_, s, 120, seed), cache_b(*rows, s, 120, seed), cache_c(*rows_fused, s, 120, seed);
+    const auto blocks = cache_a.take_blocks(900);
+    (void)cache_b.take_blocks(900);
+    (void)cache_c.take_blocks(900);
+    BatchPlan plan;
+    add_sequence(plan, 490, 45, blocks);
+    add_sequence(plan, 899, 1, blocks);
+    const HostTensor q = random_q(plan.n_tokens(), s, seed + 1);
+    const auto want = run_gpu(*backend_, plan, cache_a, s, q);
+    EXPECT_TRUE(gputest::bitwise_equal(run_gpu(*rows, plan, cache_b, s, q), want));
+    EXPECT_TRUE(gputest::bitwise_equal(run_gpu(*rows_fused, plan, cache_c, s, q), want));
+    seed += 2;
   }
 }
 

@@ -98,6 +98,8 @@ __device__ __forceinline__ void load4(const float* p, float (&x)[4]) {
 
 // Starts the copy of K and V rows j0 .. j0 + n_rows - 1 into k_dst / v_dst ([C][hd] each).
 // 16-byte cp.async when every row is 16-byte aligned (the pool's layout), else plain loads.
+// Each 16-byte piece looks its row up in the block table: a dependent global load per cp.async,
+// which the asm's memory clobber keeps in order (the row_copy variant below avoids it).
 template <typename T>
 __device__ __forceinline__ void issue_chunk(const AttentionArgs& a, const int32_t* blocks, int64_t kv_col, int j0,
                                             int n_rows, bool vec, T* k_dst, T* v_dst) {
@@ -123,6 +125,38 @@ __device__ __forceinline__ void issue_chunk(const AttentionArgs& a, const int32_
       const int64_t slot = int64_t{blocks[j / a.block_tokens]} * a.block_tokens + j % a.block_tokens;
       k_dst[i] = k_src[slot * a.k_cache_stride + kv_col + d];
       v_dst[i] = v_src[slot * a.v_cache_stride + kv_col + d];
+    }
+  }
+}
+
+// The same copy (vec layouts only) with one block-table lookup per row, all in flight at once:
+// lane k of warp w looks up row w + kWarps * k, then the warp copies its rows one after another,
+// K and V pieces spread over the lanes, each row's slot taken by shuffle.
+// AttentionArgs::row_copy (TERN_CUDA_ATTN_ROW_COPY=1) selects it.
+template <typename T>
+__device__ __forceinline__ void issue_chunk_rows(const AttentionArgs& a, const int32_t* blocks, int64_t kv_col, int j0,
+                                                 int n_rows, T* k_dst, T* v_dst) {
+  constexpr int kPer16 = 16 / sizeof(T);
+  constexpr int kRowsPerWarp = C / kWarps;
+  static_assert(kRowsPerWarp <= 32, "a lane looks up one row");
+  const int hd = a.head_dim, per_row = hd / kPer16;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const T* k_src = static_cast<const T*>(a.k_cache);
+  const T* v_src = static_cast<const T*>(a.v_cache);
+  int my_slot = 0;
+  if (lane < kRowsPerWarp && warp + kWarps * lane < n_rows) {
+    const int j = j0 + warp + kWarps * lane;
+    my_slot = blocks[j / a.block_tokens] * a.block_tokens + j % a.block_tokens;
+  }
+  for (int k = 0; k < kRowsPerWarp; ++k) {
+    const int slot = __shfl_sync(kFullMask, my_slot, k);
+    const int jj = warp + kWarps * k;
+    if (jj >= n_rows) break;  // the same for every lane of the warp
+    for (int piece = lane; piece < 2 * per_row; piece += 32) {
+      const bool is_v = piece >= per_row;
+      const int e0 = (is_v ? piece - per_row : piece) * kPer16;
+      const T* src = is_v ? v_src + int64_t{slot} * a.v_cache_stride : k_src + int64_t{slot} * a.k_cache_stride;
+      cp_async16((is_v ? v_dst : k_dst) + jj * hd + e0, src + kv_col + e0);
     }
   }
 }
@@ -196,7 +230,12 @@ __device__ __forceinline__ void attend_tile(const AttentionArgs& a, const Shape&
     if (i < n_iter) {
       const int j0 = (c_begin + i) * C;
       T* k_dst = stage_k(i);
-      issue_chunk<T>(a, blocks, kv_col, j0, min(C, max_pos + 1 - j0), vec, k_dst, k_dst + C * hd);
+      const int n_rows = min(C, max_pos + 1 - j0);
+      if (vec && a.row_copy) {
+        issue_chunk_rows<T>(a, blocks, kv_col, j0, n_rows, k_dst, k_dst + C * hd);
+      } else {
+        issue_chunk<T>(a, blocks, kv_col, j0, n_rows, vec, k_dst, k_dst + C * hd);
+      }
     }
     cp_async_commit();
   };

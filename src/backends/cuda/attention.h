@@ -31,6 +31,12 @@
 //   split: one block per (tile, span, head slice) writes its span partial to global memory and
 //          a merge kernel folds them (decode: few tokens, long contexts; flash-decoding: a 32k
 //          context is 128 spans x the KV heads, enough blocks for every SM).
+//
+// K/V copies: by default each 16-byte piece looks its row up in the block table (a dependent
+// global load per cp.async, serialized; measured latency-bound, bench/RESULTS.md);
+// TERN_CUDA_ATTN_ROW_COPY=1 (AttentionArgs::row_copy) looks each row up once, all rows of a chunk
+// in flight together, in this kernel and in attention_tc.h's. Same bytes, same bits (tested);
+// its speed is not measured yet, so it is off by default.
 #pragma once
 
 #include "backends/cuda/kernels.h"

@@ -53,7 +53,8 @@ __device__ __forceinline__ float exp2_approx(float x) {  // ex2.approx(-inf) = +
 }
 
 // Starts copying K and V rows [j0, j0 + kKeys) of the sequence into k_dst / v_dst; rows past
-// last_row are zero-filled (masked, but V must not hold NaN: p = 0 times NaN is NaN).
+// last_row are zero-filled (masked, but V must not hold NaN: p = 0 times NaN is NaN). Each piece
+// looks its row up in the block table (a dependent load per cp.async; see load_tile_rows).
 template <int HD>
 __device__ __forceinline__ void load_tile(const AttentionArgs& a, const int32_t* blocks, int64_t kv_col, int j0,
                                           int last_row, __half* k_dst, __half* v_dst) {
@@ -72,6 +73,41 @@ __device__ __forceinline__ void load_tile(const AttentionArgs& a, const int32_t*
       src += slot * (is_v ? a.v_cache_stride : a.k_cache_stride) + kv_col + e0;
     }
     cp_async16_zfill((is_v ? v_dst : k_dst) + jj * kRowHalves<HD> + e0, src, live ? 16 : 0);
+  }
+}
+
+// The same copy with one block-table lookup per row, all in flight at once (row_copy): lane k of
+// warp w looks up rows w + n_warps * k and w + n_warps * (k + 32); each warp then copies its
+// rows, kRowsPerStep at a time, the K and V pieces of a row spread over the lanes.
+template <int HD>
+__device__ __forceinline__ void load_tile_rows(const AttentionArgs& a, const int32_t* blocks, int64_t kv_col, int j0,
+                                               int last_row, __half* k_dst, __half* v_dst) {
+  constexpr int kPieces = 2 * HD / 8;  // K then V 16-byte pieces of one row
+  static_assert(32 % kPieces == 0 || kPieces % 32 == 0, "pieces must tile the warp");
+  constexpr int kRowsPerStep = kPieces >= 32 ? 1 : 32 / kPieces;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const __half* k_src = static_cast<const __half*>(a.k_cache);
+  const __half* v_src = static_cast<const __half*>(a.v_cache);
+  auto slot_of = [&](int jj) {
+    const int j = j0 + jj;
+    return jj < kKeys && j <= last_row ? blocks[j / a.block_tokens] * a.block_tokens + j % a.block_tokens : 0;
+  };
+  const int slot0 = slot_of(warp + n_warps * lane), slot1 = slot_of(warp + n_warps * (lane + 32));
+  const int rows = (kKeys - warp + n_warps - 1) / n_warps;  // rows of this warp
+  for (int k0 = 0; k0 < rows; k0 += kRowsPerStep) {
+    const int k = k0 + (kRowsPerStep > 1 ? lane / kPieces : 0);
+    const int s0 = __shfl_sync(kFullMask, slot0, k & 31), s1 = __shfl_sync(kFullMask, slot1, k & 31);
+    const int jj = warp + n_warps * k;
+    if (k >= rows) continue;
+    const int slot = k < 32 ? s0 : s1;
+    const bool live = j0 + jj <= last_row;
+    for (int piece = kRowsPerStep > 1 ? lane % kPieces : lane; piece < kPieces; piece += 32) {
+      const bool is_v = piece >= kPieces / 2;
+      const int e0 = (is_v ? piece - kPieces / 2 : piece) * 8;
+      const __half* src = is_v ? v_src : k_src;
+      if (live) src += int64_t{slot} * (is_v ? a.v_cache_stride : a.k_cache_stride) + kv_col + e0;
+      cp_async16_zfill((is_v ? v_dst : k_dst) + jj * kRowHalves<HD> + e0, src, live ? 16 : 0);
+    }
   }
 }
 
@@ -141,13 +177,19 @@ __global__ void __launch_bounds__(32 * kMaxWarps) attention_tc_kernel(AttentionA
   for (int dt = 0; dt < HD / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
-  load_tile<HD>(a, blocks, kv_col, kt_begin * kKeys, max_pos, sm, sm + kKeys * kRow);
+  auto load = [&](int kt, __half* dst) {
+    if (a.row_copy) {
+      load_tile_rows<HD>(a, blocks, kv_col, kt * kKeys, max_pos, dst, dst + kKeys * kRow);
+    } else {
+      load_tile<HD>(a, blocks, kv_col, kt * kKeys, max_pos, dst, dst + kKeys * kRow);
+    }
+  };
+  load(kt_begin, sm);
   cp_async_commit();
   for (int kt = kt_begin; kt < kt_end; ++kt) {
     const int it = kt - kt_begin;
     if (kt + 1 < kt_end) {
-      __half* next = sm + ((it + 1) & 1) * kStage;
-      load_tile<HD>(a, blocks, kv_col, (kt + 1) * kKeys, max_pos, next, next + kKeys * kRow);
+      load(kt + 1, sm + ((it + 1) & 1) * kStage);
     }
     cp_async_commit();
     cp_async_wait<1>();

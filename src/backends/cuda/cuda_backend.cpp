@@ -91,6 +91,13 @@ bool use_tc_attention(const CudaBackendOptions& options) {
   return options.tc_attention;
 }
 
+// Attention K/V copies with one block-table lookup per row (attention.cu issue_chunk_rows,
+// attention_tc.cu load_tile_rows): TERN_CUDA_ATTN_ROW_COPY=1. Off until measured on a device.
+bool use_attention_row_copy() {
+  const char* env = std::getenv("TERN_CUDA_ATTN_ROW_COPY");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
 // True when the float rows [a + r * a_stride, + a_cols) and [b + r * b_stride, + b_cols),
 // r < rows, lie in address ranges that do not overlap.
 bool disjoint_rows(const float* a, int64_t a_stride, int64_t a_cols, const float* b, int64_t b_stride, int64_t b_cols,
@@ -115,7 +122,8 @@ class CudaBackend final : public Backend {
         stream_(stream),
         queue_(std::make_shared<StepQueue>(stream, options.use_graphs, use_pdl(options, prop))),
         tc_gemm_(std::move(tc_gemm)),
-        tc_attention_(tc_gemm_ != nullptr && use_tc_attention(options)) {
+        tc_attention_(tc_gemm_ != nullptr && use_tc_attention(options)),
+        attention_row_copy_(use_attention_row_copy()) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
   }
   ~CudaBackend() override {
@@ -492,6 +500,7 @@ class CudaBackend final : public Backend {
     a.scale = p.scale;
     a.sliding_window = p.sliding_window;
     a.softcap = p.logit_softcap;
+    a.row_copy = attention_row_copy_ ? 1 : 0;
     a.plan = plan_;
   }
 
@@ -509,6 +518,7 @@ class CudaBackend final : public Backend {
   int64_t tc_matmuls_ = 0;
   bool tc_attention_ = false;  // tensor-core prefill attention on (with tc_gemm_)
   int64_t tc_attentions_ = 0;
+  bool attention_row_copy_ = false;  // TERN_CUDA_ATTN_ROW_COPY=1
   PackedPlanLayout layout_;
   DevicePlan plan_{};
   bool have_plan_ = false;

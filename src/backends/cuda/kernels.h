@@ -166,6 +166,7 @@ struct AttentionArgs {
   int split;        // 1: one block per (tile, span) item + merge kernel; 0: one block per tile
   int tc;           // 1: the tensor-core prefill kernel (attention_tc.h); split is then 0
   int kv_stages;    // K/V chunks a block keeps in flight (1 or 2: what fits shared memory)
+  int row_copy;     // 1: one block-table lookup per K/V row (TERN_CUDA_ATTN_ROW_COPY=1; unverified)
   float* partials;  // split mode: [n_partials, n_heads, head_dim + 2]
   DevicePlan plan;
 };
