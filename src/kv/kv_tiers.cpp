@@ -20,6 +20,7 @@ std::unique_ptr<KvTiers> KvTiers::create(const KvTierOptions& options, const KvT
   t->options_ = options;
   if (!t->options_.warn) t->options_.warn = [](const std::string& m) { std::fprintf(stderr, "tern: %s\n", m.c_str()); };
   t->identity_ = identity;
+  t->recycler_ = KvBlobRecycler::create(options.idle_buffer_bytes);
   if (options.host_bytes > 0) t->host_ = std::make_unique<KvHostTier>(options.host_bytes);
   if (!options.disk_dir.empty()) {
     KvDiskTierOptions d;
@@ -40,9 +41,7 @@ std::unique_ptr<KvTiers> KvTiers::create(const KvTierOptions& options, const KvT
 }
 
 KvBlobPtr KvTiers::copy_out(KvPool& pool, int32_t block, const BlockKey& key) const {
-  auto blob = std::make_shared<KvBlockBlob>();
-  blob->key = key;
-  blob->payload.resize(pool.block_payload_bytes());
+  std::shared_ptr<KvBlockBlob> blob = recycler_->make(key, pool.block_payload_bytes());
   pool.copy_block_to_host(block, blob->payload.data());
   return blob;
 }

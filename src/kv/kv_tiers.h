@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kv/block_key.h"
+#include "kv/kv_blob_recycler.h"
 #include "kv/kv_block_file.h"
 #include "kv/kv_disk_tier.h"
 #include "kv/kv_host_tier.h"
@@ -38,6 +39,7 @@ struct KvTierOptions {
   bool write_behind = true;    // queue every registered block for the SSD at once, not only on spill
   uint64_t disk_max_pending_bytes = 256ull << 20;  // write-behind queue cap (beyond it, writes wait for a spill)
   int disk_readers = 4;        // SSD reads in flight while restoring a run of blocks
+  uint64_t idle_buffer_bytes = 64ull << 20;  // block buffers kept for reuse (kv_blob_recycler.h)
   // Identity stored in and checked against every file (dtype and layout come from the pool).
   std::string model_id;
   uint64_t model_fingerprint = 0;
@@ -80,6 +82,7 @@ class KvTiers {
   KvHostTier* host() { return host_.get(); }
   KvDiskTier* disk() { return disk_.get(); }
   const KvTierStats& stats() const { return stats_; }
+  const KvBlobRecycler& recycler() const { return *recycler_; }
 
  private:
   KvBlobPtr copy_out(KvPool& pool, int32_t block, const BlockKey& key) const;
@@ -87,6 +90,7 @@ class KvTiers {
 
   KvTierOptions options_;
   KvTierIdentity identity_;
+  std::shared_ptr<KvBlobRecycler> recycler_;
   std::unique_ptr<KvHostTier> host_;
   std::unique_ptr<KvDiskTier> disk_;
   // SSD reads into a pool that is not host memory: into staging_, then one copy to the device.

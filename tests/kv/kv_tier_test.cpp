@@ -21,23 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-KvTierOptions disk_options(const fs::path& dir, WarningLog& log, uint64_t fingerprint = 42) {
-  KvTierOptions o;
-  o.disk_dir = dir.string();
-  o.disk_bytes = 1ull << 30;
-  o.model_id = "tiny";
-  o.model_fingerprint = fingerprint;
-  o.tokenizer_fingerprint = 7;
-  o.warn = log.sink();
-  return o;
-}
-
-std::unique_ptr<KvPool> make_pool(cpu::CpuBackend& backend, int n_blocks, const KvTierOptions& o) {
-  auto pool = std::move(KvPool::create(backend, tiny_pool_config(n_blocks))).value();
-  pool->enable_tiers(o);
-  return pool;
-}
-
 // Restores `key` through the pool; returns whether it came back from a tier with the right bytes.
 bool restores_exactly(KvPool& pool, const BlockKey& key) {
   bool restored = false;
@@ -204,34 +187,6 @@ TEST(KvTiers, DiskTierIsBoundedLeastRecentlyUsedFirstAcrossRestarts) {
   EXPECT_FALSE(pool->acquire_cached(keys[2]).has_value()) << "the least recently used file should have gone";
   EXPECT_TRUE(restores_exactly(*pool, keys[1]));
   EXPECT_TRUE(restores_exactly(*pool, keys[4]));
-}
-
-// Writes `keys` to a fresh directory and returns the block files.
-std::vector<fs::path> write_blocks(cpu::CpuBackend& backend, const fs::path& dir, const std::vector<BlockKey>& keys,
-                                   uint64_t fingerprint = 42) {
-  WarningLog log;
-  auto pool = make_pool(backend, 16, disk_options(dir, log, fingerprint));
-  for (const BlockKey& k : keys) put_cached(*pool, k);
-  pool->tiers()->disk()->flush();
-  return block_files(dir);
-}
-
-std::string file_of(const fs::path& dir, const BlockKey& key) {
-  char name[32];
-  std::snprintf(name, sizeof name, "%016llx.kvb", static_cast<unsigned long long>(key.hash));
-  for (const fs::path& p : block_files(dir))
-    if (p.filename() == name) return p.string();
-  return {};
-}
-
-void flip_byte(const std::string& file, long offset) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(offset);
-  char c = 0;
-  f.read(&c, 1);
-  c ^= 0x40;
-  f.seekp(offset);
-  f.write(&c, 1);
 }
 
 TEST(KvTierFaults, DamagedHeaderIsWarnedDeletedAndMissed) {

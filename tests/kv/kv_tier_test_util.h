@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <unistd.h>
@@ -116,6 +118,52 @@ inline std::vector<std::filesystem::path> block_files(const std::filesystem::pat
     if (e.path().extension() == ".kvb") out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// On-disk fixtures of the tier tests (tiny pool, SSD tier in `dir`).
+inline KvTierOptions disk_options(const std::filesystem::path& dir, WarningLog& log, uint64_t fingerprint = 42) {
+  KvTierOptions o;
+  o.disk_dir = dir.string();
+  o.disk_bytes = 1ull << 30;
+  o.model_id = "tiny";
+  o.model_fingerprint = fingerprint;
+  o.tokenizer_fingerprint = 7;
+  o.warn = log.sink();
+  return o;
+}
+
+inline std::unique_ptr<KvPool> make_pool(cpu::CpuBackend& backend, int n_blocks, const KvTierOptions& o) {
+  auto pool = std::move(KvPool::create(backend, tiny_pool_config(n_blocks))).value();
+  pool->enable_tiers(o);
+  return pool;
+}
+
+inline void flip_byte(const std::string& file, long offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x40;
+  f.seekp(offset);
+  f.write(&c, 1);
+}
+
+// Writes `keys` to a fresh directory and returns the block files.
+inline std::vector<std::filesystem::path> write_blocks(cpu::CpuBackend& backend, const std::filesystem::path& dir,
+                                                     const std::vector<BlockKey>& keys, uint64_t fingerprint = 42) {
+  WarningLog log;
+  auto pool = make_pool(backend, 16, disk_options(dir, log, fingerprint));
+  for (const BlockKey& k : keys) put_cached(*pool, k);
+  pool->tiers()->disk()->flush();
+  return block_files(dir);
+}
+
+inline std::string file_of(const std::filesystem::path& dir, const BlockKey& key) {
+  char name[32];
+  std::snprintf(name, sizeof name, "%016llx.kvb", static_cast<unsigned long long>(key.hash));
+  for (const std::filesystem::path& p : block_files(dir))
+    if (p.filename() == name) return p.string();
+  return {};
 }
 
 }  // namespace tern::testing
