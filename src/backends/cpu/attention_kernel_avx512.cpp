@@ -24,15 +24,11 @@ namespace {
 constexpr int kScoreBlock = 8;     // query vectors per pass over a K tile
 constexpr int kPvBlock = 4;        // query vectors per pass over V
 constexpr int kPvStrips = 4;       // 16-column strips of acc per pass (kPvBlock x kPvStrips accumulators)
-// Decode reads K/V once from memory and is bound by its latency and bandwidth: while a tile is
-// scored, the K rows kPrefetchTiles tiles ahead and the tile's V rows (for the P V pass) are
-// prefetched.
-constexpr int kPrefetchTiles = 2;
 
 int round_up16(int n) { return (n + kKeyTile - 1) / kKeyTile * kKeyTile; }
 
 // r[i] = row i -> r[c] = column c (16 x 16 floats).
-inline void transpose16x16(__m512 (&r)[16]) {
+[[gnu::always_inline]] inline void transpose16x16(__m512 (&r)[16]) {
   __m512 t[16];
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) {
@@ -62,17 +58,51 @@ inline void transpose16x16(__m512 (&r)[16]) {
   }
 }
 
-// The K or V row of position j, from column kv_col.
-inline const uint8_t* kv_row(const Tensor& cache, const int32_t* blocks, int block_tokens, int j, int64_t kv_col) {
-  const int64_t slot = static_cast<int64_t>(blocks[j / block_tokens]) * block_tokens + j % block_tokens;
-  return static_cast<const uint8_t*>(cache.row(slot)) + kv_col * (cache.dtype == DType::F16 ? 2 : 4);
-}
+// Row addressing of one K or V cache at a kv head's columns. T: the element (uint16_t = F16).
+template <typename T>
+struct CacheRows {
+  const uint8_t* data;  // row 0, at the kv head's first column
+  int64_t stride;       // bytes between rows
+  const int32_t* blocks;
+  int block_tokens;
 
-// 16 values (lanes past `m` zero) of a K/V row from element d0.
-inline __m512 load16(const uint8_t* row, bool f16, int d0, __mmask16 m) {
-  if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + d0));
-  return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + d0);
+  CacheRows(const Tensor& cache, const int32_t* block_table, int tokens_per_block, int64_t kv_col)
+      : data(static_cast<const uint8_t*>(cache.data) + kv_col * static_cast<int64_t>(sizeof(T))),
+        stride(static_cast<int64_t>(cache.row_stride)),
+        blocks(block_table),
+        block_tokens(tokens_per_block) {}
+
+  const T* row(int j) const {
+    const int64_t slot = static_cast<int64_t>(blocks[j / block_tokens]) * block_tokens + j % block_tokens;
+    return reinterpret_cast<const T*>(data + slot * stride);
+  }
+  // Tiles are aligned to 16 positions, so when blocks hold whole tiles (the usual 16 tokens) a
+  // tile's rows are consecutive, `stride` apart, from row(jt): one block-table lookup per tile.
+  bool whole_tiles() const { return block_tokens % kKeyTile == 0; }
+  // Rows of positions jt .. jt+15; null outside [lo, hi).
+  void tile(int jt, int lo, int hi, const T** rows) const {
+    if (whole_tiles()) {
+      // Anchored at a position in range: the table may hold no valid block for the others (before
+      // a sliding window, past the sequence).
+      const int anchor = jt > lo ? jt : lo;
+      if (anchor >= hi || anchor >= jt + kKeyTile) {
+        for (int i = 0; i < kKeyTile; ++i) rows[i] = nullptr;
+        return;
+      }
+      const uint8_t* first = reinterpret_cast<const uint8_t*>(row(anchor)) - (anchor - jt) * stride;
+      for (int i = 0; i < kKeyTile; ++i)
+        rows[i] = jt + i >= lo && jt + i < hi ? reinterpret_cast<const T*>(first + i * stride) : nullptr;
+      return;
+    }
+    for (int i = 0; i < kKeyTile; ++i) rows[i] = jt + i >= lo && jt + i < hi ? row(jt + i) : nullptr;
+  }
+};
+
+// 16 values (lanes past `m` zero) of a K/V row from element d0, as floats.
+inline __m512 load16(const uint16_t* row, int d0, __mmask16 m) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + d0));
 }
+inline __m512 load16(const float* row, int d0, __mmask16 m) { return _mm512_maskz_loadu_ps(m, row + d0); }
 
 __mmask16 range_mask(int jt, int j0, int j1) {  // lanes jt + i with j0 <= jt + i < j1
   const int lo = j0 - jt > 0 ? j0 - jt : 0, hi = j1 - jt < kKeyTile ? j1 - jt : kKeyTile;
@@ -80,49 +110,18 @@ __mmask16 range_mask(int jt, int j0, int j1) {  // lanes jt + i with j0 <= jt + 
   return static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
 }
 
-// The rows of the 16 positions jt .. jt+15 from column kv_col; null for positions outside
-// [lo, hi). One block-table lookup per tile when blocks hold whole tiles (the usual 16 tokens).
-void tile_rows(const Tensor& cache, const int32_t* blocks, int block_tokens, int jt, int lo, int hi, int64_t kv_col,
-               const uint8_t** rows) {
-  if (block_tokens % kKeyTile == 0) {
-    const uint8_t* first = kv_row(cache, blocks, block_tokens, jt, kv_col);
-    const int64_t stride = static_cast<int64_t>(cache.row_stride);
-    for (int i = 0; i < kKeyTile; ++i) rows[i] = jt + i >= lo && jt + i < hi ? first + i * stride : nullptr;
-    return;
-  }
-  for (int i = 0; i < kKeyTile; ++i)
-    rows[i] = jt + i >= lo && jt + i < hi ? kv_row(cache, blocks, block_tokens, jt + i, kv_col) : nullptr;
-}
-
-// Prefetches the non-null rows (`bytes` each) of a tile into L1, or into L2 only.
-template <bool kToL1>
-void prefetch_rows(const uint8_t* const* rows, int bytes) {
-  for (int i = 0; i < kKeyTile; ++i) {
-    if (rows[i] == nullptr) continue;
-    for (int b = 0; b < bytes; b += 64) {
-      const char* line = reinterpret_cast<const char*>(rows[i] + b);
-      if constexpr (kToL1) {
-        _mm_prefetch(line, _MM_HINT_T0);
-      } else {
-        _mm_prefetch(line, _MM_HINT_T1);
-      }
-    }
-  }
-}
-
 // Scores of NB query vectors (q[b], head_dim floats) against one 16-key tile of transposed K (kt,
-// rows kt_stride floats apart), scaled; written to out + b * out_stride. Per lane (key): two FMA
-// chains over d (even d, odd d) from zero, summed, times scale.
+// [hd_pad][16]), scaled; written to out + b * out_stride. Per lane (key): two FMA chains over d
+// (even d, odd d) from zero, summed, times scale.
 template <int NB>
-void score_tile(const float* const* q, const float* kt, int kt_stride, int hd, float scale, float* out,
-                int out_stride) {
+void score_tile(const float* const* q, const float* kt, int hd, float scale, float* out, int out_stride) {
   __m512 even[NB], odd[NB];
 #pragma GCC unroll 8
   for (int b = 0; b < NB; ++b) even[b] = odd[b] = _mm512_setzero_ps();
   int d = 0;
   for (; d + 2 <= hd; d += 2) {
-    const __m512 k0 = _mm512_loadu_ps(kt + static_cast<int64_t>(d) * kt_stride);
-    const __m512 k1 = _mm512_loadu_ps(kt + static_cast<int64_t>(d + 1) * kt_stride);
+    const __m512 k0 = _mm512_load_ps(kt + static_cast<int64_t>(d) * kKeyTile);
+    const __m512 k1 = _mm512_load_ps(kt + static_cast<int64_t>(d + 1) * kKeyTile);
 #pragma GCC unroll 8
     for (int b = 0; b < NB; ++b) {
       even[b] = _mm512_fmadd_ps(_mm512_set1_ps(q[b][d]), k0, even[b]);
@@ -130,7 +129,7 @@ void score_tile(const float* const* q, const float* kt, int kt_stride, int hd, f
     }
   }
   if (d < hd) {
-    const __m512 k0 = _mm512_loadu_ps(kt + static_cast<int64_t>(d) * kt_stride);
+    const __m512 k0 = _mm512_load_ps(kt + static_cast<int64_t>(d) * kKeyTile);
 #pragma GCC unroll 8
     for (int b = 0; b < NB; ++b) even[b] = _mm512_fmadd_ps(_mm512_set1_ps(q[b][d]), k0, even[b]);
   }
@@ -140,80 +139,139 @@ void score_tile(const float* const* q, const float* kt, int kt_stride, int hd, f
                      _mm512_mul_ps(_mm512_add_ps(even[b], odd[b]), _mm512_set1_ps(scale)));
 }
 
-// Where pv_block reads V: straight from the cache (converting each row as it goes), or from rows
-// already converted into `staged` ([key - base][hd_pad]).
-struct VSource {
-  const Tensor* cache;
-  const int32_t* blocks;
-  int block_tokens;
-  int64_t kv_col;
-  bool f16;
-  const float* staged;  // null: read the cache
-  int base;
-  int hd_pad;
-};
+// Converts K tile jt (positions [lo, hi) of it; other keys zero) and transposes it into kt
+// ([hd_pad][16]: kt[d][key]).
+template <typename KT>
+void load_k_tile(const CacheRows<KT>& k, int jt, int lo, int hi, int hd, float* kt) {
+  const bool full = jt >= lo && jt + kKeyTile <= hi && k.whole_tiles();
+  const KT* rows[kKeyTile];
+  const uint8_t* first = nullptr;
+  if (full) {
+    first = reinterpret_cast<const uint8_t*>(k.row(jt));
+  } else {
+    k.tile(jt, lo, hi, rows);
+  }
+  for (int d0 = 0; d0 < hd; d0 += 16) {
+    const __mmask16 m = mask16(hd - d0);
+    __m512 r[16];
+    if (full) {  // the common case: no per-row checks
+#pragma GCC unroll 16
+      for (int i = 0; i < kKeyTile; ++i) r[i] = load16(reinterpret_cast<const KT*>(first + i * k.stride), d0, m);
+    } else {
+#pragma GCC unroll 16
+      for (int i = 0; i < kKeyTile; ++i) r[i] = rows[i] != nullptr ? load16(rows[i], d0, m) : _mm512_setzero_ps();
+    }
+    transpose16x16(r);
+    // All 16 columns (kt has hd_pad rows; those past hd are zero and never read): a store count
+    // known at compile time keeps r in registers.
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; ++c) _mm512_store_ps(kt + static_cast<int64_t>(d0 + c) * kKeyTile, r[c]);
+  }
+}
+
+// acc[b][s] += p_j * v_j (strips s of columns from s0) for the keys j in [j_lo, j_hi) of one
+// tile, in key order; kMasked: only for the query vectors whose range holds j (an unmasked FMA is
+// the masked one with every lane on, so the fast path for tiles inside every range is bit-exact).
+template <int NB, bool kMasked, bool kStaged, typename VT>
+[[gnu::always_inline]] inline void pv_keys(__m512 (&acc)[NB][kPvStrips], int j_lo, int j_hi, int jt,
+                                           const float* const* p, const int* j0, const int* j1, int base,
+                                           const VT* const* rows, const float* staged, int hd_pad, int s0, int ns,
+                                           const __mmask16* col_mask) {
+  for (int j = j_lo; j < j_hi; ++j) {
+    __mmask16 active[NB];
+    __m512 pj[NB];
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; ++b) {
+      if constexpr (kMasked)
+        active[b] = static_cast<unsigned>(j - j0[b]) < static_cast<unsigned>(j1[b] - j0[b]) ? 0xffff : 0;
+      pj[b] = _mm512_set1_ps(p[b][j - base]);
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < kPvStrips; ++s) {
+      if (s >= ns) break;
+      __m512 v;
+      if constexpr (kStaged) {
+        v = _mm512_load_ps(staged + static_cast<int64_t>(j - base) * hd_pad + s0 + 16 * s);
+      } else {
+        v = load16(rows[j - jt], s0 + 16 * s, col_mask[s]);
+      }
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b) {
+        if constexpr (kMasked) {
+          acc[b][s] = _mm512_mask3_fmadd_ps(pj[b], v, acc[b][s], active[b]);
+        } else {
+          acc[b][s] = _mm512_fmadd_ps(pj[b], v, acc[b][s]);
+        }
+      }
+    }
+  }
+}
 
 // acc (NB query vectors x up to kPvStrips strips from column s0) = sum over each query's keys of
-// p_j * v_j, in key order. p[b]: the query's probabilities, indexed by j - base.
-template <int NB>
-void pv_block(const float* const* p, const int* j0, const int* j1, const VSource& vs, int hd, int s0,
-              float* const* acc_out) {
-  int lo = j0[0], hi = j1[0];
+// p_j * v_j, in key order. p[b]: the query's probabilities, indexed by j - base. kStaged: V rows
+// come from `staged` ([j - base][hd_pad], converted there once), else straight from the cache
+// (converted as they are read); the values are the same.
+template <int NB, bool kStaged, typename VT>
+void pv_block(const float* const* p, const int* j0, const int* j1, int base, const CacheRows<VT>& vc,
+              const float* staged, int hd_pad, int hd, int s0, float* const* acc_out) {
+  int lo = j0[0], hi = j1[0], all_lo = j0[0], all_hi = j1[0];  // union and intersection of the ranges
   for (int b = 1; b < NB; ++b) {
     lo = j0[b] < lo ? j0[b] : lo;
     hi = j1[b] > hi ? j1[b] : hi;
+    all_lo = j0[b] > all_lo ? j0[b] : all_lo;
+    all_hi = j1[b] < all_hi ? j1[b] : all_hi;
   }
   const int ns = (hd - s0 + 15) / 16 < kPvStrips ? (hd - s0 + 15) / 16 : kPvStrips;
+  __mmask16 col_mask[kPvStrips];
+  for (int s = 0; s < kPvStrips; ++s) col_mask[s] = s < ns ? mask16(hd - s0 - 16 * s) : 0;
   __m512 acc[NB][kPvStrips];
 #pragma GCC unroll 4
   for (int b = 0; b < NB; ++b)
 #pragma GCC unroll 4
     for (int s = 0; s < kPvStrips; ++s) acc[b][s] = _mm512_setzero_ps();
   for (int jt = lo / kKeyTile * kKeyTile; jt < hi; jt += kKeyTile) {
-    const uint8_t* rows[kKeyTile];
-    if (vs.staged == nullptr) tile_rows(*vs.cache, vs.blocks, vs.block_tokens, jt, lo, hi, vs.kv_col, rows);
-    const int j_end = jt + kKeyTile < hi ? jt + kKeyTile : hi;
-    for (int j = jt > lo ? jt : lo; j < j_end; ++j) {
-      __mmask16 active[NB];
-      __m512 pj[NB];
-#pragma GCC unroll 4
-      for (int b = 0; b < NB; ++b) {
-        active[b] = static_cast<unsigned>(j - j0[b]) < static_cast<unsigned>(j1[b] - j0[b]) ? 0xffff : 0;
-        pj[b] = _mm512_set1_ps(p[b][j - vs.base]);
-      }
-      const float* staged_row = vs.staged == nullptr ? nullptr : vs.staged + static_cast<int64_t>(j - vs.base) * vs.hd_pad;
-#pragma GCC unroll 4
-      for (int s = 0; s < kPvStrips; ++s) {
-        if (s >= ns) break;
-        const int d0 = s0 + 16 * s;
-        const __m512 v = staged_row != nullptr ? _mm512_loadu_ps(staged_row + d0)
-                                               : load16(rows[j - jt], vs.f16, d0, mask16(hd - d0));
-#pragma GCC unroll 4
-        for (int b = 0; b < NB; ++b) acc[b][s] = _mm512_mask3_fmadd_ps(pj[b], v, acc[b][s], active[b]);
-      }
+    const VT* rows[kKeyTile];
+    if constexpr (!kStaged) {
+      vc.tile(jt, lo, hi, rows);
+    }
+    const int j_lo = jt > lo ? jt : lo, j_hi = jt + kKeyTile < hi ? jt + kKeyTile : hi;
+    if (j_lo >= all_lo && j_hi <= all_hi) {
+      pv_keys<NB, false, kStaged>(acc, j_lo, j_hi, jt, p, j0, j1, base, rows, staged, hd_pad, s0, ns, col_mask);
+    } else {
+      pv_keys<NB, true, kStaged>(acc, j_lo, j_hi, jt, p, j0, j1, base, rows, staged, hd_pad, s0, ns, col_mask);
     }
   }
 #pragma GCC unroll 4
   for (int b = 0; b < NB; ++b)
 #pragma GCC unroll 4
     for (int s = 0; s < kPvStrips; ++s)
-      if (s < ns) _mm512_mask_storeu_ps(acc_out[b] + s0 + 16 * s, mask16(hd - s0 - 16 * s), acc[b][s]);
+      if (s < ns) _mm512_mask_storeu_ps(acc_out[b] + s0 + 16 * s, col_mask[s], acc[b][s]);
 }
 
-}  // namespace
+template <bool kStaged, typename VT>
+void pv_blocks(int nb, const float* const* p, const int* j0, const int* j1, int base, const CacheRows<VT>& vc,
+               const float* staged, int hd_pad, int hd, int s0, float* const* acc) {
+  switch (nb) {
+    case 1: pv_block<1, kStaged>(p, j0, j1, base, vc, staged, hd_pad, hd, s0, acc); break;
+    case 2: pv_block<2, kStaged>(p, j0, j1, base, vc, staged, hd_pad, hd, s0, acc); break;
+    case 3: pv_block<3, kStaged>(p, j0, j1, base, vc, staged, hd_pad, hd, s0, acc); break;
+    default: pv_block<4, kStaged>(p, j0, j1, base, vc, staged, hd_pad, hd, s0, acc); break;
+  }
+}
 
-void attend_unit_avx512(const AttentionUnit& u) {
+template <typename KT, typename VT>
+void attend_unit(const AttentionUnit& u) {
   const KvLayerView& kv = *u.kv;
   const int hd = u.head_dim, group = u.group;
   const int hd_pad = round_up16(hd);
   const int base = u.key_lo / kKeyTile * kKeyTile;
   const int ks = round_up16(u.key_hi) - base;  // keys in the unit's tiles: the scores' row stride
   const int n_qv = u.n_queries * group;
-  const bool k_f16 = kv.k.dtype == DType::F16, v_f16 = kv.v.dtype == DType::F16;
-  const int k_row_bytes = hd * (k_f16 ? 2 : 4), v_row_bytes = hd * (v_f16 ? 2 : 4);
-  float* kt = u.scratch;                                     // [hd_pad, 16]: one K tile, transposed
+  const CacheRows<KT> kc(kv.k, u.blocks, kv.block_tokens, u.kv_col);
+  const CacheRows<VT> vc(kv.v, u.blocks, kv.block_tokens, u.kv_col);
+  float* kt = u.scratch;                                         // [hd_pad, 16]: one K tile, transposed
   float* scores = kt + static_cast<int64_t>(hd_pad) * kKeyTile;  // [n_qv, ks]
-  float* v = scores + static_cast<int64_t>(n_qv) * ks;       // [ks, hd_pad], only when V is staged
+  float* v = scores + static_cast<int64_t>(n_qv) * ks;           // [ks, hd_pad], only when V is staged
 
   // Query vector qv = (query qv / group, head qv % group).
   auto q_of = [&](int qv) { return u.queries[qv / group].q + static_cast<int64_t>(qv % group) * hd; };
@@ -225,28 +283,8 @@ void attend_unit_avx512(const AttentionUnit& u) {
 
   // Scores, one 16-key tile at a time: its K rows are converted and transposed into kt (which
   // stays in L1) and scored there by every block of query vectors whose keys reach the tile.
-  for (int jt = base; jt < base + ks; jt += kKeyTile) {
-    const uint8_t* rows[kKeyTile];
-    tile_rows(kv.k, u.blocks, kv.block_tokens, jt, u.key_lo, u.key_hi, u.kv_col, rows);
-    if (jt + kPrefetchTiles * kKeyTile < u.key_hi) {
-      const uint8_t* ahead[kKeyTile];
-      tile_rows(kv.k, u.blocks, kv.block_tokens, jt + kPrefetchTiles * kKeyTile, u.key_lo, u.key_hi, u.kv_col, ahead);
-      prefetch_rows<true>(ahead, k_row_bytes);
-    }
-    {
-      const uint8_t* vrows[kKeyTile];
-      tile_rows(kv.v, u.blocks, kv.block_tokens, jt, u.key_lo, u.key_hi, u.kv_col, vrows);
-      prefetch_rows<false>(vrows, v_row_bytes);
-    }
-    for (int d0 = 0; d0 < hd; d0 += 16) {
-      const __mmask16 m = mask16(hd - d0);
-      __m512 r[16];
-#pragma GCC unroll 16
-      for (int i = 0; i < kKeyTile; ++i) r[i] = rows[i] != nullptr ? load16(rows[i], k_f16, d0, m) : _mm512_setzero_ps();
-      transpose16x16(r);
-      const int n_cols = hd - d0 < 16 ? hd - d0 : 16;
-      for (int c = 0; c < n_cols; ++c) _mm512_store_ps(kt + static_cast<int64_t>(d0 + c) * kKeyTile, r[c]);
-    }
+  for (int jt = base; jt < u.key_hi; jt += kKeyTile) {
+    load_k_tile(kc, jt, u.key_lo, u.key_hi, hd, kt);
     for (int qb = 0; qb < n_qv; qb += kScoreBlock) {
       const int nb = n_qv - qb < kScoreBlock ? n_qv - qb : kScoreBlock;
       bool reached = false;  // does any query vector of the block attend to a key of this tile?
@@ -258,14 +296,14 @@ void attend_unit_avx512(const AttentionUnit& u) {
       if (!reached) continue;
       float* out = scores + static_cast<int64_t>(qb) * ks + (jt - base);
       switch (nb) {
-        case 1: score_tile<1>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
-        case 2: score_tile<2>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
-        case 3: score_tile<3>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
-        case 4: score_tile<4>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
-        case 5: score_tile<5>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
-        case 6: score_tile<6>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
-        case 7: score_tile<7>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
-        default: score_tile<8>(q, kt, kKeyTile, hd, u.scale, out, ks); break;
+        case 1: score_tile<1>(q, kt, hd, u.scale, out, ks); break;
+        case 2: score_tile<2>(q, kt, hd, u.scale, out, ks); break;
+        case 3: score_tile<3>(q, kt, hd, u.scale, out, ks); break;
+        case 4: score_tile<4>(q, kt, hd, u.scale, out, ks); break;
+        case 5: score_tile<5>(q, kt, hd, u.scale, out, ks); break;
+        case 6: score_tile<6>(q, kt, hd, u.scale, out, ks); break;
+        case 7: score_tile<7>(q, kt, hd, u.scale, out, ks); break;
+        default: score_tile<8>(q, kt, hd, u.scale, out, ks); break;
       }
     }
   }
@@ -297,19 +335,19 @@ void attend_unit_avx512(const AttentionUnit& u) {
   // acc = P V. With a single block of query vectors (decode) each V row is converted straight from
   // the cache into registers, once; a bigger tile converts the unit's V rows into scratch once and
   // every block reads them there. The values and each query's FMA sequence are the same either way.
-  const bool v_direct = n_qv <= kPvBlock;
-  if (!v_direct) {
-    for (int jt = base; jt < base + ks; jt += kKeyTile) {
-      const uint8_t* rows[kKeyTile];
-      tile_rows(kv.v, u.blocks, kv.block_tokens, jt, u.key_lo, u.key_hi, u.kv_col, rows);
+  const float* staged = nullptr;
+  if (n_qv > kPvBlock) {
+    for (int jt = base; jt < u.key_hi; jt += kKeyTile) {
+      const VT* rows[kKeyTile];
+      vc.tile(jt, u.key_lo, u.key_hi, rows);
       for (int i = 0; i < kKeyTile; ++i) {
         if (rows[i] == nullptr) continue;
         float* dst = v + static_cast<int64_t>(jt + i - base) * hd_pad;
-        for (int d0 = 0; d0 < hd_pad; d0 += 16) _mm512_storeu_ps(dst + d0, load16(rows[i], v_f16, d0, mask16(hd - d0)));
+        for (int d0 = 0; d0 < hd_pad; d0 += 16) _mm512_store_ps(dst + d0, load16(rows[i], d0, mask16(hd - d0)));
       }
     }
+    staged = v;
   }
-  const VSource vsrc{&kv.v, u.blocks, kv.block_tokens, u.kv_col, v_f16, v_direct ? nullptr : v, base, hd_pad};
   for (int s0 = 0; s0 < hd; s0 += 16 * kPvStrips) {
     for (int qb = 0; qb < n_qv; qb += kPvBlock) {
       const int nb = n_qv - qb < kPvBlock ? n_qv - qb : kPvBlock;
@@ -322,13 +360,27 @@ void attend_unit_avx512(const AttentionUnit& u) {
         j1[b] = j1_of(qb + b);
         acc[b] = acc_of(qb + b);
       }
-      switch (nb) {
-        case 1: pv_block<1>(p, j0, j1, vsrc, hd, s0, acc); break;
-        case 2: pv_block<2>(p, j0, j1, vsrc, hd, s0, acc); break;
-        case 3: pv_block<3>(p, j0, j1, vsrc, hd, s0, acc); break;
-        default: pv_block<4>(p, j0, j1, vsrc, hd, s0, acc); break;
+      if (staged != nullptr) {
+        pv_blocks<true>(nb, p, j0, j1, base, vc, staged, hd_pad, hd, s0, acc);
+      } else {
+        pv_blocks<false>(nb, p, j0, j1, base, vc, staged, hd_pad, hd, s0, acc);
       }
     }
+  }
+}
+
+}  // namespace
+
+void attend_unit_avx512(const AttentionUnit& u) {
+  const bool k_f16 = u.kv->k.dtype == DType::F16, v_f16 = u.kv->v.dtype == DType::F16;
+  if (k_f16 && v_f16) {
+    attend_unit<uint16_t, uint16_t>(u);
+  } else if (k_f16) {
+    attend_unit<uint16_t, float>(u);
+  } else if (v_f16) {
+    attend_unit<float, uint16_t>(u);
+  } else {
+    attend_unit<float, float>(u);
   }
 }
 
