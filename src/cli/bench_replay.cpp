@@ -54,6 +54,9 @@ struct ReplayArgs {
   // --disk-cache the SSD tier then serves what it kept.
   std::string restart = "none";  // none | session | turn
   KvTierArgs tiers;
+  // Write every turn's prompt ids (JSONL) and stop: the same prompts can then be replayed
+  // against another server (tools/replay_peer.py) for a like-for-like comparison.
+  std::string dump_prompts;
 };
 
 struct TurnRecord {
@@ -365,6 +368,36 @@ void print_tables(const std::vector<TurnRecord>& turns, const std::vector<TurnRe
               v.worst_session_decode_speedup);
 }
 
+// One JSON line per turn the replay would run: {"session", "turn", "prompt": [ids]}.
+Status dump_prompts(const LoadedModel& lm, const chat::ChatTemplate& tmpl, const std::vector<Conversation>& convs,
+                    const ReplayArgs& a) {
+  std::FILE* f = std::fopen(a.dump_prompts.c_str(), "w");
+  if (f == nullptr) return Status::error("--dump-prompts: cannot open " + a.dump_prompts + " for writing");
+  int lines = 0;
+  for (const Conversation& conv : convs) {
+    int turn = 0;
+    for (const size_t k : user_turns(conv)) {
+      auto prompt = turn_prompt(tmpl, *lm.tokenizer, conv, k);
+      if (!prompt.is_ok()) {
+        std::fclose(f);
+        return prompt.status();
+      }
+      if (static_cast<int>(prompt.value().size()) + a.max_tokens > lm.model->n_ctx()) break;  // as run_pass
+      std::string ids;
+      for (const int32_t id : prompt.value()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+      auto session_json = chat::dump_json(chat::Value(conv.id));
+      std::fprintf(f, "{\"session\": %s, \"turn\": %d, \"prompt\": [%s]}\n",
+                   session_json.is_ok() ? session_json.value().c_str() : "null", turn++, ids.c_str());
+      ++lines;
+    }
+  }
+  const bool ok = std::fflush(f) == 0;
+  std::fclose(f);
+  if (!ok) return Status::error("--dump-prompts: writing " + a.dump_prompts + " failed");
+  std::fprintf(stderr, "wrote %d turn prompts to %s\n", lines, a.dump_prompts.c_str());
+  return Status::ok();
+}
+
 int run_replay(const ReplayArgs& a) {
   ModelSetupOptions so;
   so.path = a.model.empty() ? default_model_path() : a.model;
@@ -407,6 +440,11 @@ int run_replay(const ReplayArgs& a) {
   if (!convs.is_ok()) {
     std::fprintf(stderr, "tern bench replay: %s\n", convs.status().message().c_str());
     return 1;
+  }
+  if (!a.dump_prompts.empty()) {
+    const Status st = dump_prompts(lm, tmpl.value(), convs.value(), a);
+    if (!st.is_ok()) std::fprintf(stderr, "tern bench replay: %s\n", st.message().c_str());
+    return st.is_ok() ? 0 : 1;
   }
   auto tern_pass = run_pass(lm, draft ? &*draft : nullptr, tmpl.value(), convs.value(), a, false);
   if (!tern_pass.is_ok()) {
@@ -460,6 +498,8 @@ void register_bench_replay(CLI::App& bench, CommandRunner* runner) {
   cmd->add_option("--restart", args->restart,
                   "drop the device KV pool between sessions or before every turn (a restart or an idle gap)")
       ->check(CLI::IsMember({"none", "session", "turn"}));
+  cmd->add_option("--dump-prompts", args->dump_prompts,
+                  "write each turn's prompt token ids to FILE (JSONL) and stop (for tools/replay_peer.py)");
   add_kv_tier_flags(*cmd, args->tiers);
   cmd->callback([runner, args] { *runner = [args] { return run_replay(*args); }; });
 }
