@@ -4,7 +4,9 @@
 //    batches that mix sequences;
 //  - batch invariance: a token's output is bitwise the same decoded alone, prefilled in one
 //    call, prefilled in odd-sized chunks, interleaved with another sequence, and with 1 or 3
-//    threads.
+//    threads; decode (where the AVX-512 kernel reads V straight from the cache when the unit
+//    holds few query vectors) against prefill (V converted into scratch) across several chunk and
+//    block boundaries, with blocks that do and do not hold whole 16-key tiles.
 #include "backends/cpu/attention_cpu.h"
 
 #include <gtest/gtest.h>
@@ -23,13 +25,12 @@
 namespace tern::cpu {
 namespace {
 
-constexpr int kBlockTokens = 16;
-
 struct Shape {
   int n_heads, n_kv_heads, head_dim;
   DType kv_dtype;
   int sliding_window = 0;
   float softcap = 0.0f;
+  int block_tokens = 16;  // KV block size (the kernels look up rows per 16-key tile when it divides)
 };
 
 std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
@@ -38,6 +39,7 @@ std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
                      std::to_string(s.head_dim) + "_" + std::string(dtype_name(s.kv_dtype));
   if (s.sliding_window > 0) name += "_window" + std::to_string(s.sliding_window);
   if (s.softcap > 0) name += "_softcap";
+  if (s.block_tokens != 16) name += "_block" + std::to_string(s.block_tokens);
   return name;
 }
 
@@ -46,15 +48,16 @@ std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
 class Fixture {
  public:
   Fixture(const Shape& shape, int n_seqs, int n_positions, uint32_t seed) : shape_(shape), n_positions_(n_positions) {
-    const int blocks_per_seq = (n_positions + kBlockTokens - 1) / kBlockTokens;
+    const int block_tokens = shape.block_tokens;
+    const int blocks_per_seq = (n_positions + block_tokens - 1) / block_tokens;
     const int n_blocks = n_seqs * blocks_per_seq + 3;  // spare blocks nobody owns
     const int64_t cols = static_cast<int64_t>(shape.n_kv_heads) * shape.head_dim;
     const size_t elt = shape.kv_dtype == DType::F16 ? 2 : 4;
-    k_mem_.resize(static_cast<size_t>(n_blocks) * kBlockTokens * cols * elt);
+    k_mem_.resize(static_cast<size_t>(n_blocks) * block_tokens * cols * elt);
     v_mem_.resize(k_mem_.size());
-    kv_.k = Tensor::view(k_mem_.data(), shape.kv_dtype, int64_t{n_blocks} * kBlockTokens, cols);
-    kv_.v = Tensor::view(v_mem_.data(), shape.kv_dtype, int64_t{n_blocks} * kBlockTokens, cols);
-    kv_.block_tokens = kBlockTokens;
+    kv_.k = Tensor::view(k_mem_.data(), shape.kv_dtype, int64_t{n_blocks} * block_tokens, cols);
+    kv_.v = Tensor::view(v_mem_.data(), shape.kv_dtype, int64_t{n_blocks} * block_tokens, cols);
+    kv_.block_tokens = block_tokens;
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (int64_t r = 0; r < kv_.k.rows; ++r)
@@ -97,7 +100,8 @@ class Fixture {
       p.token_ids.push_back(0);
       p.seq_index.push_back(static_cast<int32_t>(std::find(seqs.begin(), seqs.end(), s) - seqs.begin()));
       p.positions.push_back(pos);
-      p.kv_slots.push_back(tables_[s][pos / kBlockTokens] * kBlockTokens + pos % kBlockTokens);
+      const int bt = shape_.block_tokens;
+      p.kv_slots.push_back(tables_[s][pos / bt] * bt + pos % bt);
     }
     return p;
   }
@@ -203,13 +207,49 @@ TEST_P(AttentionTest, BatchInvariant) {
   }
 }
 
+// Decode (one token per call: a unit of `group` query vectors) against one whole prefill (tiles of
+// 16 tokens) at every position near the chunk boundaries of a context that spans three chunks and
+// every fifth elsewhere, and prefills cut into chunks of 5 and 33 tokens from an odd offset, so
+// that tiles straddle chunk and block boundaries.
+TEST_P(AttentionTest, DecodeMatchesPrefillAcrossChunks) {
+  const Shape shape = GetParam();
+  constexpr int kPositions = 560;
+  Fixture f(shape, 1, kPositions, 13);
+  const auto all = positions_of(0, 0, kPositions);
+  auto near_chunk_boundary = [](int pos) {
+    const int off = pos % 256;
+    return off < 18 || off > 256 - 18;
+  };
+  for (Isa isa : supported_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    const auto whole = f.run(all, &isa, 2);
+    for (int pos = 0; pos < kPositions; ++pos) {
+      if (!near_chunk_boundary(pos) && pos % 5 != 0) continue;
+      const auto alone = f.run({{0, pos}}, &isa, 1);
+      ASSERT_EQ(0, std::memcmp(alone[0].data(), whole[pos].data(), alone[0].size() * sizeof(float))) << "pos " << pos;
+    }
+    for (int chunk : {5, 33}) {
+      for (int begin = 3; begin < kPositions; begin += chunk) {
+        const int end = std::min(kPositions, begin + chunk);
+        const auto part = f.run(positions_of(0, begin, end), &isa, 2);
+        for (size_t i = 0; i < part.size(); ++i)
+          ASSERT_EQ(0, std::memcmp(part[i].data(), whole[begin + i].data(), part[i].size() * sizeof(float)))
+              << "chunk " << chunk << " pos " << begin + i;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                          ::testing::Values(Shape{9, 3, 64, DType::F16},         // SmolLM2-135M
                                            Shape{32, 8, 128, DType::F16},       // Llama-3-8B
                                            Shape{4, 4, 24, DType::F32},         // MHA, head_dim % 16 != 0
                                            Shape{6, 1, 40, DType::F16},         // MQA
                                            Shape{4, 2, 64, DType::F16, 100},    // sliding window
-                                           Shape{4, 2, 32, DType::F32, 0, 30.0f}),  // softcap
+                                           Shape{4, 2, 32, DType::F32, 0, 30.0f},  // softcap
+                                           Shape{16, 2, 64, DType::F16},        // group 8: decode stages V
+                                           Shape{9, 3, 64, DType::F16, 0, 0.0f, 24},      // blocks cut tiles
+                                           Shape{8, 2, 128, DType::F32, 200, 0.0f, 8}),  // F32, window, small blocks
                          shape_name);
 
 }  // namespace

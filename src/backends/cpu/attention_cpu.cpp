@@ -14,6 +14,9 @@
 namespace tern::cpu {
 namespace {
 
+// Work items per thread below which kv heads get one item each (parallelism before locality).
+constexpr int64_t kItemsPerThread = 4;
+
 // A token's attended positions [first, n_ctx) and its chunks [c0, c1].
 struct TokenSpan {
   int first, n_ctx, c0, c1;
@@ -100,8 +103,14 @@ void attention_fast_isa(Isa isa, const Tensor& q, const KvLayerView& kv, const A
   s.unit_begin.back() = n_partials;
   s.partial.resize(static_cast<size_t>(n_partials * floats_per_partial));
 
-  // Units: tiles of consecutive tokens of one sequence, x kv heads x the tile's chunks.
-  s.items.clear();
+  // Units: tiles of consecutive tokens of one sequence, x kv heads x the tile's chunks. When there
+  // are enough (tile, chunk) pairs to keep every thread busy, one work item takes all kv heads of
+  // its chunk: a thread then reads whole K/V rows of consecutive positions (sequential memory, one
+  // stream for the prefetchers) instead of each head's slice being fetched by whichever thread
+  // took it. Neither grouping nor order changes any unit's bits.
+  std::vector<AttentionScratch::Tile>& tiles = s.tiles;
+  tiles.clear();
+  int64_t n_tile_chunks = 0;
   for (int64_t t0 = 0; t0 < n_tokens;) {
     int64_t t1 = t0 + 1;
     while (t1 < n_tokens && t1 - t0 < kAttentionTileTokens && plan.seq_index[t1] == plan.seq_index[t0]) ++t1;
@@ -111,13 +120,16 @@ void attention_fast_isa(Isa isa, const Tensor& q, const KvLayerView& kv, const A
       c_lo = std::min(c_lo, span.c0);
       c_hi = std::max(c_hi, span.c1);
     }
-    // Chunk-major: the kv heads of a chunk read neighbouring parts of the same K/V rows, so taking
-    // them back to back finds the rows' lines already in cache (the prefetchers fetch whole rows).
-    for (int c = c_lo; c <= c_hi; ++c)
-      for (int g = 0; g < p.n_kv_heads; ++g)
-        s.items.push_back({static_cast<int32_t>(t0), static_cast<int32_t>(t1), g, c});
+    tiles.push_back({t0, t1, c_lo, c_hi});
+    n_tile_chunks += c_hi - c_lo + 1;
     t0 = t1;
   }
+  const int heads_per_item = n_tile_chunks >= kItemsPerThread * pool.n_threads() ? p.n_kv_heads : 1;
+  s.items.clear();
+  for (const AttentionScratch::Tile& tile : tiles)
+    for (int c = tile.c_lo; c <= tile.c_hi; ++c)
+      for (int g = 0; g < p.n_kv_heads; g += heads_per_item)
+        s.items.push_back({static_cast<int32_t>(tile.t0), static_cast<int32_t>(tile.t1), g, g + heads_per_item, c});
 
   const detail::AttendUnitFn kernel = detail::attend_unit_for(isa);
   const int64_t scratch_floats =
@@ -126,6 +138,38 @@ void attention_fast_isa(Isa isa, const Tensor& q, const KvLayerView& kv, const A
   const int n_threads = static_cast<int>(std::min<int64_t>(pool.n_threads(), n_items));
   s.thread_buffers.resize(std::max<size_t>(s.thread_buffers.size(), static_cast<size_t>(pool.n_threads())));
   std::atomic<int64_t> next_item{0};
+  // One unit: the item's tokens that attend to its chunk, at kv head g.
+  auto run_unit = [&](const AttentionScratch::Item& item, int g, detail::UnitQuery* queries, float* buffer) {
+    const int chunk_lo = item.chunk * kAttentionChunkTokens, chunk_hi = chunk_lo + kAttentionChunkTokens;
+    detail::AttentionUnit u;
+    u.kv = &kv;
+    u.blocks = plan.block_ids.data() + plan.block_offsets[plan.seq_index[item.t0]];
+    u.kv_col = static_cast<int64_t>(g) * hd;
+    u.head_dim = hd;
+    u.group = group;
+    u.scale = p.scale;
+    u.softcap = p.logit_softcap;
+    u.key_lo = INT32_MAX;
+    u.key_hi = -1;
+    u.scratch = buffer;
+    int n = 0;
+    for (int64_t t = item.t0; t < item.t1; ++t) {
+      const TokenSpan span = token_span(plan, p, t);
+      if (item.chunk < span.c0 || item.chunk > span.c1) continue;
+      detail::UnitQuery& uq = queries[n++];
+      uq.q = q.row<float>(t) + static_cast<int64_t>(g * group) * hd;
+      uq.j0 = std::max(span.first, chunk_lo);
+      uq.j1 = std::min(span.n_ctx, chunk_hi);
+      const int64_t pair = t * p.n_kv_heads + g;
+      uq.partial = s.partial.data() + (s.unit_begin[pair] + item.chunk - span.c0) * floats_per_partial;
+      u.key_lo = std::min(u.key_lo, uq.j0);
+      u.key_hi = std::max(u.key_hi, uq.j1);
+    }
+    if (n == 0) return;
+    u.queries = queries;
+    u.n_queries = n;
+    kernel(u);
+  };
   pool.run_dynamic([&](int thread) {
     if (thread >= n_threads) return;
     float* buffer = thread_buffer(s.thread_buffers[thread], scratch_floats);
@@ -133,35 +177,7 @@ void attention_fast_isa(Isa isa, const Tensor& q, const KvLayerView& kv, const A
     for (int64_t i = next_item.fetch_add(1, std::memory_order_relaxed); i < n_items;
          i = next_item.fetch_add(1, std::memory_order_relaxed)) {
       const AttentionScratch::Item& item = s.items[i];
-      const int chunk_lo = item.chunk * kAttentionChunkTokens, chunk_hi = chunk_lo + kAttentionChunkTokens;
-      detail::AttentionUnit u;
-      u.kv = &kv;
-      u.blocks = plan.block_ids.data() + plan.block_offsets[plan.seq_index[item.t0]];
-      u.kv_col = static_cast<int64_t>(item.kv_head) * hd;
-      u.head_dim = hd;
-      u.group = group;
-      u.scale = p.scale;
-      u.softcap = p.logit_softcap;
-      u.key_lo = INT32_MAX;
-      u.key_hi = -1;
-      u.scratch = buffer;
-      int n = 0;
-      for (int64_t t = item.t0; t < item.t1; ++t) {
-        const TokenSpan span = token_span(plan, p, t);
-        if (item.chunk < span.c0 || item.chunk > span.c1) continue;
-        detail::UnitQuery& uq = queries[n++];
-        uq.q = q.row<float>(t) + static_cast<int64_t>(item.kv_head * group) * hd;
-        uq.j0 = std::max(span.first, chunk_lo);
-        uq.j1 = std::min(span.n_ctx, chunk_hi);
-        const int64_t pair = t * p.n_kv_heads + item.kv_head;
-        uq.partial = s.partial.data() + (s.unit_begin[pair] + item.chunk - span.c0) * floats_per_partial;
-        u.key_lo = std::min(u.key_lo, uq.j0);
-        u.key_hi = std::max(u.key_hi, uq.j1);
-      }
-      if (n == 0) continue;
-      u.queries = queries;
-      u.n_queries = n;
-      kernel(u);
+      for (int g = item.kv_head0; g < item.kv_head1; ++g) run_unit(item, g, queries, buffer);
     }
   });
 

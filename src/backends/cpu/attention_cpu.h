@@ -10,8 +10,10 @@
 // Work units are (tile of up to kAttentionTileTokens consecutive tokens of one sequence, kv head,
 // chunk): the tile's tokens share one conversion of the chunk's K and V rows (prefill reuses each
 // K/V row across the tile instead of re-reading it per token), but every query's arithmetic is its
-// own fixed sequence (attention_kernel.h). Threads take units dynamically; which thread computes
-// a unit never changes its bits.
+// own fixed sequence (attention_kernel.h). Threads take work items dynamically: one unit, or,
+// when there are enough (tile, chunk) pairs to go round (long decodes), all kv heads of a
+// (tile, chunk), so that a thread streams whole K/V rows. Which thread computes a unit, and with
+// which others, never changes its bits.
 #pragma once
 
 #include <cstdint>
@@ -40,10 +42,15 @@ class AttentionScratch {
   std::vector<int64_t> unit_begin;  // first partial of each (token, kv head), then the total
   struct Item {
     int32_t t0, t1;  // tokens [t0, t1) of one sequence
-    int32_t kv_head;
+    int32_t kv_head0, kv_head1;  // kv heads [kv_head0, kv_head1), one unit each, in order
     int32_t chunk;
   };
   std::vector<Item> items;
+  struct Tile {
+    int64_t t0, t1;      // tokens [t0, t1) of one sequence
+    int32_t c_lo, c_hi;  // the chunks its tokens attend to, [c_lo, c_hi]
+  };
+  std::vector<Tile> tiles;
   std::vector<ThreadBuffer> thread_buffers;  // per thread: one unit's scratch
 };
 
