@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <span>
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
@@ -68,6 +69,45 @@ class PinnedBuffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// A CUDA event (timing off) created on first use; never recorded = already complete.
+class LazyEvent {
+ public:
+  LazyEvent() = default;
+  ~LazyEvent() {
+    if (event_ != nullptr) cudaEventDestroy(event_);
+  }
+  LazyEvent(const LazyEvent&) = delete;
+  LazyEvent& operator=(const LazyEvent&) = delete;
+  cudaEvent_t get() {
+    if (event_ == nullptr) TERN_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    return event_;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// Bytes of t's rows packed without stride padding (what a host side of a copy holds).
+size_t packed_bytes(const Tensor& t) { return row_bytes(t.dtype, t.cols) * static_cast<size_t>(t.rows); }
+
+// Copies are staged in chunks of about this size: large enough that a chunk's DMA dwarfs the
+// launch overheads, small enough that pinned staging stays modest whatever the run length.
+constexpr size_t kTransferChunkBytes = size_t{16} << 20;
+
+// End of the run of copies starting at `first` that fits one chunk (at least one copy).
+template <typename Copy, typename DeviceOf>
+size_t chunk_end(std::span<const Copy> copies, size_t first, DeviceOf device_of, size_t& bytes) {
+  size_t end = first;
+  bytes = 0;
+  while (end < copies.size()) {
+    const size_t b = packed_bytes(device_of(copies[end]));
+    if (end > first && bytes + b > kTransferChunkBytes) break;
+    bytes += b;
+    ++end;
+  }
+  return end;
+}
 
 // Programmatic dependent launch needs sm_90; TERN_CUDA_PDL=0 turns it off (A/B timing).
 bool use_pdl(const CudaBackendOptions& options, const cudaDeviceProp& prop) {
@@ -181,6 +221,69 @@ class CudaBackend final : public Backend {
                                       cudaMemcpyDeviceToHost, stream_));
     TERN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::memcpy(dst, staging, total);
+  }
+
+  // Host -> device runs (KV tier restores): the host packs each chunk into one of two pinned
+  // buffers in turn, so it fills the next while the previous one is on the wire, and never waits
+  // for the last one: the sources are free once packed, and the stream orders the copies before
+  // any later kernel.
+  void copy_from_host_n(std::span<const HostToDevice> copies) override {
+    queue_->flush();
+    int half = 0;
+    for (size_t first = 0; first < copies.size();) {
+      size_t bytes = 0;
+      const size_t end = chunk_end(copies, first, [](const HostToDevice& c) -> const Tensor& { return c.dst; }, bytes);
+      TERN_CUDA_CHECK(cudaEventSynchronize(upload_done_[half].get()));  // this buffer's last chunk has left
+      auto* staging = static_cast<uint8_t*>(upload_staging_[half].reserve(bytes));
+      for (size_t i = first; i < end; ++i) {
+        const Tensor& d = copies[i].dst;
+        TERN_CHECK(is_device(d));
+        const size_t width = row_bytes(d.dtype, d.cols);
+        std::memcpy(staging, copies[i].src, packed_bytes(d));
+        TERN_CUDA_CHECK(cudaMemcpy2DAsync(d.data, d.row_stride, staging, width, width, static_cast<size_t>(d.rows),
+                                          cudaMemcpyHostToDevice, stream_));
+        staging += packed_bytes(d);
+      }
+      TERN_CUDA_CHECK(cudaEventRecord(upload_done_[half].get(), stream_));
+      half ^= 1;
+      first = end;
+    }
+  }
+
+  // Device -> host runs (KV tier spills): one wait per chunk instead of one per copy.
+  void copy_to_host_n(std::span<const DeviceToHost> copies) override {
+    queue_->flush();
+    for (size_t first = 0; first < copies.size();) {
+      size_t bytes = 0;
+      const size_t end = chunk_end(copies, first, [](const DeviceToHost& c) -> const Tensor& { return c.src; }, bytes);
+      auto* staging = static_cast<uint8_t*>(host_staging_.reserve(bytes));
+      uint8_t* p = staging;
+      for (size_t i = first; i < end; ++i) {
+        const Tensor& s = copies[i].src;
+        TERN_CHECK(is_device(s));
+        const size_t width = row_bytes(s.dtype, s.cols);
+        TERN_CUDA_CHECK(cudaMemcpy2DAsync(p, width, s.data, s.row_stride, width, static_cast<size_t>(s.rows),
+                                          cudaMemcpyDeviceToHost, stream_));
+        p += packed_bytes(s);
+      }
+      TERN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      p = staging;
+      for (size_t i = first; i < end; ++i) {
+        std::memcpy(copies[i].dst, p, packed_bytes(copies[i].src));
+        p += packed_bytes(copies[i].src);
+      }
+      first = end;
+    }
+  }
+
+  // Device -> device on the stream (the KV pool's copy-on-write); nothing waits.
+  void copy_on_device(const Tensor& src, Tensor& dst) override {
+    TERN_CHECK(is_device(src) && is_device(dst));
+    TERN_CHECK(src.dtype == dst.dtype && src.rows == dst.rows && src.cols == dst.cols);
+    queue_->flush();  // recorded ops that write src run first
+    const size_t width = row_bytes(src.dtype, src.cols);
+    TERN_CUDA_CHECK(cudaMemcpy2DAsync(dst.data, dst.row_stride, src.data, src.row_stride, width,
+                                      static_cast<size_t>(src.rows), cudaMemcpyDeviceToDevice, stream_));
   }
 
   void begin_step(const BatchPlan& plan) override {
@@ -522,6 +625,9 @@ class CudaBackend final : public Backend {
   PackedPlanLayout layout_;
   DevicePlan plan_{};
   bool have_plan_ = false;
+  // copy_from_host_n's two pinned buffers and the events marking their last chunk's copies done.
+  PinnedBuffer upload_staging_[2];
+  LazyEvent upload_done_[2];
 };
 
 }  // namespace
