@@ -57,7 +57,7 @@ TEST_F(GpuKvTiers, BatchedBlockCopiesRoundTripAndCopyOnDeviceDuplicates) {
   c.n_layers = 3;
   c.n_kv_heads = 8;
   c.head_dim = 128;
-  c.n_blocks = 300;  // 96 KiB per block: a 300-block run spans two 16 MiB transfer chunks
+  c.n_blocks = 300;  // 192 KiB per block: a 300-block run spans four 16 MiB transfer chunks
   auto pool = std::move(KvPool::create(*backend, c)).value();
   const size_t bytes = pool->block_payload_bytes();
   std::vector<std::vector<uint8_t>> want;
