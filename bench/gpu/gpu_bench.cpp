@@ -4,6 +4,8 @@
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
 //             [--tc-prefill]
 //   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
+//   gpu_bench --gemv [--gemv-filter STR] [--gemv-n 1] [--gemv-iters 50] [--gemv-stage-bytes 8192,16384]
+//             [--gemv-no-legacy]
 //
 // --preset synthesizes the model (formats/synth.h) into $TMPDIR once; random weights decode at
 // the same speed as real ones. Sections, each one line per measurement:
@@ -15,6 +17,8 @@
 //            projections' share of the bf16 tensor-core peak (2 * weight params * tokens / time;
 //            --tc-prefill: the opt-in cuBLASLt path, CudaBackendOptions::tc_prefill)
 //   batch    tok/s of B sequences decoding together (each at --batch-ctx tokens of context)
+//   gemv     (--gemv, instead of the model) each GEMV kernel alone per type and shape: us, GB/s,
+//            % of copy bandwidth, previous vs default kernels (gemv_bench.h)
 //   attn     (--attn, instead of the model) the attention op alone (attention_bench.h)
 // A forward's time includes its logits copy to the host (the sync point), as the engine's does.
 #include <algorithm>
@@ -32,6 +36,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "formats/gguf.h"
 #include "formats/synth.h"
+#include "gemv_bench.h"
 #include "kv/kv_pool.h"
 #include "models/model.h"
 
@@ -50,6 +55,8 @@ struct Options {
   bool tc_prefill = false;
   bool attn = false;
   AttentionBenchOptions attn_options;
+  bool gemv = false;
+  GemvBenchOptions gemv_options;
 };
 
 std::vector<int> parse_list(const char* s) {
@@ -94,6 +101,12 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--attn") o.attn = true;
     else if (a == "--attn-ctx") o.attn_options.decode_ctx = parse_list(next());
     else if (a == "--attn-prefill") o.attn_options.prefill = parse_pairs(next());
+    else if (a == "--gemv") o.gemv = true;
+    else if (a == "--gemv-filter") o.gemv_options.filter = next();
+    else if (a == "--gemv-n") o.gemv_options.n = std::atoi(next());
+    else if (a == "--gemv-iters") o.gemv_options.iters = std::atoi(next());
+    else if (a == "--gemv-stage-bytes") o.gemv_options.stage_bytes = parse_list(next());
+    else if (a == "--gemv-no-legacy") o.gemv_options.skip_legacy = true;
     else {
       std::fprintf(stderr, "gpu_bench: unknown argument '%s'\n", a.c_str());
       return false;
@@ -307,5 +320,6 @@ int main(int argc, char** argv) {
     o.attn_options.tc = o.tc_prefill;
     return tern::bench::run_attention_bench(o.attn_options);
   }
+  if (o.gemv) return tern::bench::run_gemv_bench(o.gemv_options);
   return tern::bench::run(o);
 }

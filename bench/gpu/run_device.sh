@@ -11,6 +11,9 @@
 #   512 without and 512 / 4096 / 2048-on-30720 with the tensor-core kernel.
 # long-tc-q4k / long-tc-f16: 8B decode at 1k / 32k (contexts filled with the tensor-core prefill)
 #   and tensor-core prefill at 512 / 4096 in 4096-token chunks.
+# gemv: each GEMV alone (gpu_bench --gemv), previous vs default kernels, per type and shape, at
+#   one and four activation rows; gemv-ab: 8B Q4_K_M / F16 and SmolLM2 decode with
+#   TERN_CUDA_GEMV=legacy and =default in one session.
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -88,6 +91,17 @@ PY
       ;;
     long-tc-q4k) bench long-tc-q4k 100 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill 512,4096 --chunk 4096 --tc-prefill --decode-steps 16 ;;
     long-tc-f16) bench long-tc-f16 150 --preset llama3-8b --mix f16 --ctx 1024,32768 --prefill 512,4096 --chunk 4096 --tc-prefill --decode-steps 16 ;;
+    gemv)
+      bench gemv 60 --gemv
+      bench gemv-n4 40 --gemv --gemv-n 4 --gemv-filter 8b
+      ;;
+    gemv-ab)
+      for path in legacy default; do
+        TERN_CUDA_GEMV=$path bench "gemv-ab-small-$path" 60 --preset smollm2-135m --mix q4_1 --ctx 1024 --prefill "" --decode-steps 64
+        TERN_CUDA_GEMV=$path bench "gemv-ab-q4k-$path" 60 --preset llama3-8b --mix q4_k_m --ctx 1024 --prefill "" --decode-steps 32
+        TERN_CUDA_GEMV=$path bench "gemv-ab-f16-$path" 90 --preset llama3-8b --mix f16 --ctx 1024 --prefill "" --decode-steps 32
+      done
+      ;;
     bench-long) bench long 200 --preset llama3-8b --mix q4_k_m --ctx 32768 --prefill 4096 --decode-steps 32 ;;
     profile-small | profile-8b)  # per-kernel device times of a decode step (ncu serializes kernels)
       if [[ $step == profile-small ]]; then model=(--preset smollm2-135m --mix q4_1); else model=(--preset llama3-8b --mix q4_k_m); fi

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "backends/cpu/matmul.h"
 #include "gpu_test_util.h"
@@ -214,6 +215,64 @@ TEST_F(GpuMatmul, FusedLaunchesEqualSeparateOnes) {
     }
     for (int m = 0; m < 3; ++m) {
       EXPECT_TRUE(gputest::bitwise_equal(gputest::download(b, fused[m].t), gputest::download(b, separate[m].t)));
+    }
+  }
+}
+
+// The default GEMV kernels (bulk-copy staging for 16-byte aligned quantized rows, the
+// bulk-staged float kernel) against the previous ones (CudaBackendOptions::legacy_gemv):
+// the same canonical sums, so the same bits, for aligned rows (bulk path) and rows that are not
+// (the default falls back to per-lane staging), at several pipeline depths
+// (TERN_CUDA_GEMV_STAGE_BYTES: 2 stages, the default, 16 stages) so that stage reuse wraps many
+// times within a warp's rows.
+TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
+  cuda::CudaBackendOptions legacy_options;
+  legacy_options.legacy_gemv = true;
+  std::unique_ptr<Backend> legacy = gputest::make_cuda(legacy_options);
+  ASSERT_NE(legacy, nullptr);
+  std::vector<std::unique_ptr<Backend>> fresh;
+  for (const char* budget : {"1", "0", "1000000"}) {
+    setenv("TERN_CUDA_GEMV_STAGE_BYTES", budget, 1);
+    fresh.push_back(gputest::make_cuda());
+    ASSERT_NE(fresh.back(), nullptr);
+  }
+  unsetenv("TERN_CUDA_GEMV_STAGE_BYTES");
+  // Rows of at most 2048 elements whose matrices split into whole groups take segmented steps
+  // (several rows per warp step): 576 / 544 / 512-wide rows four or eight to a step, 1536 / 2048
+  // two; 30 rows of 1024 do not split into groups of four and take whole steps.
+  const Case cases[] = {
+      {DType::Q4_K, 600, 4096}, {DType::Q4_K, 70, 14336}, {DType::Q6_K, 300, 4096}, {DType::Q6_K, 40, 14336},
+      {DType::Q6_K, 33, 2304},  {DType::Q8_0, 300, 4096}, {DType::Q8_0, 30, 14336}, {DType::Q4_1, 300, 4096},
+      {DType::Q4_1, 100, 576},  {DType::Q4_0, 64, 4096},  {DType::Q5_K, 64, 4096},  {DType::F16, 700, 4096},
+      {DType::BF16, 300, 4000}, {DType::F32, 100, 1000},  {DType::F16, 50, 14336},  {DType::Q8_0, 64, 576},
+      {DType::Q4_K, 64, 2048},  {DType::Q4_1, 48, 1536},  {DType::Q6_K, 30, 1024},  {DType::Q4_0, 36, 544},
+      {DType::Q5_K, 40, 512},   {DType::Q6_K, 64, 512},
+  };
+  uint32_t seed = 600;
+  for (const Case& c : cases) {
+    const auto wv = gputest::random_floats(static_cast<size_t>(c.rows * c.cols), seed++, 0.05f);
+    const gputest::HostTensor w_host = c.dtype == DType::F32 ? gputest::host_f32(wv, c.rows, c.cols)
+                                                             : gputest::host_quantized(wv, c.dtype, c.rows, c.cols);
+    // n = 0 stands for one all-zero activation row: contributions of -0 (a negative scale times
+    // a zero sum) must come out as the full-warp tree gives them (+0) in segmented steps too.
+    for (int64_t n_case : {1, 5, 0}) {
+      const int64_t n = n_case == 0 ? 1 : n_case;
+      SCOPED_TRACE(describe(c, n_case));
+      auto xv = gputest::random_floats(static_cast<size_t>(n * c.cols), seed++);
+      if (n_case == 0) std::fill(xv.begin(), xv.end(), 0.0f);
+      auto product = [&](Backend& b) {
+        std::unique_ptr<Buffer> w_owner;
+        const Tensor w = b.upload_weight(w_host.t, w_owner);
+        DeviceTensor x = gputest::device_empty(b, DType::F32, n, c.cols);
+        DeviceTensor y = gputest::device_empty(b, DType::F32, n, c.rows);
+        b.copy_from_host(xv.data(), x.t);
+        b.matmul(w, x.t, y.t);
+        return gputest::download(b, y.t);
+      };
+      const std::vector<float> want = product(*legacy);
+      for (auto& b : fresh) {
+        EXPECT_TRUE(gputest::bitwise_equal(product(*b), want)) << "default kernels differ from the legacy ones";
+      }
     }
   }
 }

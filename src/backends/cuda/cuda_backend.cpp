@@ -138,6 +138,21 @@ bool use_attention_row_copy() {
   return env != nullptr && std::strcmp(env, "1") == 0;
 }
 
+// The GEMV kernel family: TERN_CUDA_GEMV (legacy / default) overrides the option; bulk copies
+// need sm_90.
+GemvPath gemv_path(const CudaBackendOptions& options, const cudaDeviceProp& prop) {
+  const char* env = std::getenv("TERN_CUDA_GEMV");
+  bool legacy = options.legacy_gemv;
+  if (env != nullptr && std::strcmp(env, "legacy") == 0) legacy = true;
+  if (env != nullptr && std::strcmp(env, "default") == 0) legacy = false;
+  return legacy || prop.major < 9 ? GemvPath::kLegacy : GemvPath::kAuto;
+}
+
+int gemv_stage_bytes() {
+  const char* env = std::getenv("TERN_CUDA_GEMV_STAGE_BYTES");
+  return env != nullptr ? std::atoi(env) : 0;
+}
+
 // True when the float rows [a + r * a_stride, + a_cols) and [b + r * b_stride, + b_cols),
 // r < rows, lie in address ranges that do not overlap.
 bool disjoint_rows(const float* a, int64_t a_stride, int64_t a_cols, const float* b, int64_t b_stride, int64_t b_cols,
@@ -159,6 +174,8 @@ class CudaBackend final : public Backend {
       : options_(options),
         n_sm_(prop.multiProcessorCount),
         max_smem_bytes_(static_cast<int>(prop.sharedMemPerBlockOptin)),
+        gemv_path_(gemv_path(options, prop)),
+        gemv_stage_bytes_(gemv_stage_bytes()),
         stream_(stream),
         queue_(std::make_shared<StepQueue>(stream, options.use_graphs, use_pdl(options, prop))),
         tc_gemm_(std::move(tc_gemm)),
@@ -401,6 +418,8 @@ class CudaBackend final : public Backend {
     a.n = x.rows;
     a.max_smem_bytes = max_smem_bytes_;
     a.n_sm = n_sm_;
+    a.gemv_path = static_cast<int32_t>(gemv_path_);
+    a.stage_bytes_per_warp = gemv_stage_bytes_;
     add_matrix(a, w, out);
   }
 
@@ -610,6 +629,8 @@ class CudaBackend final : public Backend {
   CudaBackendOptions options_;
   int n_sm_;
   int max_smem_bytes_;
+  GemvPath gemv_path_;     // GEMV kernel family (CudaBackendOptions::legacy_gemv)
+  int gemv_stage_bytes_;   // bulk GEMV pipeline bytes per warp, 0: default
   cudaStream_t stream_;
   std::shared_ptr<StepQueue> queue_;
   cudaEvent_t plan_uploaded_ = nullptr;

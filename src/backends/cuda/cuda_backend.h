@@ -51,6 +51,11 @@ struct CudaBackendOptions {
   // tensor cores (attention_tc.h: f16 q and p, not bit-identical to decode). The environment
   // variable TERN_CUDA_TC_ATTENTION (1 / 0) overrides this flag.
   bool tc_attention = true;
+  // GEMV kernels (gemv.h): false = the default kernels (bulk-copy staging on sm_90, single-row
+  // tiles at n = 1, several short rows per warp step); true = the previous launch shapes, for A/B
+  // timing. Same bits either way. TERN_CUDA_GEMV=legacy / =default overrides it;
+  // TERN_CUDA_GEMV_STAGE_BYTES sets the bulk pipelines' bytes per warp (benchmark sweeps).
+  bool legacy_gemv = false;
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).

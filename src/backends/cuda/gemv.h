@@ -1,30 +1,41 @@
 // Matrix products against GGUF weights on the device: y[n, rows] = x[n, cols] @ w^T.
 //
 // One kernel family serves every n (decode, batched decode, speculative verify, prefill): a
-// block of 8 warps owns 8 weight rows (one per warp) and a tile of up to kGemvMaxXRows
-// activation rows; larger n runs more tiles. Nothing about a row's arithmetic depends on n or on
-// the tile it landed in, so results are batch-invariant by construction.
+// block of 8 warps streams weight rows (a warp owns rows w, w + 8 * blocks, ...) against a tile of
+// up to kGemvMaxXRows activation rows (one row when n == 1: a leaner instance, more resident
+// warps); larger n runs more tiles. The grid is the blocks that can be resident at once. Nothing
+// about a row's arithmetic depends on n, on the tile it landed in or on which instance ran, so
+// results are batch-invariant by construction (tests/gpu/matmul_test.cpp compares the bits).
 //
-// Quantized weights (q4_0, q4_1, q8_0, q4_k, q5_k, q6_k; gemv_quant.cu) work on the blocks as
-// stored. Each block quantizes its activation tile once to int8 with one float scale per
-// 32 elements (d = amax / 127, q = rint(x * 127 / amax)), then each warp streams its weight row
-// through shared memory (cp.async, 2-4 stages of 4096 elements) and takes integer dot products
-// (dp4a). The canonical order of a row's float sum — fixed here so that a later tensor-core
-// kernel can reproduce it bit for bit — is:
+// Quantized weights (q4_0, q4_1, q8_0, q4_k, q5_k, q6_k; gemv_quant.cu, per-type lane items in
+// gemv_items.cuh) work on the blocks as stored. Each block quantizes its activation tile once to
+// int8 with one float scale per 32 elements (d = amax / 127, q = rint(x * 127 / amax)), then each
+// warp streams its weight rows through shared memory in steps of 4096 elements and takes integer
+// dot products (dp4a). On sm_90, rows that are 16-byte aligned are staged by one bulk TMA copy
+// per step (gemv_bulk.cuh), others by per-lane cp.async; rows of at most 2048 elements are
+// staged several to a step (segmented steps: 576-wide rows four to a step instead of one row on
+// 5 of 32 lanes). The canonical order of a row's float sum — fixed here so that a later
+// tensor-core kernel can reproduce it bit for bit — is:
 //   1. unit u = 32 consecutive elements. c_u is a float expression of the exact integer dot
-//      products of the unit and the block scales (per type, in gemv_quant.cu: unit_*()).
+//      products of the unit and the block scales (per type, in gemv_items.cuh: unit_*()).
 //   2. y = perfect pairwise tree over c_0 .. c_{U-1}, zero-padded to a power of two
-//      ((c0 + c1) + (c2 + c3)) + ...; a missing leaf is 0 (x + 0 == x).
+//      ((c0 + c1) + (c2 + c3)) + ...; a missing leaf is +0 (x + 0 == x, and -0 + 0 == +0).
 // A warp realizes it as: lane l holds units 4l .. 4l+3 of a 128-unit step (levels 1-2),
-// butterflies over lanes (levels 3-7), then a binary counter over steps (levels 8+). (How a
-// warp cuts the tree into lanes and steps does not change it: 2-unit lane items and 64-unit
-// steps gave the same bits.)
+// butterflies over lanes (levels 3-7), then a binary counter over steps (levels 8+). A segmented
+// step butterflies over the row's aligned power-of-two group of lanes and adds +0 for the zero
+// lanes a full step would have. (How a warp cuts the tree into lanes and steps does not change
+// it: 2-unit lane items and 64-unit steps gave the same bits.)
 //
-// F32, F16 and BF16 weights (matmul.cu) multiply in fp32 without quantizing x: lane l owns
-// elements 8l .. 8l+7 of every 256-element chunk, accumulates them with fmaf in element order,
-// and the lanes' sums meet in a butterfly. Every other type supported by dequant.cuh (q5_0,
-// q5_1, q2_k, q3_k, q8_k, and float rows that are not 16-byte aligned) takes a slow generic
-// kernel: lane l owns elements l, l + 32, ... and dequantizes them one at a time.
+// F32, F16 and BF16 weights (gemv_float.cu on sm_90, matmul.cu otherwise) multiply in fp32
+// without quantizing x: lane l owns elements 8l .. 8l+7 of every 256-element chunk, accumulates
+// them with fmaf in element order, and the lanes' sums meet in a butterfly. Every other type
+// supported by dequant.cuh (q5_0, q5_1, q2_k, q3_k, q8_k, and float rows that are not 16-byte
+// aligned) takes a slow generic kernel: lane l owns elements l, l + 32, ... and dequantizes them
+// one at a time.
+//
+// GemvPath::kLegacy (CudaBackendOptions::legacy_gemv, TERN_CUDA_GEMV=legacy) keeps the previous
+// launch shape (per-lane cp.async, four-row tiles, two blocks per SM, one float row per warp) for
+// A/B timing; `gpu_bench --gemv` times both per shape.
 #pragma once
 
 #include "backends/cuda/kernels.h"
@@ -68,6 +79,10 @@ __device__ __forceinline__ MatRow mat_row(const MatmulArgs& a, int64_t gr) {
 // Launches the quantized kernel for a.dtype if it has one and the shape fits (decided for the
 // largest activation tile, so the answer never depends on n); false otherwise.
 bool launch_gemv_quant(const MatmulArgs& a, const LaunchEnv& env);
+// The bulk-staged kernel (sm_90) for F32 / F16 / BF16 rows that are 16-byte aligned with
+// cols % 8 == 0 (gemv_float.cu), and its one-time shared-memory setup.
+void launch_gemv_float(const MatmulArgs& a, const LaunchEnv& env);
+void init_gemv_float(int max_smem_bytes);
 // Sets the quantized kernels' dynamic shared-memory limit (once per device).
 void init_gemv_quant(int max_smem_bytes);
 

@@ -7,38 +7,31 @@
 // half a super-block, whose four scales and mins come out of three words with vector masks).
 //
 // Shared memory of a block:
+//   bars   [warps][kMaxStages] mbarriers of the bulk-copy pipelines (unused by per-lane staging)
 //   xq     [nt][n_groups * kGroupPitch] int8: the activation tile, 128 elements (four units) per
 //          group, each group padded to 144 bytes so 16-byte loads of 8 lanes hit distinct banks
 //   xd, xs [nt][unit_pitch]: per-unit activation scale (float) and sum of the int8 values (int)
 //   xh     [nt][2 * unit_pitch]: sums of each 16-element half of a unit (q6_k's sub-block offset)
-//   stage  [warps][stages][stage_pitch]: each warp's pipelined copies of its weight row's steps
-// A staged step starts at byte (src & 15) of its buffer, so the 16-byte cp.async copies stay
-// aligned whatever the row's alignment; the ragged head and tail go through 2-byte copies.
+//   stage  [warps][n_stages][stage_pitch]: each warp's pipelined copies of its weight row's steps
+// A bulk-copied step starts at byte 0 of its buffer. A per-lane staged step starts at byte
+// (src & 15), so the 16-byte cp.async copies stay aligned whatever the row's alignment; the
+// ragged head and tail go through 2-byte copies.
 #include <algorithm>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gemv.h"
+#include "backends/cuda/gemv_bulk.cuh"
+#include "backends/cuda/gemv_items.cuh"
 #include "backends/cuda/launch.cuh"
 
 namespace tern::cuda {
 namespace {
 
-constexpr int kItemUnits = 4;
-constexpr int kStepElems = 4096;
-constexpr int kStepUnits = kStepElems / 32;
-constexpr int kGroupPitch = 144;
+using namespace gemv_items;
+
 constexpr int kLevels = 6;  // binary counter depth: up to 2^6 - 1 steps (cols < 258048)
 constexpr int kMaxSteps = (1 << kLevels) - 1;
-
-template <DType T>
-struct QType;
-template <> struct QType<DType::Q4_0> { static constexpr int kBlockElems = 32, kBlockBytes = 18; };
-template <> struct QType<DType::Q4_1> { static constexpr int kBlockElems = 32, kBlockBytes = 20; };
-template <> struct QType<DType::Q8_0> { static constexpr int kBlockElems = 32, kBlockBytes = 34; };
-template <> struct QType<DType::Q4_K> { static constexpr int kBlockElems = 256, kBlockBytes = 144; };
-template <> struct QType<DType::Q5_K> { static constexpr int kBlockElems = 256, kBlockBytes = 176; };
-template <> struct QType<DType::Q6_K> { static constexpr int kBlockElems = 256, kBlockBytes = 210; };
 
 template <DType T>
 __host__ __device__ constexpr int step_bytes() {
@@ -56,29 +49,41 @@ __host__ __device__ constexpr int stages() {
 
 __host__ __device__ constexpr int round16(int b) { return (b + 15) / 16 * 16; }
 
+// Bulk-copy pipelines: at most kMaxStages stages per warp, as many as fit the byte budget
+// (MatmulArgs::stage_bytes_per_warp, 0 = this default), at least 2. The staged-copy variant keeps
+// stages<T>(). 6 KiB (two q4_k / q6_k / q8_0 steps) measured best or within 1% on the 8B products
+// except q4_1 gate+up (8 KiB: 6% faster), H200, budgets of 4-12 KiB swept with gpu_bench
+// --gemv-stage-bytes: a deeper pipeline costs resident blocks, and resident warps are what this
+// kernel is short of.
+constexpr int kMaxStages = 16;
+constexpr int kDefaultStageBytesPerWarp = 6144;
+
 struct SmemLayout {
   int row_pitch;    // bytes of one quantized activation row
   int unit_pitch;   // units of one row of xd / xs (a multiple of 4: 16-byte loads)
-  int d_off, s_off, h_off, stage_off;
+  int x_off, d_off, s_off, h_off, stage_off;
   int stage_pitch;  // bytes of one stage buffer
   int total;
 };
 
 template <DType T>
-__host__ __device__ SmemLayout smem_layout(int cols, int nt_alloc) {
+__host__ __device__ SmemLayout smem_layout(int cols, int nt_alloc, int n_stages, int seg_rows = 1) {
   SmemLayout l;
   const int n_units = cols / 32;
   l.row_pitch = (n_units + kItemUnits - 1) / kItemUnits * kGroupPitch;
   l.unit_pitch = (n_units + kItemUnits - 1) / kItemUnits * kItemUnits;
-  l.d_off = nt_alloc * l.row_pitch;
+  l.x_off = kGemvWarps * kMaxStages * 8;  // the bulk pipelines' mbarriers come first
+  l.d_off = l.x_off + nt_alloc * l.row_pitch;
   l.s_off = l.d_off + round16(nt_alloc * l.unit_pitch * 4);
   l.h_off = l.s_off + round16(nt_alloc * l.unit_pitch * 4);
   l.stage_off = l.h_off + round16(nt_alloc * l.unit_pitch * 8);
-  // A row's steps are full steps, or one step of the whole row when it is shorter.
-  const int row_step_bytes = (cols < kStepElems ? cols : kStepElems) / QType<T>::kBlockElems * QType<T>::kBlockBytes;
+  // A row's steps are full steps, or one step of the whole row when it is shorter (seg_rows such
+  // rows per step in segmented mode).
+  const int row_step_bytes =
+      seg_rows * ((cols < kStepElems ? cols : kStepElems) / QType<T>::kBlockElems * QType<T>::kBlockBytes);
   // + 32: the up-to-14-byte alignment shift plus the one-word overread of load_words_2aligned.
   l.stage_pitch = round16(row_step_bytes + 32);
-  l.total = l.stage_off + kGemvWarps * stages<T>() * l.stage_pitch;
+  l.total = l.stage_off + kGemvWarps * n_stages * l.stage_pitch;
   return l;
 }
 
@@ -116,318 +121,35 @@ __device__ __forceinline__ void stage_copy(uint8_t* buf, const uint8_t* src, int
   }
 }
 
-// --- activation tile ---------------------------------------------------------------------------
+// --- segmented steps ------------------------------------------------------------------------------
 
-struct XTile {
-  const uint8_t* q;
-  const float* d;
-  const int* s;
-  const int* h;
-  int row_pitch;
-  int unit_pitch;
-};
-
-// The 128 int8 values of group g (units 4g .. 4g + 3) of tile row j, as 32 words: unit k is
-// X[8k .. 8k + 8), its first 16 elements X[8k .. 8k + 4).
-__device__ __forceinline__ void load_x_group(const XTile& x, int j, int g, uint32_t (&X)[32]) {
-  const uint4* p = reinterpret_cast<const uint4*>(x.q + j * x.row_pitch + g * kGroupPitch);
+// Levels 3+ of the canonical tree for a row held by a segment of seg_lanes lanes (a power of two,
+// < 32, aligned to its size) with every later lane of a full step holding 0: the butterfly over
+// the segment gives the segment's subtree S, and the full-warp butterfly would then add zero
+// subtrees to it, S + 0 + ... + 0 = S + 0 (which is S except that -0 becomes +0).
+__device__ __forceinline__ float segment_sum_tree(float v, int seg_lanes) {
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const uint4 v = p[k];
-    X[4 * k] = v.x;
-    X[4 * k + 1] = v.y;
-    X[4 * k + 2] = v.z;
-    X[4 * k + 3] = v.w;
+  for (int off = 1; off < 32; off <<= 1) {
+    if (off < seg_lanes) v = __fadd_rn(v, __shfl_xor_sync(kFullMask, v, off));
   }
+  return __fadd_rn(v, 0.0f);
 }
 
-// Scales and int sums of the four units of group g of row j.
-__device__ __forceinline__ float4 x_scales(const XTile& x, int j, int g) {
-  return reinterpret_cast<const float4*>(x.d + j * x.unit_pitch)[g];
-}
-__device__ __forceinline__ int4 x_sums(const XTile& x, int j, int g) {
-  return reinterpret_cast<const int4*>(x.s + j * x.unit_pitch)[g];
-}
-
-__device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
-  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
-}
-
-// Integer dot of 8 weight words (32 elements, each byte one signed or small unsigned value) with
-// unit X[8k .. 8k + 8).
-template <int K>
-__device__ __forceinline__ int unit_dot(const uint32_t (&w)[8], const uint32_t (&X)[32]) {
-  int s = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) s = dp4a(w[i], X[8 * K + i], s);
-  return s;
-}
-
-// --- canonical unit contributions (gemv.h, step 1) ---------------------------------------------
-
-// x = d * q:                     c = (dw * dx) * isum
-__device__ __forceinline__ float unit_scaled(float dw, float dx, int isum) {
-  return __fmul_rn(__fmul_rn(dw, dx), static_cast<float>(isum));
-}
-// x = d * q + m:                 c = (dw * dx) * isum + (mw * dx) * xsum
-__device__ __forceinline__ float unit_affine(float dw, float mw, float dx, int isum, int xsum) {
-  return __fadd_rn(__fmul_rn(__fmul_rn(dw, dx), static_cast<float>(isum)),
-                   __fmul_rn(__fmul_rn(mw, dx), static_cast<float>(xsum)));
-}
-// x = dl * q - ml (k-quants):    c = (dl * dx) * isum - (ml * dx) * xsum
-__device__ __forceinline__ float unit_kmin(float dl, float ml, float dx, int isum, int xsum) {
-  return __fsub_rn(__fmul_rn(__fmul_rn(dl, dx), static_cast<float>(isum)),
-                   __fmul_rn(__fmul_rn(ml, dx), static_cast<float>(xsum)));
-}
-
-// Levels 1-2 of the canonical tree inside a lane item. A unit past the end of the row (only
-// legacy types have partial items) is a zero leaf; its c may be garbage (stale staging bytes,
-// uninitialized scales), so it is replaced, never multiplied by zero.
-__device__ __forceinline__ float item_tree(float c0, float c1, float c2, float c3, int n_valid) {
-  c1 = n_valid > 1 ? c1 : 0.0f;
-  c2 = n_valid > 2 ? c2 : 0.0f;
-  c3 = n_valid > 3 ? c3 : 0.0f;
-  return __fadd_rn(__fadd_rn(c0, c1), __fadd_rn(c2, c3));
-}
-
-__device__ __forceinline__ float byte_to_float(uint32_t w, int k) { return static_cast<float>((w >> (8 * k)) & 0xffu); }
-
-// --- per-type lane items: units 4g .. 4g + 3 at lane's place in the staged step -----------------
-
+// Rows a segmented step takes: the row's items rounded up to a power of two lanes, for rows of at
+// most half a step whose matrices split into whole groups of contiguous rows; 1 otherwise.
 template <DType T>
-__device__ void item_dot(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
-                         float (&v)[kGemvMaxXRows]);
-
-// Block k of a legacy lane item whose blocks are 2 mod 4 bytes long (q4_0: 18, q8_0: 34): its
-// f16 scale and its N quant words, out of the item's words w (block k starts at byte k * B).
-template <int B, int K, int N, int W>
-__device__ __forceinline__ void legacy_block(const uint32_t (&w)[W], float* d, uint32_t (&q)[N]) {
-  constexpr int off = K * B, w0 = off / 4;
-  if constexpr (off % 4 == 0) {  // scale in the low half of w0, quants start 2 bytes in
-    *d = half_bits_to_float(w[w0] & 0xffffu);
-#pragma unroll
-    for (int i = 0; i < N; ++i) q[i] = __funnelshift_r(w[w0 + i], w[w0 + i + 1], 16);
-  } else {  // scale in the high half of w0, quants word-aligned after it
-    *d = half_bits_to_float(w[w0] >> 16);
-#pragma unroll
-    for (int i = 0; i < N; ++i) q[i] = w[w0 + 1 + i];
-  }
-}
-
-// Block k of a q4_0 item (d, then 16 bytes of nibbles: element i low, i + 16 high), unpacked to
-// one byte per element.
-template <int K>
-__device__ __forceinline__ void q40_block(const uint32_t (&w)[18], float* d, uint32_t (&q)[8]) {
-  uint32_t raw[4];
-  legacy_block<18, K, 4>(w, d, raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    q[i] = raw[i] & 0x0f0f0f0fu;
-    q[4 + i] = (raw[i] >> 4) & 0x0f0f0f0fu;
-  }
-}
-
-// Four 18-byte blocks.
-template <>
-__device__ void item_dot<DType::Q4_0>(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
-                                      float (&v)[kGemvMaxXRows]) {
-  uint32_t w[18];
-  load_words_2aligned<18>(wstep + lane * 72, w);
-  float d[4];
-  uint32_t q[4][8];
-  q40_block<0>(w, &d[0], q[0]);
-  q40_block<1>(w, &d[1], q[1]);
-  q40_block<2>(w, &d[2], q[2]);
-  q40_block<3>(w, &d[3], q[3]);
-#pragma unroll
-  for (int j = 0; j < kGemvMaxXRows; ++j) {
-    if (j >= nt) break;
-    uint32_t X[32];
-    load_x_group(x, j, g, X);
-    const float4 dx = x_scales(x, j, g);
-    const int4 xs = x_sums(x, j, g);
-    v[j] = item_tree(unit_scaled(d[0], dx.x, unit_dot<0>(q[0], X) - 8 * xs.x),
-                     unit_scaled(d[1], dx.y, unit_dot<1>(q[1], X) - 8 * xs.y),
-                     unit_scaled(d[2], dx.z, unit_dot<2>(q[2], X) - 8 * xs.z),
-                     unit_scaled(d[3], dx.w, unit_dot<3>(q[3], X) - 8 * xs.w), n_valid);
-  }
-}
-
-// Four 20-byte blocks: d, m, 16 bytes of nibbles.
-template <>
-__device__ void item_dot<DType::Q4_1>(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
-                                      float (&v)[kGemvMaxXRows]) {
-  uint32_t w[20];
-  load_words_2aligned<20>(wstep + lane * 80, w);
-  float d[4], m[4];
-  uint32_t q[4][8];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    d[k] = half_bits_to_float(w[5 * k] & 0xffffu);
-    m[k] = half_bits_to_float(w[5 * k] >> 16);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      q[k][i] = w[5 * k + 1 + i] & 0x0f0f0f0fu;
-      q[k][4 + i] = (w[5 * k + 1 + i] >> 4) & 0x0f0f0f0fu;
+int segment_rows(const MatmulArgs& a) {
+  if (a.cols > kStepElems / 2) return 1;
+  const int items = static_cast<int>((a.cols / 32 + kItemUnits - 1) / kItemUnits);
+  int seg_lanes = 1;
+  while (seg_lanes < items) seg_lanes *= 2;
+  const int rows = 32 / seg_lanes;
+  for (int m = 0; m < a.n_mats; ++m) {
+    if (a.rows[m] % rows != 0 || a.w_stride_bytes[m] != static_cast<size_t>(a.cols / QType<T>::kBlockElems * QType<T>::kBlockBytes)) {
+      return 1;
     }
   }
-#pragma unroll
-  for (int j = 0; j < kGemvMaxXRows; ++j) {
-    if (j >= nt) break;
-    uint32_t X[32];
-    load_x_group(x, j, g, X);
-    const float4 dx = x_scales(x, j, g);
-    const int4 xs = x_sums(x, j, g);
-    v[j] = item_tree(unit_affine(d[0], m[0], dx.x, unit_dot<0>(q[0], X), xs.x),
-                     unit_affine(d[1], m[1], dx.y, unit_dot<1>(q[1], X), xs.y),
-                     unit_affine(d[2], m[2], dx.z, unit_dot<2>(q[2], X), xs.z),
-                     unit_affine(d[3], m[3], dx.w, unit_dot<3>(q[3], X), xs.w), n_valid);
-  }
-}
-
-// Four 34-byte blocks: d, 32 int8.
-template <>
-__device__ void item_dot<DType::Q8_0>(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
-                                      float (&v)[kGemvMaxXRows]) {
-  uint32_t w[34];
-  load_words_2aligned<34>(wstep + lane * 136, w);
-  float d[4];
-  uint32_t q[4][8];
-  legacy_block<34, 0, 8>(w, &d[0], q[0]);
-  legacy_block<34, 1, 8>(w, &d[1], q[1]);
-  legacy_block<34, 2, 8>(w, &d[2], q[2]);
-  legacy_block<34, 3, 8>(w, &d[3], q[3]);
-#pragma unroll
-  for (int j = 0; j < kGemvMaxXRows; ++j) {
-    if (j >= nt) break;
-    uint32_t X[32];
-    load_x_group(x, j, g, X);
-    const float4 dx = x_scales(x, j, g);
-    v[j] = item_tree(unit_scaled(d[0], dx.x, unit_dot<0>(q[0], X)), unit_scaled(d[1], dx.y, unit_dot<1>(q[1], X)),
-                     unit_scaled(d[2], dx.z, unit_dot<2>(q[2], X)), unit_scaled(d[3], dx.w, unit_dot<3>(q[3], X)),
-                     n_valid);
-  }
-}
-
-// q4_k / q5_k share everything but the fifth bit. Lane l takes half hh = l & 1 of super-block
-// l >> 1: sub-blocks 4hh .. 4hh + 3, i.e. the low and high nibbles of qs[64hh .. 64hh + 64).
-template <bool kFive>
-__device__ __forceinline__ void item_dot_k45(const uint8_t* wstep, int lane, const XTile& x, int g, int nt,
-                                             float (&v)[kGemvMaxXRows]) {
-  constexpr int kBlockBytes = kFive ? 176 : 144;
-  constexpr int kQsOffset = kFive ? 48 : 16;
-  const int hh = lane & 1;
-  const uint8_t* b = wstep + (lane >> 1) * kBlockBytes;
-  uint32_t h[4], qs[16];
-  load_words_2aligned<4>(b, h);
-  load_words_2aligned<16>(b + kQsOffset + 64 * hh, qs);
-  // The 6-bit scales and mins of sub-blocks 4hh + k, byte k of sc4 / m4 (the 12-byte packing of
-  // core/quant_ref_layout.h, four at a time).
-  const uint32_t sc4 = hh == 0 ? h[1] & 0x3f3f3f3fu : (h[3] & 0x0f0f0f0fu) | ((h[1] >> 2) & 0x30303030u);
-  const uint32_t m4 = hh == 0 ? h[2] & 0x3f3f3f3fu : ((h[3] >> 4) & 0x0f0f0f0fu) | ((h[2] >> 2) & 0x30303030u);
-  const float d = half_bits_to_float(h[0] & 0xffffu), dmin = half_bits_to_float(h[0] >> 16);
-  float dl[4], ml[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    dl[k] = __fmul_rn(d, byte_to_float(sc4, k));
-    ml[k] = __fmul_rn(dmin, byte_to_float(m4, k));
-  }
-  uint32_t q[4][8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    q[0][i] = qs[i] & 0x0f0f0f0fu;
-    q[1][i] = (qs[i] >> 4) & 0x0f0f0f0fu;
-    q[2][i] = qs[8 + i] & 0x0f0f0f0fu;
-    q[3][i] = (qs[8 + i] >> 4) & 0x0f0f0f0fu;
-  }
-  if constexpr (kFive) {
-    uint32_t qh[8];
-    load_words_2aligned<8>(b + 16, qh);
-    const int bit0 = 4 * hh;  // fifth bit of sub-block s is bit s of qh
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) q[k][i] |= ((qh[i] >> (bit0 + k)) & 0x01010101u) << 4;
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kGemvMaxXRows; ++j) {
-    if (j >= nt) break;
-    uint32_t X[32];
-    load_x_group(x, j, g, X);
-    const float4 dx = x_scales(x, j, g);
-    const int4 xs = x_sums(x, j, g);
-    v[j] = item_tree(unit_kmin(dl[0], ml[0], dx.x, unit_dot<0>(q[0], X), xs.x),
-                     unit_kmin(dl[1], ml[1], dx.y, unit_dot<1>(q[1], X), xs.y),
-                     unit_kmin(dl[2], ml[2], dx.z, unit_dot<2>(q[2], X), xs.z),
-                     unit_kmin(dl[3], ml[3], dx.w, unit_dot<3>(q[3], X), xs.w), kItemUnits);
-  }
-}
-
-template <>
-__device__ void item_dot<DType::Q4_K>(const uint8_t* wstep, int lane, int, const XTile& x, int g, int nt,
-                                      float (&v)[kGemvMaxXRows]) {
-  item_dot_k45<false>(wstep, lane, x, g, nt, v);
-}
-
-template <>
-__device__ void item_dot<DType::Q5_K>(const uint8_t* wstep, int lane, int, const XTile& x, int g, int nt,
-                                      float (&v)[kGemvMaxXRows]) {
-  item_dot_k45<true>(wstep, lane, x, g, nt, v);
-}
-
-// q6_k: lane l takes half hh = l & 1 of block l >> 1 (elements 128hh .. 128hh + 127). Unit k
-// (quadrant k of the half): low 4 bits from ql[64hh + 32(k & 1) ..] (nibble k >> 1), high 2 bits
-// from qh[32hh ..] (bits 2k, 2k + 1), and two int8 sub-block scales for its 16-element halves.
-// A unit's integer dot is sc_a * (dot_a - 32 sum_a) + sc_b * (dot_b - 32 sum_b) (sum_*: the
-// halves' activation sums; |value| < 2^24, exact in float).
-template <>
-__device__ void item_dot<DType::Q6_K>(const uint8_t* wstep, int lane, int, const XTile& x, int g, int nt,
-                                      float (&v)[kGemvMaxXRows]) {
-  const int hh = lane & 1;
-  const uint8_t* b = wstep + (lane >> 1) * 210;
-  uint32_t L[16], H[8], S[2];
-  load_words_2aligned<16>(b + 64 * hh, L);
-  load_words_2aligned<8>(b + 128 + 32 * hh, H);
-  load_words_2aligned<2>(b + 192 + 8 * hh, S);
-  const float d = half_bits_to_float(load_u16(b + 208));
-  int sc[8];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    sc[k] = static_cast<int8_t>((S[0] >> (8 * k)) & 0xffu);
-    sc[4 + k] = static_cast<int8_t>((S[1] >> (8 * k)) & 0xffu);
-  }
-  uint32_t q[4][8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    q[0][i] = (L[i] & 0x0f0f0f0fu) | ((H[i] << 4) & 0x30303030u);
-    q[1][i] = (L[8 + i] & 0x0f0f0f0fu) | ((H[i] << 2) & 0x30303030u);
-    q[2][i] = ((L[i] >> 4) & 0x0f0f0f0fu) | (H[i] & 0x30303030u);
-    q[3][i] = ((L[8 + i] >> 4) & 0x0f0f0f0fu) | ((H[i] >> 2) & 0x30303030u);
-  }
-#pragma unroll
-  for (int j = 0; j < kGemvMaxXRows; ++j) {
-    if (j >= nt) break;
-    uint32_t X[32];
-    load_x_group(x, j, g, X);
-    const float4 dx = x_scales(x, j, g);
-    const int4* hp = reinterpret_cast<const int4*>(x.h + j * 2 * x.unit_pitch) + 2 * g;
-    const int4 h01 = hp[0], h23 = hp[1];
-    const int hs[8] = {h01.x, h01.y, h01.z, h01.w, h23.x, h23.y, h23.z, h23.w};
-    int isum[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      int a = 0, c = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        a = dp4a(q[k][i], X[8 * k + i], a);
-        c = dp4a(q[k][4 + i], X[8 * k + 4 + i], c);
-      }
-      isum[k] = sc[2 * k] * (a - 32 * hs[2 * k]) + sc[2 * k + 1] * (c - 32 * hs[2 * k + 1]);
-    }
-    v[j] = item_tree(unit_scaled(d, dx.x, isum[0]), unit_scaled(d, dx.y, isum[1]), unit_scaled(d, dx.z, isum[2]),
-                     unit_scaled(d, dx.w, isum[3]), kItemUnits);
-  }
+  return rows;
 }
 
 // --- the kernel ---------------------------------------------------------------------------------
@@ -486,32 +208,59 @@ __device__ __forceinline__ void quantize_tile(const MatmulArgs& a, int64_t x0, i
 
 // Grid: (activation tiles, row groups). Warp w of row group b owns weight rows
 // b * kGemvWarps + w + k * (gridDim.y * kGemvWarps), k = 0, 1, ...; it streams them step by step
-// through a stages<T>()-deep cp.async pipeline that runs on across row boundaries, so the latency
-// of the first load is paid once per warp, not once per row.
-template <DType T>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs a) {
+// through an n_stages-deep pipeline that runs on across row boundaries, so the latency of the
+// first load is paid once per warp, not once per row.
+//
+// kBulk: each step is one cp.async.bulk copy (the TMA engine, sm_90) that lane 0 issues and an
+// mbarrier per stage completes; the rest of the warp only waits on the barrier. The staged-copy
+// variant spends ~4.5 cp.async per lane per q4_k step plus their address arithmetic and
+// commit/wait bookkeeping; with bulk copies the issue cost of a step is a few instructions, so
+// the pipeline can also be deeper (n_stages is a launch parameter, not a template constant).
+// Bulk copies need 16-byte aligned sources and lengths: the launcher picks kBulk only for rows
+// whose base, stride and step lengths are all multiples of 16. Both variants feed the same
+// item_dot<T> with the same bytes, so their results are identical bit for bit.
+// Registers decide how many blocks are resident (the launcher sizes the grid by occupancy), and
+// more resident warps hide more of a step's dependent latency (shared loads -> dp4a -> five
+// shuffles). The single-row tile is held to 64 registers (four blocks per SM) where that costs no
+// spills, 80 (three) for q8_0, q6_k and the per-lane-staged variants; the four-row tile to 128 (two).
+template <DType T, bool kBulk, int kTile>
+constexpr int min_blocks_per_sm() {
+  if constexpr (kTile != 1) return 2;
+  else return T == DType::Q8_0 || T == DType::Q6_K || !kBulk ? 3 : 4;
+}
+
+template <DType T, bool kBulk, int kTile>
+__global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, kTile>())
+    gemv_quant_kernel(MatmulArgs a, int n_stages, int seg_rows) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int kBlockElems = QType<T>::kBlockElems, kBlockBytes = QType<T>::kBlockBytes;
   constexpr int kFullStepBytes = step_bytes<T>();
-  constexpr int kStages = stages<T>();
+  if constexpr (!kBulk) n_stages = stages<T>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cols = static_cast<int>(a.cols);
   const int n_units = cols / 32;
-  const int nt_alloc = a.n < kGemvMaxXRows ? static_cast<int>(a.n) : kGemvMaxXRows;
-  const int64_t x0 = int64_t{blockIdx.x} * kGemvMaxXRows;
-  const int nt = static_cast<int>(a.n - x0 < kGemvMaxXRows ? a.n - x0 : kGemvMaxXRows);
-  const SmemLayout l = smem_layout<T>(cols, nt_alloc);
-  uint8_t* xq = smem;
+  const int nt_alloc = a.n < kTile ? static_cast<int>(a.n) : kTile;
+  const int64_t x0 = int64_t{blockIdx.x} * kTile;
+  const int nt = static_cast<int>(a.n - x0 < kTile ? a.n - x0 : kTile);
+  const SmemLayout l = smem_layout<T>(cols, nt_alloc, n_stages, seg_rows);
+  uint8_t* xq = smem + l.x_off;
   float* xd = reinterpret_cast<float*>(smem + l.d_off);
   int* xs = reinterpret_cast<int*>(smem + l.s_off);
   int* xh = reinterpret_cast<int*>(smem + l.h_off);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem) + warp * kMaxStages;  // kBulk: one per stage
+  // Segmented mode (seg_rows > 1, rows of at most 2048 elements): a warp step takes seg_rows
+  // consecutive rows, one segment of seg_lanes lanes each, and the cursor below walks groups of
+  // rows instead of rows. Lane i of a segment holds item i of its row, as lane i does in a full
+  // step, so the row's canonical tree is unchanged (see the segment butterfly below).
+  const int seg_lanes = 32 / seg_rows;
+  const int seg = lane / seg_lanes, seg_lane = lane % seg_lanes;
   const int64_t row_stride = int64_t{gridDim.y} * kGemvWarps;
-  const int64_t first_row = int64_t{blockIdx.y} * kGemvWarps + warp;
-  const int64_t total_rows = a.total_rows();
+  const int64_t first_row = int64_t{blockIdx.y} * kGemvWarps + warp;  // first group in segmented mode
+  const int64_t total_rows = a.total_rows() / seg_rows;
   const int n_rows = first_row < total_rows ? static_cast<int>((total_rows - first_row + row_stride - 1) / row_stride) : 0;
   const int n_steps = (cols + kStepElems - 1) / kStepElems;
   const int total = n_rows * n_steps;  // (row, step) items of this warp
-  uint8_t* stage = smem + l.stage_off + warp * kStages * l.stage_pitch;
+  uint8_t* stage = smem + l.stage_off + warp * n_stages * l.stage_pitch;
 
   // Item cursors advance without divisions (64-bit division is a long software routine).
   struct Cursor {
@@ -522,25 +271,36 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs 
     if (++c.step == n_steps) {
       c.step = 0;
       ++c.row_k;
-      c.row_w = c.row_k < n_rows ? mat_row(a, first_row + int64_t{c.row_k} * row_stride).w : nullptr;
+      c.row_w = c.row_k < n_rows ? mat_row(a, (first_row + int64_t{c.row_k} * row_stride) * seg_rows).w : nullptr;
     }
-    if (++c.slot == kStages) c.slot = 0;
+    if (++c.slot == n_stages) c.slot = 0;
   };
   auto issue = [&](const Cursor& c) {
     const int elems = min(kStepElems, cols - c.step * kStepElems);
-    stage_copy(stage + c.slot * l.stage_pitch, c.row_w + static_cast<size_t>(c.step) * kFullStepBytes,
-               elems / kBlockElems * kBlockBytes, lane);
+    const uint8_t* src = c.row_w + static_cast<size_t>(c.step) * kFullStepBytes;
+    const int len = elems / kBlockElems * kBlockBytes * seg_rows;  // a group's rows are contiguous
+    if constexpr (kBulk) {
+      if (lane == 0) bulk_copy(stage + c.slot * l.stage_pitch, src, len, &bars[c.slot]);
+    } else {
+      stage_copy(stage + c.slot * l.stage_pitch, src, len, lane);
+    }
   };
-  const Cursor start{0, 0, 0, n_rows > 0 ? mat_row(a, first_row).w : nullptr};
+  if constexpr (kBulk) {
+    if (lane == 0) {
+      for (int k = 0; k < n_stages; ++k) mbar_init(&bars[k]);
+      mbar_fence_init();
+    }
+    __syncwarp();
+  }
+  const Cursor start{0, 0, 0, n_rows > 0 ? mat_row(a, first_row * seg_rows).w : nullptr};
   Cursor in = start, out = start;
   // The first weight steps do not depend on x: start them before quantizing it.
-#pragma unroll
-  for (int k = 0; k < kStages - 1; ++k) {
+  for (int k = 0; k < n_stages - 1; ++k) {
     if (k < total) {
       issue(in);
       advance(in);
     }
-    cp_async_commit();
+    if constexpr (!kBulk) cp_async_commit();
   }
   pdl_enter();  // x is the previous kernel's output
   quantize_tile(a, x0, nt, l, xq, xd, xs, xh);
@@ -548,32 +308,39 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs 
   if (n_rows == 0) return;
   const XTile x{xq, xd, xs, xh, l.row_pitch, l.unit_pitch};
 
-  float stack[kGemvMaxXRows][kLevels];
+  float stack[kTile][kLevels];
 #pragma unroll
-  for (int j = 0; j < kGemvMaxXRows; ++j) {
+  for (int j = 0; j < kTile; ++j) {
 #pragma unroll
     for (int k = 0; k < kLevels; ++k) stack[j][k] = 0.0f;
   }
+  uint32_t phases = 0;  // kBulk: bit k = parity of stage k's next completion
   for (int it = 0; it < total; ++it) {
-    if (it + kStages - 1 < total) {
+    if (it + n_stages - 1 < total) {
       issue(in);
       advance(in);
     }
-    cp_async_commit();
-    cp_async_wait<kStages - 1>();
-    __syncwarp();
+    if constexpr (kBulk) {
+      mbar_wait(&bars[out.slot], (phases >> out.slot) & 1u);
+      phases ^= 1u << out.slot;
+    } else {
+      cp_async_commit();
+      cp_async_wait<stages<T>() - 1>();
+      __syncwarp();
+    }
     const int s = out.step;
     const uint8_t* src = out.row_w + static_cast<size_t>(s) * kFullStepBytes;
-    const uint8_t* wstep = stage + out.slot * l.stage_pitch + (reinterpret_cast<uintptr_t>(src) & 15);
-    const int u0 = s * kStepUnits + kItemUnits * lane;
-    float v[kGemvMaxXRows];
+    const uint8_t* wstep = stage + out.slot * l.stage_pitch + (kBulk ? 0 : (reinterpret_cast<uintptr_t>(src) & 15)) +
+                           seg * (cols / kBlockElems * kBlockBytes);
+    const int u0 = s * kStepUnits + kItemUnits * seg_lane;
+    float v[kTile];
 #pragma unroll
-    for (int j = 0; j < kGemvMaxXRows; ++j) v[j] = 0.0f;
-    if (u0 < n_units) item_dot<T>(wstep, lane, min(kItemUnits, n_units - u0), x, u0 / kItemUnits, nt, v);
+    for (int j = 0; j < kTile; ++j) v[j] = 0.0f;
+    if (u0 < n_units) item_dot<T, kTile>(wstep, seg_lane, min(kItemUnits, n_units - u0), x, u0 / kItemUnits, nt, v);
 #pragma unroll
-    for (int j = 0; j < kGemvMaxXRows; ++j) {
+    for (int j = 0; j < kTile; ++j) {
       if (j < nt) {  // nt is uniform across the warp
-        float sum = warp_sum_tree(v[j]);
+        float sum = seg_lanes == 32 ? warp_sum_tree(v[j]) : segment_sum_tree(v[j], seg_lanes);
         // Binary counter: step s merges with the stored subtrees of its trailing one bits.
         bool placed = false;
 #pragma unroll
@@ -591,9 +358,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs 
     }
     if (s == n_steps - 1) {
       // Close the zero-padded tree: merge the stored subtrees, smallest first.
-      const MatRow row = mat_row(a, first_row + int64_t{out.row_k} * row_stride);
+      const MatRow row = mat_row(a, (first_row + int64_t{out.row_k} * row_stride) * seg_rows + seg);
 #pragma unroll
-      for (int j = 0; j < kGemvMaxXRows; ++j) {
+      for (int j = 0; j < kTile; ++j) {
         float acc = 0.0f;
         bool have = false;
 #pragma unroll
@@ -603,37 +370,96 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(MatmulArgs 
             have = true;
           }
         }
-        if (lane == 0 && j < nt) row.y[(x0 + j) * row.rows + row.r] = acc;
+        if (seg_lane == 0 && j < nt) row.y[(x0 + j) * row.rows + row.r] = acc;
       }
     }
     advance(out);
+    // Every lane is done reading this stage before lane 0 refills it (next iteration's issue).
     __syncwarp();
   }
+}
+
+// True when every step of every row can be one bulk copy: 16-byte aligned bases and strides,
+// and step lengths (the full step and the row's last one) that are multiples of 16.
+template <DType T>
+bool bulk_eligible(const MatmulArgs& a) {
+  const int64_t last_elems = a.cols - (a.cols - 1) / kStepElems * kStepElems;
+  if (step_bytes<T>() % 16 != 0 || last_elems / QType<T>::kBlockElems * QType<T>::kBlockBytes % 16 != 0) return false;
+  for (int m = 0; m < a.n_mats; ++m) {
+    if (reinterpret_cast<uintptr_t>(a.w[m]) % 16 != 0 || a.w_stride_bytes[m] % 16 != 0) return false;
+  }
+  return true;
+}
+
+// Launches one instance with a grid of as many blocks as can be resident (occupancy of this
+// instance at this shared-memory size), so every warp starts at once and then streams its rows
+// (per_sm > 0 fixes the blocks per SM instead: the legacy path's two).
+template <DType T, bool kBulk, int kTile>
+void launch_instance(const MatmulArgs& a, const LaunchEnv& env, int n_stages, int seg_rows, int per_sm = 0) {
+  auto* kernel = gemv_quant_kernel<T, kBulk, kTile>;
+  const int nt_alloc = a.n < kTile ? static_cast<int>(a.n) : kTile;
+  const SmemLayout l = smem_layout<T>(static_cast<int>(a.cols), nt_alloc, n_stages, seg_rows);
+  if (per_sm <= 0) {
+    TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, l.total));
+  }
+  const int64_t x_tiles = (a.n + kTile - 1) / kTile;
+  const int64_t target = std::max<int64_t>(1, std::max(per_sm, 1) * int64_t{a.n_sm} / x_tiles);
+  const int64_t groups = a.total_rows() / seg_rows;
+  const int64_t row_blocks = std::min<int64_t>((groups + kGemvWarps - 1) / kGemvWarps, std::min<int64_t>(target, 65535));
+  // x tiles vary fastest, so blocks sharing weight rows run together and re-read them from L2.
+  const dim3 grid(static_cast<unsigned>(x_tiles), static_cast<unsigned>(row_blocks));
+  launch_kernel(env, kernel, grid, kGemvWarps * 32, static_cast<size_t>(l.total), a, n_stages, seg_rows);
 }
 
 template <DType T>
 bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
   if (a.cols % QType<T>::kBlockElems != 0 || a.cols >= (int64_t{1} << 31)) return false;
   if ((a.cols + kStepElems - 1) / kStepElems > kMaxSteps) return false;
+  if ((a.n + kGemvMaxXRows - 1) / kGemvMaxXRows > (int64_t{1} << 31) - 1) return false;
+  const int cols = static_cast<int>(a.cols);
   // Eligibility is judged at the full tile so that it cannot depend on n (batch invariance).
-  if (smem_layout<T>(static_cast<int>(a.cols), kGemvMaxXRows).total > a.max_smem_bytes) return false;
-  const int nt_alloc = a.n < kGemvMaxXRows ? static_cast<int>(a.n) : kGemvMaxXRows;
-  const SmemLayout l = smem_layout<T>(static_cast<int>(a.cols), nt_alloc);
-  const int64_t x_tiles = (a.n + kGemvMaxXRows - 1) / kGemvMaxXRows;
-  // About two blocks per SM in all; each warp then streams several rows.
-  const int64_t target = std::max<int64_t>(1, 2 * int64_t{a.n_sm} / x_tiles);
-  const int64_t row_blocks =
-      std::min<int64_t>((a.total_rows() + kGemvWarps - 1) / kGemvWarps, std::min<int64_t>(target, 65535));
-  if (x_tiles > (int64_t{1} << 31) - 1) return false;
-  // x tiles vary fastest, so blocks sharing weight rows run together and re-read them from L2.
-  const dim3 grid(static_cast<unsigned>(x_tiles), static_cast<unsigned>(row_blocks));
-  launch_kernel(env, gemv_quant_kernel<T>, grid, kGemvWarps * 32, static_cast<size_t>(l.total), a);
+  if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>()).total > a.max_smem_bytes) return false;
+  if (a.gemv_path == static_cast<int32_t>(GemvPath::kLegacy)) {
+    launch_instance<T, false, kGemvMaxXRows>(a, env, stages<T>(), 1, 2);
+    return true;
+  }
+  // Which instance runs changes where a row's sums are computed, never how (same item_dot, same
+  // tree), so the choice may depend on n: one activation row takes the single-row tile, whose
+  // kernel needs fewer registers (more resident warps) and no per-row predicates.
+  const bool bulk = bulk_eligible<T>(a);
+  int seg_rows = segment_rows<T>(a);
+  // A segmented step is at most a full step, so it fits the stages sized for full steps.
+  if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>(), seg_rows).total > a.max_smem_bytes) seg_rows = 1;
+  int n_stages = stages<T>();
+  if (bulk) {
+    // As many stages as fit the per-warp byte budget, fewer where the full tile would not fit.
+    const int pitch = smem_layout<T>(cols, 1, 2, seg_rows).stage_pitch;
+    const int budget = a.stage_bytes_per_warp > 0 ? a.stage_bytes_per_warp : kDefaultStageBytesPerWarp;
+    n_stages = std::clamp(budget / pitch, 2, kMaxStages);
+    while (n_stages > 2 && smem_layout<T>(cols, kGemvMaxXRows, n_stages, seg_rows).total > a.max_smem_bytes) --n_stages;
+  }
+  if (a.n == 1) {
+    if (bulk) launch_instance<T, true, 1>(a, env, n_stages, seg_rows);
+    else launch_instance<T, false, 1>(a, env, n_stages, seg_rows);
+  } else {
+    if (bulk) launch_instance<T, true, kGemvMaxXRows>(a, env, n_stages, seg_rows);
+    else launch_instance<T, false, kGemvMaxXRows>(a, env, n_stages, seg_rows);
+  }
   return true;
+}
+
+template <DType T, bool kBulk, int kTile>
+void allow_smem_instance(int max_smem_bytes) {
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<T, kBulk, kTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       max_smem_bytes));
 }
 
 template <DType T>
 void allow_smem(int max_smem_bytes) {
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
+  allow_smem_instance<T, false, kGemvMaxXRows>(max_smem_bytes);
+  allow_smem_instance<T, false, 1>(max_smem_bytes);
+  allow_smem_instance<T, true, kGemvMaxXRows>(max_smem_bytes);
+  allow_smem_instance<T, true, 1>(max_smem_bytes);
 }
 
 }  // namespace

@@ -129,6 +129,13 @@ struct GatherRowsArgs {
 
 constexpr int kMaxFusedMatmuls = 3;
 
+// Which GEMV kernels a product takes (gemv.h). Every path gives the same bits; kLegacy keeps the
+// previous kernels for A/B timing (TERN_CUDA_GEMV=legacy).
+enum class GemvPath : int32_t {
+  kAuto = 0,    // sm_90: bulk-copy (TMA) staging for 16-byte aligned rows, single-row tiles at n = 1
+  kLegacy = 1,  // per-lane cp.async staging; one-row-per-warp float kernel
+};
+
 // y_m[n, rows_m] = x[n, cols] @ w_m^T for m < n_mats: up to three weights of one dtype and
 // width applied to the same activations (q/k/v, gate/up) in one launch. Weights in GGUF layout
 // (rows of w_stride_bytes); x, y contiguous. The rows of all matrices form one index space.
@@ -140,6 +147,8 @@ struct MatmulArgs {
   int64_t n;
   int max_smem_bytes;  // the device's opt-in shared memory per block (kernel eligibility)
   int n_sm;            // multiprocessors (grid sizing)
+  int32_t gemv_path;   // a GemvPath
+  int stage_bytes_per_warp;  // bulk-copy pipeline budget per warp (0: the kernel's default)
   const void* w[kMaxFusedMatmuls];
   size_t w_stride_bytes[kMaxFusedMatmuls];
   int64_t rows[kMaxFusedMatmuls];

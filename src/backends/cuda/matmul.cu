@@ -32,7 +32,8 @@ __device__ __forceinline__ void load8(DType t, const uint8_t* p, float (&w)[8]) 
   }
 }
 
-// F32 / F16 / BF16 rows, 16-byte aligned, cols % 8 == 0. Warp per weight row.
+// F32 / F16 / BF16 rows, 16-byte aligned, cols % 8 == 0. Warp per weight row. The bulk-staged
+// kernel of gemv_float.cu (same arithmetic) takes the shapes where it measured faster.
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_float_kernel(MatmulArgs a) {
   pdl_enter();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -109,6 +110,15 @@ bool float_rows_aligned(const MatmulArgs& a) {
   return aligned;
 }
 
+// Where the bulk-staged float kernel (gemv_float.cu) measured faster than the one-row-per-warp
+// kernel above (H200, gpu_bench --gemv, both giving the same bits): one activation row and rows
+// of at most 4096 elements (8B F16 q+k+v 47.6% -> 54% of the copy bandwidth, gate+up 68% -> 81%).
+// It lost on 14336-wide rows (ffn_down 52% -> 41%: every chunk re-reads 57 KiB of x through an L1
+// that the stages have shrunk) and on four activation rows (0.64-0.83x).
+bool float_bulk_measured_faster(const MatmulArgs& a) {
+  return a.gemv_path == static_cast<int32_t>(GemvPath::kAuto) && a.n == 1 && a.cols <= 4096;
+}
+
 }  // namespace
 
 bool matmul_supports(DType t) { return dequant_element_supports(t); }
@@ -122,13 +132,18 @@ void launch_matmul(const MatmulArgs& a, const LaunchEnv& env) {
   const int64_t x_tiles = (a.n + kGemvMaxXRows - 1) / kGemvMaxXRows;
   TERN_CHECK_MSG(row_blocks <= 65535, "matmul: too many weight rows for one launch");
   const dim3 grid(static_cast<unsigned>(x_tiles), static_cast<unsigned>(row_blocks));
-  if (float_rows_aligned(a)) {
+  if (float_rows_aligned(a) && float_bulk_measured_faster(a)) {
+    launch_gemv_float(a, env);
+  } else if (float_rows_aligned(a)) {
     launch_kernel(env, gemv_float_kernel, grid, kGemvWarps * 32, 0, a);
   } else {
     launch_kernel(env, gemv_generic_kernel, grid, kGemvWarps * 32, 0, a);
   }
 }
 
-void init_matmul(int max_smem_bytes) { init_gemv_quant(max_smem_bytes); }
+void init_matmul(int max_smem_bytes) {
+  init_gemv_quant(max_smem_bytes);
+  init_gemv_float(max_smem_bytes);
+}
 
 }  // namespace tern::cuda

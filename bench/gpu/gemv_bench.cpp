@@ -1,0 +1,233 @@
+// gpu_bench --gemv: the GEMV kernels alone, per weight type and shape, against the copy bandwidth.
+//
+// Each case launches launch_matmul (kernels.h) on device buffers, once with the previous kernels
+// (GemvPath::kLegacy) and once with the default ones, and prints microseconds per product,
+// weight GB/s and the % of the measured device-to-device copy bandwidth. The weight is
+// replicated into enough copies that the launches cycle through more than 3x the L2 cache, so
+// every launch streams from HBM as in a decode step. Launches go back to back on one stream with
+// programmatic dependent launch, as inside the decode graph, so a kernel's ramp overlaps its
+// predecessor's tail as it does there. The outputs of the two paths are compared bit for bit.
+#include "gemv_bench.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels.h"
+#include "core/dtype.h"
+
+namespace tern::bench {
+namespace {
+
+struct Shape {
+  const char* label;  // where the shape occurs
+  DType dtype;
+  int64_t cols;
+  std::vector<int64_t> rows;  // one entry per fused matrix
+};
+
+// Llama-3-8B (Q4_K_M: q/k/o/gate/up q4_k, v/down/head q6_k; Q8_0; F16) and SmolLM2-135M (Q4_1,
+// q8_0 tied head) products of one decode step.
+std::vector<Shape> default_shapes() {
+  std::vector<Shape> s = {
+      {"8b q (+k fused)", DType::Q4_K, 4096, {4096, 1024}},
+      {"8b o", DType::Q4_K, 4096, {4096}},
+      {"8b gate+up", DType::Q4_K, 4096, {14336, 14336}},
+      {"8b v", DType::Q6_K, 4096, {1024}},
+      {"8b down", DType::Q6_K, 14336, {4096}},
+      {"8b head", DType::Q6_K, 4096, {128256}},
+      {"8b q+k+v", DType::Q8_0, 4096, {4096, 1024, 1024}},
+      {"8b gate+up", DType::Q8_0, 4096, {14336, 14336}},
+      {"8b down", DType::Q8_0, 14336, {4096}},
+      {"8b q+k+v", DType::F16, 4096, {4096, 1024, 1024}},
+      {"8b gate+up", DType::F16, 4096, {14336, 14336}},
+      {"8b down", DType::F16, 14336, {4096}},
+      {"8b gate+up", DType::BF16, 4096, {14336, 14336}},
+      {"8b gate+up", DType::Q4_1, 4096, {14336, 14336}},
+      {"smol q+k+v", DType::Q4_1, 576, {576, 192, 192}},
+      {"smol gate+up", DType::Q4_1, 576, {1536, 1536}},
+      {"smol down", DType::Q4_1, 1536, {576}},
+      {"smol head", DType::Q8_0, 576, {49152}},
+  };
+  return s;
+}
+
+#define BENCH_CUDA(expr)                                                                       \
+  do {                                                                                         \
+    const cudaError_t e_ = (expr);                                                             \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "gpu_bench --gemv: %s: %s\n", #expr, cudaGetErrorString(e_));       \
+      return false;                                                                            \
+    }                                                                                          \
+  } while (0)
+
+struct Timing {
+  double us = 0.0;
+  std::vector<float> y;  // outputs of the last launch, all matrices
+};
+
+// Runs `iters` products cycling through `copies` replicas; the median of 5 such runs.
+bool time_path(const cuda::MatmulArgs& base, const std::vector<std::vector<void*>>& copies, int iters,
+               cudaStream_t stream, Timing& t) {
+  cuda::LaunchEnv env{stream, true};
+  auto run = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      cuda::MatmulArgs a = base;
+      for (int m = 0; m < a.n_mats; ++m) a.w[m] = copies[i % copies.size()][m];
+      cuda::launch_matmul(a, env);
+    }
+  };
+  run(static_cast<int>(copies.size()));  // warm-up
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  std::vector<double> runs;
+  for (int r = 0; r < 5; ++r) {
+    BENCH_CUDA(cudaEventRecord(e0, stream));
+    run(iters);
+    BENCH_CUDA(cudaEventRecord(e1, stream));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    runs.push_back(1e3 * ms / iters);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(runs.begin(), runs.end());
+  t.us = runs[2];
+  t.y.clear();
+  for (int m = 0; m < base.n_mats; ++m) {
+    std::vector<float> part(static_cast<size_t>(base.n * base.rows[m]));
+    BENCH_CUDA(cudaMemcpy(part.data(), base.y[m], part.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    t.y.insert(t.y.end(), part.begin(), part.end());
+  }
+  return true;
+}
+
+bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& prop, double copy_gbs,
+               cudaStream_t stream) {
+  const size_t rb = row_bytes(s.dtype, s.cols);
+  size_t bytes = 0;
+  for (int64_t r : s.rows) bytes += rb * static_cast<size_t>(r);
+  const size_t footprint = std::max<size_t>(size_t{3} * prop.l2CacheSize, size_t{256} << 20);
+  const int n_copies = static_cast<int>(std::min<size_t>(64, (footprint + bytes - 1) / bytes));
+  // Random bytes: the kernels' speed does not depend on the values (NaN scales included).
+  std::mt19937 rng(7);
+  std::vector<std::vector<void*>> copies(n_copies);
+  std::vector<uint8_t> host;
+  for (int c = 0; c < n_copies; ++c) {
+    for (int64_t r : s.rows) {
+      const size_t b = rb * static_cast<size_t>(r);
+      if (host.size() < b) {
+        const size_t old_size = host.size();
+        host.resize(b);
+        for (size_t i = old_size; i < b; i += 4) {
+          const uint32_t word = static_cast<uint32_t>(rng());
+          std::memcpy(host.data() + i, &word, std::min<size_t>(4, b - i));
+        }
+        // Keep float weights finite so the bitwise comparison below is meaningful.
+        if (s.dtype == DType::F16 || s.dtype == DType::BF16) {
+          for (size_t i = old_size | 1; i < host.size(); i += 2) host[i] &= 0x3f;
+        }
+      }
+      void* p = nullptr;
+      BENCH_CUDA(cudaMalloc(&p, b));
+      BENCH_CUDA(cudaMemcpy(p, host.data(), b, cudaMemcpyHostToDevice));
+      copies[c].push_back(p);
+    }
+  }
+  const int64_t n = o.n;
+  std::vector<float> xh(static_cast<size_t>(n * s.cols));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& v : xh) v = nd(rng);
+  void* x_mem = nullptr;
+  BENCH_CUDA(cudaMalloc(&x_mem, xh.size() * sizeof(float)));
+  float* x = static_cast<float*>(x_mem);
+  BENCH_CUDA(cudaMemcpy(x, xh.data(), xh.size() * sizeof(float), cudaMemcpyHostToDevice));
+  cuda::MatmulArgs a = {};
+  a.dtype = s.dtype;
+  a.n_mats = static_cast<int>(s.rows.size());
+  a.cols = s.cols;
+  a.x = x;
+  a.n = n;
+  a.max_smem_bytes = static_cast<int>(prop.sharedMemPerBlockOptin);
+  a.n_sm = prop.multiProcessorCount;
+  for (int m = 0; m < a.n_mats; ++m) {
+    a.w_stride_bytes[m] = rb;
+    a.rows[m] = s.rows[m];
+    void* y_mem = nullptr;
+    BENCH_CUDA(cudaMalloc(&y_mem, sizeof(float) * n * s.rows[m]));
+    a.y[m] = static_cast<float*>(y_mem);
+  }
+  std::string rows_str;
+  for (int64_t r : s.rows) rows_str += (rows_str.empty() ? "" : "+") + std::to_string(r);
+  auto line = [&](const char* path, const Timing& t) {
+    const double gbs = bytes / (t.us * 1e3);
+    std::printf("gemv     %-5s %-16s %13s x %5lld n=%lld %-14s %8.2f us %7.0f GB/s %5.1f%% of copy bw\n",
+                std::string(dtype_name(s.dtype)).c_str(), s.label, rows_str.c_str(), static_cast<long long>(s.cols),
+                static_cast<long long>(n), path, t.us, gbs, copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
+  };
+  const int iters = std::max(o.iters, 2 * n_copies);
+  bool ok = true;
+  Timing legacy, fresh;
+  a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kLegacy);
+  if (!o.skip_legacy) {
+    ok = ok && time_path(a, copies, iters, stream, legacy);
+    if (ok) line("legacy", legacy);
+  }
+  a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kAuto);
+  const std::vector<int> budgets = o.stage_bytes.empty() ? std::vector<int>{0} : o.stage_bytes;
+  for (int budget : budgets) {
+    a.stage_bytes_per_warp = budget;
+    ok = ok && time_path(a, copies, iters, stream, fresh);
+    if (!ok) break;
+    const std::string name = budget > 0 ? "default/" + std::to_string(budget / 1024) + "K" : "default";
+    line(name.c_str(), fresh);
+    if (!o.skip_legacy) {
+      const bool same = legacy.y.size() == fresh.y.size() &&
+                        std::memcmp(legacy.y.data(), fresh.y.data(), legacy.y.size() * sizeof(float)) == 0;
+      std::printf("gemv       -> %.2fx vs legacy; outputs %s\n", legacy.us / fresh.us,
+                  same ? "bitwise equal" : "DIFFER (bug)");
+    }
+  }
+  for (auto& c : copies) {
+    for (void* p : c) cudaFree(p);
+  }
+  cudaFree(x);
+  for (int m = 0; m < a.n_mats; ++m) cudaFree(a.y[m]);
+  return ok;
+}
+
+}  // namespace
+
+int run_gemv_bench(const GemvBenchOptions& o) {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    std::fprintf(stderr, "gpu_bench --gemv: no CUDA device\n");
+    return 1;
+  }
+  auto bw = cuda::copy_bandwidth_gbs(0, size_t{2} << 30);
+  const double copy_gbs = bw.is_ok() ? bw.value() : 0.0;
+  std::printf("device   %s, %d SMs, L2 %d MiB; copy bandwidth %.0f GB/s (2 GiB device-to-device, read+write)\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_gbs);
+  cuda::init_matmul(static_cast<int>(prop.sharedMemPerBlockOptin));
+  cudaStream_t stream;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return 1;
+  int failures = 0;
+  for (const Shape& s : default_shapes()) {
+    if (!o.filter.empty() && (std::string(dtype_name(s.dtype)) + " " + s.label).find(o.filter) == std::string::npos) {
+      continue;
+    }
+    if (!run_shape(s, o, prop, copy_gbs, stream)) ++failures;
+  }
+  cudaStreamDestroy(stream);
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace tern::bench

@@ -1,0 +1,20 @@
+// gpu_bench --gemv: the GEMV kernels measured apart from the model (gemv_bench.cpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tern::bench {
+
+struct GemvBenchOptions {
+  int n = 1;                    // activation rows (1: batch-1 decode)
+  int iters = 50;               // products per timed run (at least two passes over the replicas)
+  std::string filter;           // only shapes whose "type label" contains this
+  std::vector<int> stage_bytes; // bulk-pipeline budgets per warp to sweep (empty: the default)
+  bool skip_legacy = false;     // time the default kernels only
+};
+
+// Prints one line per shape and kernel path; 0 on success.
+int run_gemv_bench(const GemvBenchOptions& o);
+
+}  // namespace tern::bench

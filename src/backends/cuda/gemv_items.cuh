@@ -1,0 +1,342 @@
+// Lane items of the quantized GEMV (gemv.h, gemv_quant.cu): the activation tile in shared
+// memory and, per weight type, the dot product of one lane's 128-element item (four 32-element
+// units) with it, reduced to levels 1-2 of the canonical tree. Every kernel that reads these
+// types goes through item_dot<T>(), so the unit contributions c_u are one expression per type.
+//
+// A lane item starts at byte lane * (item bytes) of a staged step for legacy types and at the
+// lane's half super-block for k-quants; its words are read with load_words_2aligned, so a step
+// may start at any 2-byte-aligned address.
+#pragma once
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/gemv.h"
+
+namespace tern::cuda::gemv_items {
+
+constexpr int kItemUnits = 4;
+constexpr int kStepElems = 4096;
+constexpr int kStepUnits = kStepElems / 32;
+constexpr int kGroupPitch = 144;
+
+template <DType T>
+struct QType;
+template <> struct QType<DType::Q4_0> { static constexpr int kBlockElems = 32, kBlockBytes = 18; };
+template <> struct QType<DType::Q4_1> { static constexpr int kBlockElems = 32, kBlockBytes = 20; };
+template <> struct QType<DType::Q8_0> { static constexpr int kBlockElems = 32, kBlockBytes = 34; };
+template <> struct QType<DType::Q4_K> { static constexpr int kBlockElems = 256, kBlockBytes = 144; };
+template <> struct QType<DType::Q5_K> { static constexpr int kBlockElems = 256, kBlockBytes = 176; };
+template <> struct QType<DType::Q6_K> { static constexpr int kBlockElems = 256, kBlockBytes = 210; };
+
+// --- activation tile ---------------------------------------------------------------------------
+
+struct XTile {
+  const uint8_t* q;
+  const float* d;
+  const int* s;
+  const int* h;
+  int row_pitch;
+  int unit_pitch;
+};
+
+// The 128 int8 values of group g (units 4g .. 4g + 3) of tile row j, as 32 words: unit k is
+// X[8k .. 8k + 8), its first 16 elements X[8k .. 8k + 4).
+__device__ __forceinline__ void load_x_group(const XTile& x, int j, int g, uint32_t (&X)[32]) {
+  const uint4* p = reinterpret_cast<const uint4*>(x.q + j * x.row_pitch + g * kGroupPitch);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const uint4 v = p[k];
+    X[4 * k] = v.x;
+    X[4 * k + 1] = v.y;
+    X[4 * k + 2] = v.z;
+    X[4 * k + 3] = v.w;
+  }
+}
+
+// Scales and int sums of the four units of group g of row j.
+__device__ __forceinline__ float4 x_scales(const XTile& x, int j, int g) {
+  return reinterpret_cast<const float4*>(x.d + j * x.unit_pitch)[g];
+}
+__device__ __forceinline__ int4 x_sums(const XTile& x, int j, int g) {
+  return reinterpret_cast<const int4*>(x.s + j * x.unit_pitch)[g];
+}
+
+__device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
+  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
+}
+
+// Integer dot of 8 weight words (32 elements, each byte one signed or small unsigned value) with
+// unit X[8k .. 8k + 8).
+template <int K>
+__device__ __forceinline__ int unit_dot(const uint32_t (&w)[8], const uint32_t (&X)[32]) {
+  int s = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s = dp4a(w[i], X[8 * K + i], s);
+  return s;
+}
+
+// --- canonical unit contributions (gemv.h, step 1) ---------------------------------------------
+
+// x = d * q:                     c = (dw * dx) * isum
+__device__ __forceinline__ float unit_scaled(float dw, float dx, int isum) {
+  return __fmul_rn(__fmul_rn(dw, dx), static_cast<float>(isum));
+}
+// x = d * q + m:                 c = (dw * dx) * isum + (mw * dx) * xsum
+__device__ __forceinline__ float unit_affine(float dw, float mw, float dx, int isum, int xsum) {
+  return __fadd_rn(__fmul_rn(__fmul_rn(dw, dx), static_cast<float>(isum)),
+                   __fmul_rn(__fmul_rn(mw, dx), static_cast<float>(xsum)));
+}
+// x = dl * q - ml (k-quants):    c = (dl * dx) * isum - (ml * dx) * xsum
+__device__ __forceinline__ float unit_kmin(float dl, float ml, float dx, int isum, int xsum) {
+  return __fsub_rn(__fmul_rn(__fmul_rn(dl, dx), static_cast<float>(isum)),
+                   __fmul_rn(__fmul_rn(ml, dx), static_cast<float>(xsum)));
+}
+
+// Levels 1-2 of the canonical tree inside a lane item. A unit past the end of the row (only
+// legacy types have partial items) is a zero leaf; its c may be garbage (stale staging bytes,
+// uninitialized scales), so it is replaced, never multiplied by zero.
+__device__ __forceinline__ float item_tree(float c0, float c1, float c2, float c3, int n_valid) {
+  c1 = n_valid > 1 ? c1 : 0.0f;
+  c2 = n_valid > 2 ? c2 : 0.0f;
+  c3 = n_valid > 3 ? c3 : 0.0f;
+  return __fadd_rn(__fadd_rn(c0, c1), __fadd_rn(c2, c3));
+}
+
+__device__ __forceinline__ float byte_to_float(uint32_t w, int k) { return static_cast<float>((w >> (8 * k)) & 0xffu); }
+
+// --- per-type lane items: units 4g .. 4g + 3 at lane's place in the staged step -----------------
+
+
+// Block k of a legacy lane item whose blocks are 2 mod 4 bytes long (q4_0: 18, q8_0: 34): its
+// f16 scale and its N quant words, out of the item's words w (block k starts at byte k * B).
+template <int B, int K, int N, int W>
+__device__ __forceinline__ void legacy_block(const uint32_t (&w)[W], float* d, uint32_t (&q)[N]) {
+  constexpr int off = K * B, w0 = off / 4;
+  if constexpr (off % 4 == 0) {  // scale in the low half of w0, quants start 2 bytes in
+    *d = half_bits_to_float(w[w0] & 0xffffu);
+#pragma unroll
+    for (int i = 0; i < N; ++i) q[i] = __funnelshift_r(w[w0 + i], w[w0 + i + 1], 16);
+  } else {  // scale in the high half of w0, quants word-aligned after it
+    *d = half_bits_to_float(w[w0] >> 16);
+#pragma unroll
+    for (int i = 0; i < N; ++i) q[i] = w[w0 + 1 + i];
+  }
+}
+
+// Block k of a q4_0 item (d, then 16 bytes of nibbles: element i low, i + 16 high), unpacked to
+// one byte per element.
+template <int K>
+__device__ __forceinline__ void q40_block(const uint32_t (&w)[18], float* d, uint32_t (&q)[8]) {
+  uint32_t raw[4];
+  legacy_block<18, K, 4>(w, d, raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    q[i] = raw[i] & 0x0f0f0f0fu;
+    q[4 + i] = (raw[i] >> 4) & 0x0f0f0f0fu;
+  }
+}
+
+// Four 18-byte blocks.
+template <int kRows>
+__device__ __forceinline__ void item_dot_q4_0(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
+                                      float (&v)[kRows]) {
+  uint32_t w[18];
+  load_words_2aligned<18>(wstep + lane * 72, w);
+  float d[4];
+  uint32_t q[4][8];
+  q40_block<0>(w, &d[0], q[0]);
+  q40_block<1>(w, &d[1], q[1]);
+  q40_block<2>(w, &d[2], q[2]);
+  q40_block<3>(w, &d[3], q[3]);
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    if (j >= nt) break;
+    uint32_t X[32];
+    load_x_group(x, j, g, X);
+    const float4 dx = x_scales(x, j, g);
+    const int4 xs = x_sums(x, j, g);
+    v[j] = item_tree(unit_scaled(d[0], dx.x, unit_dot<0>(q[0], X) - 8 * xs.x),
+                     unit_scaled(d[1], dx.y, unit_dot<1>(q[1], X) - 8 * xs.y),
+                     unit_scaled(d[2], dx.z, unit_dot<2>(q[2], X) - 8 * xs.z),
+                     unit_scaled(d[3], dx.w, unit_dot<3>(q[3], X) - 8 * xs.w), n_valid);
+  }
+}
+
+// Four 20-byte blocks: d, m, 16 bytes of nibbles.
+template <int kRows>
+__device__ __forceinline__ void item_dot_q4_1(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
+                                      float (&v)[kRows]) {
+  uint32_t w[20];
+  load_words_2aligned<20>(wstep + lane * 80, w);
+  float d[4], m[4];
+  uint32_t q[4][8];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    d[k] = half_bits_to_float(w[5 * k] & 0xffffu);
+    m[k] = half_bits_to_float(w[5 * k] >> 16);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      q[k][i] = w[5 * k + 1 + i] & 0x0f0f0f0fu;
+      q[k][4 + i] = (w[5 * k + 1 + i] >> 4) & 0x0f0f0f0fu;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    if (j >= nt) break;
+    uint32_t X[32];
+    load_x_group(x, j, g, X);
+    const float4 dx = x_scales(x, j, g);
+    const int4 xs = x_sums(x, j, g);
+    v[j] = item_tree(unit_affine(d[0], m[0], dx.x, unit_dot<0>(q[0], X), xs.x),
+                     unit_affine(d[1], m[1], dx.y, unit_dot<1>(q[1], X), xs.y),
+                     unit_affine(d[2], m[2], dx.z, unit_dot<2>(q[2], X), xs.z),
+                     unit_affine(d[3], m[3], dx.w, unit_dot<3>(q[3], X), xs.w), n_valid);
+  }
+}
+
+// Four 34-byte blocks: d, 32 int8.
+template <int kRows>
+__device__ __forceinline__ void item_dot_q8_0(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
+                                      float (&v)[kRows]) {
+  uint32_t w[34];
+  load_words_2aligned<34>(wstep + lane * 136, w);
+  float d[4];
+  uint32_t q[4][8];
+  legacy_block<34, 0, 8>(w, &d[0], q[0]);
+  legacy_block<34, 1, 8>(w, &d[1], q[1]);
+  legacy_block<34, 2, 8>(w, &d[2], q[2]);
+  legacy_block<34, 3, 8>(w, &d[3], q[3]);
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    if (j >= nt) break;
+    uint32_t X[32];
+    load_x_group(x, j, g, X);
+    const float4 dx = x_scales(x, j, g);
+    v[j] = item_tree(unit_scaled(d[0], dx.x, unit_dot<0>(q[0], X)), unit_scaled(d[1], dx.y, unit_dot<1>(q[1], X)),
+                     unit_scaled(d[2], dx.z, unit_dot<2>(q[2], X)), unit_scaled(d[3], dx.w, unit_dot<3>(q[3], X)),
+                     n_valid);
+  }
+}
+
+// q4_k / q5_k share everything but the fifth bit. Lane l takes half hh = l & 1 of super-block
+// l >> 1: sub-blocks 4hh .. 4hh + 3, i.e. the low and high nibbles of qs[64hh .. 64hh + 64).
+template <bool kFive, int kRows>
+__device__ __forceinline__ void item_dot_k45(const uint8_t* wstep, int lane, const XTile& x, int g, int nt,
+                                             float (&v)[kRows]) {
+  constexpr int kBlockBytes = kFive ? 176 : 144;
+  constexpr int kQsOffset = kFive ? 48 : 16;
+  const int hh = lane & 1;
+  const uint8_t* b = wstep + (lane >> 1) * kBlockBytes;
+  uint32_t h[4], qs[16];
+  load_words_2aligned<4>(b, h);
+  load_words_2aligned<16>(b + kQsOffset + 64 * hh, qs);
+  // The 6-bit scales and mins of sub-blocks 4hh + k, byte k of sc4 / m4 (the 12-byte packing of
+  // core/quant_ref_layout.h, four at a time).
+  const uint32_t sc4 = hh == 0 ? h[1] & 0x3f3f3f3fu : (h[3] & 0x0f0f0f0fu) | ((h[1] >> 2) & 0x30303030u);
+  const uint32_t m4 = hh == 0 ? h[2] & 0x3f3f3f3fu : ((h[3] >> 4) & 0x0f0f0f0fu) | ((h[2] >> 2) & 0x30303030u);
+  const float d = half_bits_to_float(h[0] & 0xffffu), dmin = half_bits_to_float(h[0] >> 16);
+  float dl[4], ml[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    dl[k] = __fmul_rn(d, byte_to_float(sc4, k));
+    ml[k] = __fmul_rn(dmin, byte_to_float(m4, k));
+  }
+  uint32_t q[4][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    q[0][i] = qs[i] & 0x0f0f0f0fu;
+    q[1][i] = (qs[i] >> 4) & 0x0f0f0f0fu;
+    q[2][i] = qs[8 + i] & 0x0f0f0f0fu;
+    q[3][i] = (qs[8 + i] >> 4) & 0x0f0f0f0fu;
+  }
+  if constexpr (kFive) {
+    uint32_t qh[8];
+    load_words_2aligned<8>(b + 16, qh);
+    const int bit0 = 4 * hh;  // fifth bit of sub-block s is bit s of qh
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) q[k][i] |= ((qh[i] >> (bit0 + k)) & 0x01010101u) << 4;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    if (j >= nt) break;
+    uint32_t X[32];
+    load_x_group(x, j, g, X);
+    const float4 dx = x_scales(x, j, g);
+    const int4 xs = x_sums(x, j, g);
+    v[j] = item_tree(unit_kmin(dl[0], ml[0], dx.x, unit_dot<0>(q[0], X), xs.x),
+                     unit_kmin(dl[1], ml[1], dx.y, unit_dot<1>(q[1], X), xs.y),
+                     unit_kmin(dl[2], ml[2], dx.z, unit_dot<2>(q[2], X), xs.z),
+                     unit_kmin(dl[3], ml[3], dx.w, unit_dot<3>(q[3], X), xs.w), kItemUnits);
+  }
+}
+
+// q6_k: lane l takes half hh = l & 1 of block l >> 1 (elements 128hh .. 128hh + 127). Unit k
+// (quadrant k of the half): low 4 bits from ql[64hh + 32(k & 1) ..] (nibble k >> 1), high 2 bits
+// from qh[32hh ..] (bits 2k, 2k + 1), and two int8 sub-block scales for its 16-element halves.
+// A unit's integer dot is sc_a * (dot_a - 32 sum_a) + sc_b * (dot_b - 32 sum_b) (sum_*: the
+// halves' activation sums; |value| < 2^24, exact in float).
+template <int kRows>
+__device__ __forceinline__ void item_dot_q6_k(const uint8_t* wstep, int lane, int, const XTile& x, int g, int nt,
+                                      float (&v)[kRows]) {
+  const int hh = lane & 1;
+  const uint8_t* b = wstep + (lane >> 1) * 210;
+  uint32_t L[16], H[8], S[2];
+  load_words_2aligned<16>(b + 64 * hh, L);
+  load_words_2aligned<8>(b + 128 + 32 * hh, H);
+  load_words_2aligned<2>(b + 192 + 8 * hh, S);
+  const float d = half_bits_to_float(load_u16(b + 208));
+  int sc[8];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    sc[k] = static_cast<int8_t>((S[0] >> (8 * k)) & 0xffu);
+    sc[4 + k] = static_cast<int8_t>((S[1] >> (8 * k)) & 0xffu);
+  }
+  uint32_t q[4][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    q[0][i] = (L[i] & 0x0f0f0f0fu) | ((H[i] << 4) & 0x30303030u);
+    q[1][i] = (L[8 + i] & 0x0f0f0f0fu) | ((H[i] << 2) & 0x30303030u);
+    q[2][i] = ((L[i] >> 4) & 0x0f0f0f0fu) | (H[i] & 0x30303030u);
+    q[3][i] = ((L[8 + i] >> 4) & 0x0f0f0f0fu) | ((H[i] >> 2) & 0x30303030u);
+  }
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    if (j >= nt) break;
+    uint32_t X[32];
+    load_x_group(x, j, g, X);
+    const float4 dx = x_scales(x, j, g);
+    const int4* hp = reinterpret_cast<const int4*>(x.h + j * 2 * x.unit_pitch) + 2 * g;
+    const int4 h01 = hp[0], h23 = hp[1];
+    const int hs[8] = {h01.x, h01.y, h01.z, h01.w, h23.x, h23.y, h23.z, h23.w};
+    int isum[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      int a = 0, c = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        a = dp4a(q[k][i], X[8 * k + i], a);
+        c = dp4a(q[k][4 + i], X[8 * k + 4 + i], c);
+      }
+      isum[k] = sc[2 * k] * (a - 32 * hs[2 * k]) + sc[2 * k + 1] * (c - 32 * hs[2 * k + 1]);
+    }
+    v[j] = item_tree(unit_scaled(d, dx.x, isum[0]), unit_scaled(d, dx.y, isum[1]), unit_scaled(d, dx.z, isum[2]),
+                     unit_scaled(d, dx.w, isum[3]), kItemUnits);
+  }
+}
+
+// Lane item of type T: units 4g .. 4g + 3 of the row, n_valid of them inside it, against
+// activation rows 0 .. nt - 1 (nt <= kRows) of the tile; v[j] gets levels 1-2 of row j's tree.
+template <DType T, int kRows>
+__device__ __forceinline__ void item_dot(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
+                                         float (&v)[kRows]) {
+  if constexpr (T == DType::Q4_0) item_dot_q4_0<kRows>(wstep, lane, n_valid, x, g, nt, v);
+  else if constexpr (T == DType::Q4_1) item_dot_q4_1<kRows>(wstep, lane, n_valid, x, g, nt, v);
+  else if constexpr (T == DType::Q8_0) item_dot_q8_0<kRows>(wstep, lane, n_valid, x, g, nt, v);
+  else if constexpr (T == DType::Q4_K) item_dot_k45<false, kRows>(wstep, lane, x, g, nt, v);
+  else if constexpr (T == DType::Q5_K) item_dot_k45<true, kRows>(wstep, lane, x, g, nt, v);
+  else item_dot_q6_k<kRows>(wstep, lane, n_valid, x, g, nt, v);
+}
+
+}  // namespace tern::cuda::gemv_items
