@@ -14,6 +14,9 @@
 # gemv: each GEMV alone (gpu_bench --gemv), previous vs default kernels, per type and shape, at
 #   one and four activation rows; gemv-ab: 8B Q4_K_M / F16 and SmolLM2 decode with
 #   TERN_CUDA_GEMV=legacy and =default in one session.
+# attn-span: the attention op alone at decode 1k / 4k / 32k: the chunk kernel (with and without
+#   TERN_CUDA_ATTN_ROW_COPY), then the span kernel (TERN_CUDA_ATTN_SPAN=1) at 2 / 3 / 4 stages.
+# long-span-q4k: 8B Q4_K_M decode at 1k / 32k with the chunk kernel, then the span kernel.
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -100,6 +103,18 @@ PY
         TERN_CUDA_GEMV=$path bench "gemv-ab-small-$path" 60 --preset smollm2-135m --mix q4_1 --ctx 1024 --prefill "" --decode-steps 64
         TERN_CUDA_GEMV=$path bench "gemv-ab-q4k-$path" 60 --preset llama3-8b --mix q4_k_m --ctx 1024 --prefill "" --decode-steps 32
         TERN_CUDA_GEMV=$path bench "gemv-ab-f16-$path" 90 --preset llama3-8b --mix f16 --ctx 1024 --prefill "" --decode-steps 32
+      done
+      ;;
+    attn-span)
+      TERN_CUDA_ATTN_SPAN=0 bench attn-chunk 40 --attn --attn-ctx 1024,4096,32768 --attn-prefill ""
+      TERN_CUDA_ATTN_SPAN=0 TERN_CUDA_ATTN_ROW_COPY=1 bench attn-chunk-rows 40 --attn --attn-ctx 1024,4096,32768 --attn-prefill ""
+      for st in 2 3 4; do
+        TERN_CUDA_ATTN_SPAN=1 TERN_CUDA_ATTN_SPAN_STAGES=$st bench "attn-span$st" 40 --attn --attn-ctx 1024,4096,32768 --attn-prefill ""
+      done
+      ;;
+    long-span-q4k)
+      for v in 0 1; do
+        TERN_CUDA_ATTN_SPAN=$v bench "long-span$v-q4k" 100 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 --tc-prefill --decode-steps 16
       done
       ;;
     bench-long) bench long 200 --preset llama3-8b --mix q4_k_m --ctx 32768 --prefill 4096 --decode-steps 32 ;;

@@ -7,11 +7,16 @@
 //
 // Invariance, bit for bit: the split (flash-decoding) and fused modes over several spans; a token
 // attended in a large prefill step and alone in a decode step; the two K/V copy loops
-// (TERN_CUDA_ATTN_ROW_COPY), which move the same bytes.
+// (TERN_CUDA_ATTN_ROW_COPY), which move the same bytes; the span decode kernel
+// (TERN_CUDA_ATTN_SPAN) against the chunk kernel at every stage count and head split.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "attention_test_util.h"
 
@@ -147,6 +152,88 @@ TEST_F(GpuAttention, RowCopyEqualsPieceCopyBitwise) {
     EXPECT_TRUE(gputest::bitwise_equal(run_gpu(*rows, plan, cache_b, s, q), want));
     EXPECT_TRUE(gputest::bitwise_equal(run_gpu(*rows_fused, plan, cache_c, s, q), want));
     seed += 2;
+  }
+}
+
+// Sets an environment variable for its lifetime, then restores the previous value (the device
+// run may set the same variables for the whole binary).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+// The span kernel (TERN_CUDA_ATTN_SPAN=1, read when a backend is created) runs the chunk kernel's
+// per-chunk arithmetic with other copies, block sizes, stage counts and head slices, and folds
+// the same partials in its own merge: every result must equal the chunk kernel's bit for bit.
+// Plans: a decode batch at positions around the chunk / span boundaries, a verify tile, a chunk
+// crossing a span boundary (few blocks: one q head per block), and with a 9k decode added (many
+// spans: 2 or 4 q heads per block, uneven head slices for group 7).
+TEST_F(GpuAttention, SpanKernelEqualsChunkKernelBitwise) {
+  cuda::CudaBackendOptions split_opts;
+  split_opts.attention_split = cuda::AttentionSplit::kAlways;
+  std::unique_ptr<Backend> chunk;
+  {
+    ScopedEnv off("TERN_CUDA_ATTN_SPAN", "0");
+    chunk = gputest::make_cuda(split_opts);
+  }
+  std::vector<std::unique_ptr<Backend>> spans;
+  {
+    ScopedEnv on("TERN_CUDA_ATTN_SPAN", "1");
+    for (const char* stages : {"1", "2", "3", "4"}) {
+      ScopedEnv st("TERN_CUDA_ATTN_SPAN_STAGES", stages);
+      spans.push_back(gputest::make_cuda(split_opts));
+    }
+  }
+  ASSERT_TRUE(chunk != nullptr);
+  for (const auto& b : spans) ASSERT_TRUE(b != nullptr);
+  uint32_t seed = 700;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(describe(s));
+    const bool long_ctx = s.n_heads / s.n_kv_heads >= 4;  // GQA: 2 or 4 q heads per block on many spans
+    const int n_blocks = long_ctx ? 800 : 200;
+    // One cache per backend, all from the same seed: the same contents and block tables.
+    std::vector<std::unique_ptr<Cache>> caches;
+    caches.push_back(std::make_unique<Cache>(*chunk, s, n_blocks, seed));
+    for (const auto& b : spans) caches.push_back(std::make_unique<Cache>(*b, s, n_blocks, seed));
+    auto take = [&](int n_tokens) {
+      const std::vector<int32_t> blocks = caches[0]->take_blocks(n_tokens);
+      for (size_t i = 1; i < caches.size(); ++i) EXPECT_EQ(caches[i]->take_blocks(n_tokens), blocks);
+      return blocks;
+    };
+    std::vector<BatchPlan> plans(1);
+    for (int pos : {0, 63, 64, 255, 256, 257, 1000}) add_sequence(plans[0], pos, 1, take(pos + 1));
+    add_sequence(plans[0], 130, 3, take(133));   // a speculative verify of 3
+    add_sequence(plans[0], 490, 40, take(530));  // crosses the span boundary at 512
+    if (long_ctx) {
+      plans.emplace_back(plans[0]);
+      add_sequence(plans[1], 9000, 1, take(9001));  // 36 more spans
+    }
+    for (size_t pi = 0; pi < plans.size(); ++pi) {
+      SCOPED_TRACE("plan " + std::to_string(pi));
+      const HostTensor q = random_q(plans[pi].n_tokens(), s, seed + 1 + static_cast<uint32_t>(pi));
+      const auto want = run_gpu(*chunk, plans[pi], *caches[0], s, q);
+      for (size_t i = 0; i < spans.size(); ++i) {
+        SCOPED_TRACE("stages " + std::to_string(i + 1));
+        EXPECT_TRUE(gputest::bitwise_equal(run_gpu(*spans[i], plans[pi], *caches[i + 1], s, q), want));
+      }
+    }
+    seed += 4;
   }
 }
 

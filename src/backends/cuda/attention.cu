@@ -5,6 +5,7 @@
 
 #include "backends/cuda/async_copy.cuh"
 #include "backends/cuda/attention.h"
+#include "backends/cuda/attention_chunk.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/launch.cuh"
@@ -14,11 +15,7 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int C = kAttnChunkTokens;
-constexpr int kSeg = 8;             // dimensions per score segment (one 16-byte f16 load)
-constexpr int kQueriesPerPass = 4;  // queries whose q segments a thread holds in registers
-static_assert(C == 64, "the softmax phase gives each lane positions lane and lane + 32");
-static_assert(kAttnMaxHeadDim <= 32 * kSeg, "a key's segments must fit one warp");
+using attn::C;
 
 struct Shape {
   int group, hpb, n_slices, nq_alloc;
@@ -31,8 +28,7 @@ __host__ __device__ inline Shape shape_of(const AttentionArgs& a) {
   s.hpb = s.group < kAttnMaxHeadsPerBlock ? s.group : kAttnMaxHeadsPerBlock;
   s.n_slices = (s.group + s.hpb - 1) / s.hpb;
   s.nq_alloc = a.plan.max_tile_tokens * s.hpb;
-  s.seg_lanes = 1;
-  while (s.seg_lanes * kSeg < a.head_dim) s.seg_lanes *= 2;
+  s.seg_lanes = attn::seg_lanes_of(a.head_dim);
   return s;
 }
 
@@ -51,49 +47,6 @@ __host__ __device__ inline SmemLayout smem_layout(const AttentionArgs& a, const 
   l.kv = (l.tok + 4 * 2 * kAttnTileTokens + 15) / 16 * 16;  // [stages][K, V][C][hd]
   l.total = l.kv + static_cast<size_t>(a.kv_stages) * 2 * C * hd * elem;
   return l;
-}
-
-// Folds partial (m, l) into the running (M, L); returns the scales of the old state and of the
-// partial. Precondition: m > -inf (empty chunks and spans are skipped by the callers).
-struct FoldScales {
-  float sa, sb;
-};
-__device__ __forceinline__ FoldScales fold_stats(float& M, float& L, float m, float l) {
-  const float m_new = fmaxf(M, m);
-  FoldScales f;
-  f.sa = __expf(__fsub_rn(M, m_new));
-  f.sb = __expf(__fsub_rn(m, m_new));
-  L = __fadd_rn(__fmul_rn(L, f.sa), __fmul_rn(l, f.sb));
-  M = m_new;
-  return f;
-}
-__device__ __forceinline__ float fold_acc(float A, float a, FoldScales f) {
-  return __fadd_rn(__fmul_rn(A, f.sa), __fmul_rn(a, f.sb));
-}
-
-__device__ __forceinline__ void load8(const __half* p, float (&x)[8]) {
-  const uint4 w = *reinterpret_cast<const uint4*>(p);
-  const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    x[2 * e] = half_bits_to_float(static_cast<uint16_t>(u[e] & 0xffffu));
-    x[2 * e + 1] = half_bits_to_float(static_cast<uint16_t>(u[e] >> 16));
-  }
-}
-__device__ __forceinline__ void load8(const float* p, float (&x)[8]) {
-  const float4 lo = reinterpret_cast<const float4*>(p)[0], hi = reinterpret_cast<const float4*>(p)[1];
-  x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w, x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
-}
-__device__ __forceinline__ void load4(const __half* p, float (&x)[4]) {
-  const uint2 w = *reinterpret_cast<const uint2*>(p);
-  x[0] = half_bits_to_float(static_cast<uint16_t>(w.x & 0xffffu));
-  x[1] = half_bits_to_float(static_cast<uint16_t>(w.x >> 16));
-  x[2] = half_bits_to_float(static_cast<uint16_t>(w.y & 0xffffu));
-  x[3] = half_bits_to_float(static_cast<uint16_t>(w.y >> 16));
-}
-__device__ __forceinline__ void load4(const float* p, float (&x)[4]) {
-  const float4 v = *reinterpret_cast<const float4*>(p);
-  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
 }
 
 // Starts the copy of K and V rows j0 .. j0 + n_rows - 1 into k_dst / v_dst ([C][hd] each).
@@ -166,7 +119,7 @@ template <typename T, int kStages>
 __device__ __forceinline__ void attend_tile(const AttentionArgs& a, const Shape& sh, int tile, int s_begin, int s_end,
                                             unsigned char* sm) {
   const DevicePlan& P = a.plan;
-  const int hd = a.head_dim, hd4 = hd / 4;
+  const int hd = a.head_dim;
   const int g = blockIdx.y / sh.n_slices, slice = blockIdx.y % sh.n_slices;
   const int h0 = g * sh.group + slice * sh.hpb;
   const int nh = min(sh.hpb, sh.group - slice * sh.hpb);
@@ -191,7 +144,7 @@ __device__ __forceinline__ void attend_tile(const AttentionArgs& a, const Shape&
   int* tok_first = tok_pos + kAttnTileTokens;
   T* kv_s = reinterpret_cast<T*>(sm + L.kv);
 
-  const int tid = threadIdx.x, lane = tid & 31;
+  const int tid = threadIdx.x;
   const bool fused = !a.split;
   auto out_at = [&](int qi, int d) -> float& {
     return a.out[int64_t{t0 + qi / nh} * a.out_stride + int64_t{h0 + qi % nh} * hd + d];
@@ -241,12 +194,7 @@ __device__ __forceinline__ void attend_tile(const AttentionArgs& a, const Shape&
   };
   for (int i = 0; i + 1 < kStages; ++i) issue(i);
 
-  const int seg_lanes = sh.seg_lanes;
-  const int seg = lane & (seg_lanes - 1);
-  const bool seg_live = seg * kSeg < hd;
-  const int key_stride = kThreads / seg_lanes;  // keys the block scores at once
-  const int key0 = tid / seg_lanes;
-
+  const attn::Queries Q{nq, nh, hd, sh.seg_lanes, q_s, p_s, m_c, l_c, span_m, span_l, span_a, sa_s, sb_s, tok_pos, tok_first};
   for (int i = 0; i < n_iter; ++i) {
     issue(i + kStages - 1);
     cp_async_wait<kStages - 1>();
@@ -254,122 +202,21 @@ __device__ __forceinline__ void attend_tile(const AttentionArgs& a, const Shape&
     const int c = c_begin + i, j0 = c * C;
     const T* k_s = stage_k(i);
     const T* v_s = k_s + C * hd;
-
-    // Scores: seg_lanes lanes per (query, key), a segment each, then the butterfly tree.
-    for (int qg = 0; qg < nq; qg += kQueriesPerPass) {
-      float qr[kQueriesPerPass][kSeg];
-#pragma unroll
-      for (int qq = 0; qq < kQueriesPerPass; ++qq) {
-        if (qg + qq < nq && seg_live) {
-          load8(q_s + (qg + qq) * hd + seg * kSeg, qr[qq]);
-        } else {
-#pragma unroll
-          for (int e = 0; e < kSeg; ++e) qr[qq][e] = 0.0f;
-        }
-      }
-      for (int jj = key0; jj < C; jj += key_stride) {
-        float kr[kSeg];
-        if (seg_live) {
-          load8(k_s + jj * hd + seg * kSeg, kr);
-        } else {
-#pragma unroll
-          for (int e = 0; e < kSeg; ++e) kr[e] = 0.0f;
-        }
-        float part[kQueriesPerPass];
-#pragma unroll
-        for (int qq = 0; qq < kQueriesPerPass; ++qq) {
-          part[qq] = 0.0f;
-#pragma unroll
-          for (int e = 0; e < kSeg; ++e) part[qq] = __fmaf_rn(qr[qq][e], kr[e], part[qq]);
-        }
-        for (int off = 1; off < seg_lanes; off <<= 1) {
-#pragma unroll
-          for (int qq = 0; qq < kQueriesPerPass; ++qq) {
-            part[qq] = __fadd_rn(part[qq], __shfl_xor_sync(kFullMask, part[qq], off));
-          }
-        }
-        if (seg == 0) {
-          const int j = j0 + jj;
-#pragma unroll
-          for (int qq = 0; qq < kQueriesPerPass; ++qq) {
-            const int qi = qg + qq;
-            if (qi >= nq) break;
-            const int tt = qi / nh;
-            float s = -INFINITY;
-            if (j <= tok_pos[tt] && j >= tok_first[tt]) {
-              s = __fmul_rn(part[qq], a.scale);
-              if (a.softcap > 0.0f) s = __fmul_rn(a.softcap, tanhf(__fdiv_rn(s, a.softcap)));
-            }
-            p_s[qi * C + jj] = s;
-          }
-        }
-      }
-    }
+    attn::chunk_scores<kThreads>(Q, k_s, j0, a.scale, a.softcap);
     __syncthreads();
-    // Chunk softmax statistics and the fold into the span: a warp per query.
-    for (int qi = tid >> 5; qi < nq; qi += kWarps) {
-      const float s0 = p_s[qi * C + lane], s1 = p_s[qi * C + lane + 32];
-      const float m = warp_max(fmaxf(s0, s1));
-      float p0 = 0.0f, p1 = 0.0f, l = 0.0f;
-      if (m != -INFINITY) {
-        p0 = __expf(__fsub_rn(s0, m));
-        p1 = __expf(__fsub_rn(s1, m));
-        l = warp_sum_tree(__fadd_rn(p0, p1));
-      }
-      p_s[qi * C + lane] = p0;
-      p_s[qi * C + lane + 32] = p1;
-      if (lane == 0) {
-        m_c[qi] = m;
-        l_c[qi] = l;
-        if (m != -INFINITY) {
-          const FoldScales f = fold_stats(span_m[qi], span_l[qi], m, l);
-          sa_s[qi] = f.sa;
-          sb_s[qi] = f.sb;
-        }
-      }
-    }
+    attn::chunk_softmax<kWarps>(Q);
     __syncthreads();
-    // Weighted values: four dimensions of one query per thread step, positions in order.
-    for (int o = tid; o < nq * hd4; o += kThreads) {
-      const int qi = o / hd4, d0 = (o - qi * hd4) * 4;
-      const int tt = qi / nh;
-      const int jb = max(0, tok_first[tt] - j0);
-      const int je = min(C, tok_pos[tt] - j0 + 1);
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (int jj = jb; jj < je; ++jj) {
-        const float p = p_s[qi * C + jj];
-        float v[4];
-        load4(v_s + jj * hd + d0, v);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[e] = __fmaf_rn(p, v[e], acc[e]);
-      }
-      if (m_c[qi] != -INFINITY) {
-        const FoldScales f{sa_s[qi], sb_s[qi]};
-        float* A = span_a + qi * hd + d0;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) A[e] = fold_acc(A[e], acc[e], f);
-      }
-    }
+    attn::chunk_values<kThreads, 4>(Q, v_s, j0);
     if ((c + 1) % kAttnSpanChunks == 0 || i + 1 == n_iter) {  // the span is complete
       const int span = c / kAttnSpanChunks;
       __syncthreads();
       if (!fused) {
-        for (int o = tid; o < nq * hd; o += kThreads) {
-          const int qi = o / hd, d = o - qi * hd;
-          const int t = t0 + qi / nh;
-          if (span * kAttnSpanTokens > tok_pos[qi / nh]) continue;  // the token owns no slot here
-          float* rec = a.partials + (int64_t{P.token_partial_begin[t] + span} * a.n_heads + h0 + qi % nh) * (hd + 2);
-          rec[2 + d] = span_a[o];
-          if (d == 0) {
-            rec[0] = span_m[qi];
-            rec[1] = span_l[qi];
-          }
-        }
+        attn::store_span_partial<kThreads>(Q, a, t0, h0, span);
       } else {
         for (int qi = tid; qi < nq; qi += kThreads) {
           const bool live = span_m[qi] != -INFINITY;
           if (live) {
-            const FoldScales f = fold_stats(tot_m[qi], tot_l[qi], span_m[qi], span_l[qi]);
+            const attn::FoldScales f = attn::fold_stats(tot_m[qi], tot_l[qi], span_m[qi], span_l[qi]);
             sa_s[qi] = f.sa;
             sb_s[qi] = f.sb;
           }
@@ -380,7 +227,7 @@ __device__ __forceinline__ void attend_tile(const AttentionArgs& a, const Shape&
         __syncthreads();
         for (int o = tid; o < nq * hd; o += kThreads) {
           const int qi = o / hd, d = o - qi * hd;
-          if (m_c[qi] != 0.0f) out_at(qi, d) = fold_acc(out_at(qi, d), span_a[o], FoldScales{sa_s[qi], sb_s[qi]});
+          if (m_c[qi] != 0.0f) out_at(qi, d) = attn::fold_acc(out_at(qi, d), span_a[o], attn::FoldScales{sa_s[qi], sb_s[qi]});
           span_a[o] = 0.0f;
         }
       }
@@ -442,9 +289,9 @@ __global__ void __launch_bounds__(kThreads) attention_merge_kernel(AttentionArgs
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       if (m[b] == -INFINITY) continue;
-      const FoldScales f = fold_stats(M, L, m[b], l[b]);
+      const attn::FoldScales f = attn::fold_stats(M, L, m[b], l[b]);
 #pragma unroll
-      for (int k = 0; k < kPerThread; ++k) A[k] = fold_acc(A[k], av[b][k], f);
+      for (int k = 0; k < kPerThread; ++k) A[k] = attn::fold_acc(A[k], av[b][k], f);
     }
   }
 #pragma unroll
@@ -477,6 +324,10 @@ void launch_attention(const AttentionArgs& a, const LaunchEnv& env) {
     launch_attention_tc(a, env);
     return;
   }
+  if (a.split && a.span_kernel) {
+    launch_attention_span(a, env);
+    return;
+  }
   const Shape sh = shape_of(a);
   const int64_t blocks_x = a.split ? a.plan.n_split_items : a.plan.n_tiles;
   const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(a.n_kv_heads * sh.n_slices));
@@ -493,6 +344,7 @@ void launch_attention(const AttentionArgs& a, const LaunchEnv& env) {
 }
 
 void init_attention(int max_smem_bytes) {
+  init_attention_span(max_smem_bytes);
   TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_chunk_kernel<__half, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        max_smem_bytes));
   TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_chunk_kernel<__half, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -32,11 +32,21 @@
 //          a merge kernel folds them (decode: few tokens, long contexts; flash-decoding: a 32k
 //          context is 128 spans x the KV heads, enough blocks for every SM).
 //
-// K/V copies: by default each 16-byte piece looks its row up in the block table (a dependent
-// global load per cp.async, serialized; measured latency-bound, bench/RESULTS.md);
-// TERN_CUDA_ATTN_ROW_COPY=1 (AttentionArgs::row_copy) looks each row up once, all rows of a chunk
-// in flight together, in this kernel and in attention_tc.h's. Same bytes, same bits (tested);
-// its speed is not measured yet, so it is off by default.
+// Split mode has two kernels computing the same bits: the chunk kernel (attention.cu; 128 threads,
+// one chunk in flight ahead; TERN_CUDA_ATTN_SPAN=0) and the span kernel, the default
+// (attention_span.cu, AttentionArgs::span_kernel): the span's block-table lookups once and ahead
+// of the PDL wait, copies with no dependent load, up to all 4 chunks of the span in flight
+// (kv_stages), 256 threads, and fewer q heads per block when spans x KV heads are too few to
+// fill the GPU. Both call the per-chunk steps of attention_chunk.cuh in the same order; its merge
+// folds the same partials in the same order with the fold scales computed in parallel (a prefix
+// max). Measured (bench/RESULTS.md): the span kernel is bound by the issue rate of those per-chunk
+// steps, not by its copies.
+//
+// Chunk kernel K/V copies: by default each 16-byte piece looks its row up in the block table (a
+// dependent global load per cp.async); TERN_CUDA_ATTN_ROW_COPY=1 (AttentionArgs::row_copy) looks
+// each row up once, all rows of a chunk in flight together, in this kernel and in
+// attention_tc.h's. Same bytes, same bits (tested); measured only ~3% faster at a 32k decode
+// (bench/RESULTS.md: the lookups were not what bounds it), so it stays off.
 #pragma once
 
 #include "backends/cuda/kernels.h"
@@ -44,5 +54,14 @@
 namespace tern::cuda {
 
 constexpr int kAttnMaxHeadsPerBlock = 4;
+
+// Span kernel: picks heads per block (fewer while the grid would not cover every SM twice) and
+// K/V stages (preferred_stages, fewer until the block fits max_smem_bytes), and sets
+// a.span_kernel. Returns false, leaving `a` unchanged, when even one stage does not fit.
+bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int preferred_stages);
+// The span kernel and its merge (a.split and a.span_kernel set by plan_attention_span).
+void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env);
+// Raises the span kernels' shared-memory limit (init_attention calls it).
+void init_attention_span(int max_smem_bytes);
 
 }  // namespace tern::cuda

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "backends/cuda/attention.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_plan.h"
 #include "backends/cuda/kernels.h"
@@ -132,7 +133,7 @@ bool use_tc_attention(const CudaBackendOptions& options) {
 }
 
 // Attention K/V copies with one block-table lookup per row (attention.cu issue_chunk_rows,
-// attention_tc.cu load_tile_rows): TERN_CUDA_ATTN_ROW_COPY=1. Off until measured on a device.
+// attention_tc.cu load_tile_rows): TERN_CUDA_ATTN_ROW_COPY=1. Off: measured no faster.
 bool use_attention_row_copy() {
   const char* env = std::getenv("TERN_CUDA_ATTN_ROW_COPY");
   return env != nullptr && std::strcmp(env, "1") == 0;
@@ -151,6 +152,20 @@ GemvPath gemv_path(const CudaBackendOptions& options, const cudaDeviceProp& prop
 int gemv_stage_bytes() {
   const char* env = std::getenv("TERN_CUDA_GEMV_STAGE_BYTES");
   return env != nullptr ? std::atoi(env) : 0;
+}
+
+// The span decode kernel for split-mode attention (attention.h), on by default (measured faster
+// than the chunk kernel at every context, bench/RESULTS.md); TERN_CUDA_ATTN_SPAN=0 keeps the chunk
+// kernel (A/B). TERN_CUDA_ATTN_SPAN_STAGES (1-4, default 3) sets the K/V chunks a block keeps in
+// flight.
+bool use_attention_span() {
+  const char* env = std::getenv("TERN_CUDA_ATTN_SPAN");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+int attention_span_stages() {
+  const char* env = std::getenv("TERN_CUDA_ATTN_SPAN_STAGES");
+  const int n = env != nullptr ? std::atoi(env) : 0;
+  return n >= 1 && n <= 4 ? n : 3;
 }
 
 // True when the float rows [a + r * a_stride, + a_cols) and [b + r * b_stride, + b_cols),
@@ -180,7 +195,9 @@ class CudaBackend final : public Backend {
         queue_(std::make_shared<StepQueue>(stream, options.use_graphs, use_pdl(options, prop))),
         tc_gemm_(std::move(tc_gemm)),
         tc_attention_(tc_gemm_ != nullptr && use_tc_attention(options)),
-        attention_row_copy_(use_attention_row_copy()) {
+        attention_row_copy_(use_attention_row_copy()),
+        attention_span_(use_attention_span()),
+        attention_span_stages_(attention_span_stages()) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
   }
   ~CudaBackend() override {
@@ -513,6 +530,7 @@ class CudaBackend final : public Backend {
     if (options_.attention_split == AttentionSplit::kNever) split = false;
     if (split) {
       a.split = 1;
+      if (attention_span_) plan_attention_span(a, n_sm_, max_smem_bytes_, attention_span_stages_);  // else chunk kernel
       const size_t need = attention_partials_bytes(a);
       // Growing frees the old buffer, which flushes the records that still use it.
       if (partials_ == nullptr || partials_->bytes() < need) {
@@ -643,6 +661,8 @@ class CudaBackend final : public Backend {
   bool tc_attention_ = false;  // tensor-core prefill attention on (with tc_gemm_)
   int64_t tc_attentions_ = 0;
   bool attention_row_copy_ = false;  // TERN_CUDA_ATTN_ROW_COPY=1
+  bool attention_span_ = true;       // the span decode kernel (TERN_CUDA_ATTN_SPAN=0: chunk kernel)
+  int attention_span_stages_ = 3;    // TERN_CUDA_ATTN_SPAN_STAGES
   PackedPlanLayout layout_;
   DevicePlan plan_{};
   bool have_plan_ = false;

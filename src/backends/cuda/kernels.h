@@ -174,8 +174,10 @@ struct AttentionArgs {
   float softcap;
   int split;        // 1: one block per (tile, span) item + merge kernel; 0: one block per tile
   int tc;           // 1: the tensor-core prefill kernel (attention_tc.h); split is then 0
-  int kv_stages;    // K/V chunks a block keeps in flight (1 or 2: what fits shared memory)
-  int row_copy;     // 1: one block-table lookup per K/V row (TERN_CUDA_ATTN_ROW_COPY=1; unverified)
+  int kv_stages;    // K/V chunks a block keeps in flight (chunk kernel 1-2, span kernel 1-4: what fits)
+  int row_copy;     // 1: one block-table lookup per K/V row (TERN_CUDA_ATTN_ROW_COPY=1)
+  int span_kernel;  // split mode: 1: the span kernel and its merge (attention.h), 0: the chunk kernel
+  int heads_per_block;  // span kernel: q heads of a GQA group per block (plan_attention_span)
   float* partials;  // split mode: [n_partials, n_heads, head_dim + 2]
   DevicePlan plan;
 };

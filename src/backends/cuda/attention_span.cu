@@ -1,0 +1,335 @@
+// The span decode kernel and its merge (attention.h, "split mode: the span kernel").
+//
+// Why a second split-mode kernel: the chunk kernel (attention.cu) measured latency-bound on its
+// copies (bench/RESULTS.md), at 17% of the copy bandwidth for a 32k decode. Here, per block:
+//   - the span's block-table lookups are done once, one row per thread, all in flight, and
+//     before the PDL wait (the plan is uploaded before the step's first kernel), so they overlap
+//     the previous kernel;
+//   - a chunk's copy is issued with no dependent load inside: each thread copies pieces of one
+//     row whose slot it read from shared memory once;
+//   - up to all four chunks of the span are in flight (kv_stages), 256 threads per block and two
+//     blocks per SM at head_dim 128 (f16, 3 stages: ~100 KB each), so an SM keeps far more than
+//     the ~26 KB that 4.2 TB/s x ~0.8 us of latency asks for per SM;
+//   - a short context (too few spans x KV heads to fill the GPU) spreads a GQA group's q heads
+//     over several blocks (heads_per_block), which then read the same K/V, mostly from L2.
+// The arithmetic is attention_chunk.cuh's, called in the same order as the chunk kernel calls it,
+// so every query's result is bit-identical to the chunk kernel's, split or fused (tested).
+//
+// The merge folds a (token, head)'s span partials in span order with fold_stats / fold_acc, as
+// attention.cu's merge does, but loads a batch of partials at once (cp.async into shared memory)
+// and computes the running maxima as a prefix max (max is exact, so any association gives the
+// same values) and all fold scales in parallel, leaving only the L / A products sequential.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cuda/async_copy.cuh"
+#include "backends/cuda/attention.h"
+#include "backends/cuda/attention_chunk.cuh"
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/launch.cuh"
+
+namespace tern::cuda {
+namespace {
+
+using attn::C;
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kCopyLanesPerRow = kThreads / C;  // threads sharing one K/V row's copy
+static_assert(kAttnSpanTokens <= kThreads, "a span's block-table lookups take one thread each");
+static_assert(kCopyLanesPerRow * C == kThreads, "every thread copies pieces of one row per chunk");
+constexpr int kMaxStages = 4;
+static_assert(kMaxStages == kAttnSpanChunks, "4 stages hold a whole span");
+
+struct SpanShape {
+  int group, hpb, n_slices, nq_alloc;
+};
+__host__ __device__ inline SpanShape span_shape_of(const AttentionArgs& a) {
+  SpanShape s;
+  s.group = a.n_heads / a.n_kv_heads;
+  s.hpb = a.heads_per_block;
+  s.n_slices = (s.group + s.hpb - 1) / s.hpb;
+  s.nq_alloc = a.plan.max_tile_tokens * s.hpb;
+  return s;
+}
+
+// Shared memory of one block, in bytes: floats, then ints, then the K/V stages.
+struct SpanSmem {
+  size_t q, span_a, p, stats, tok, slots, kv, total;
+};
+__host__ __device__ inline SpanSmem span_smem(const AttentionArgs& a, const SpanShape& sh, int stages) {
+  const size_t nq = sh.nq_alloc, hd = a.head_dim, elem = a.kv_dtype == DType::F16 ? 2 : 4;
+  SpanSmem l;
+  l.q = 0;                                     // [nq][hd] queries
+  l.span_a = l.q + 4 * nq * hd;                // [nq][hd] running span A
+  l.p = l.span_a + 4 * nq * hd;                // [nq][C] scores, then probabilities
+  l.stats = l.p + 4 * nq * C;                  // [6][nq] chunk and span statistics, fold scales
+  l.tok = l.stats + 4 * 6 * nq;                // [2][kAttnTileTokens] positions, first positions
+  l.slots = l.tok + 4 * 2 * kAttnTileTokens;   // [kAttnSpanTokens] cache slot of each span row
+  l.kv = (l.slots + 4 * kAttnSpanTokens + 15) / 16 * 16;  // [stages][K, V][C][hd]
+  l.total = l.kv + static_cast<size_t>(stages) * 2 * C * hd * elem;
+  return l;
+}
+
+// One block per (split item, KV head, head slice): the span partials of the tile's queries.
+template <typename T, int kStages>
+__global__ void __launch_bounds__(kThreads, 2) attention_span_kernel(AttentionArgs a) {
+  extern __shared__ __align__(16) unsigned char sm[];
+  const SpanShape sh = span_shape_of(a);
+  const DevicePlan& P = a.plan;
+  const int tid = threadIdx.x, hd = a.head_dim;
+  const int tile = P.split_tile[blockIdx.x], span = P.split_span[blockIdx.x];
+  const int g = blockIdx.y / sh.n_slices, slice = blockIdx.y % sh.n_slices;
+  const int h0 = g * sh.group + slice * sh.hpb;
+  const int nh = min(sh.hpb, sh.group - slice * sh.hpb);
+  const int t0 = P.tile_token_begin[tile], nt = P.tile_n_tokens[tile];
+  const int nq = nt * nh;
+
+  const SpanSmem L = span_smem(a, sh, kStages);
+  float* q_s = reinterpret_cast<float*>(sm + L.q);
+  float* span_a = reinterpret_cast<float*>(sm + L.span_a);
+  float* p_s = reinterpret_cast<float*>(sm + L.p);
+  float* stats = reinterpret_cast<float*>(sm + L.stats);
+  const int na = sh.nq_alloc;
+  int* tok_pos = reinterpret_cast<int*>(sm + L.tok);
+  int* tok_first = tok_pos + kAttnTileTokens;
+  int* slots = reinterpret_cast<int*>(sm + L.slots);
+  T* kv_s = reinterpret_cast<T*>(sm + L.kv);
+  const attn::Queries Q{nq,          nh,           hd,         attn::seg_lanes_of(hd), q_s,       p_s,
+                        stats,       stats + na,   stats + 2 * na, stats + 3 * na,     span_a,    stats + 4 * na,
+                        stats + 5 * na, tok_pos, tok_first};
+
+  // Before the PDL wait only the plan is read (it is uploaded before the step's first kernel and
+  // no kernel writes it), so these dependent lookups overlap the previous kernel.
+  if (tid < nt) {
+    const int pos = P.positions[t0 + tid];
+    tok_pos[tid] = pos;
+    tok_first[tid] = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
+  }
+  const int32_t* blocks = P.block_ids + P.block_offsets[P.seq_index[t0]];
+  __syncthreads();
+  int max_pos = 0;
+  for (int tt = 0; tt < nt; ++tt) max_pos = max(max_pos, tok_pos[tt]);
+  const int j_begin = span * kAttnSpanTokens;
+  const int n_rows = min(kAttnSpanTokens, max_pos + 1 - j_begin);  // >= 1: the plan's spans cover max_pos
+  if (tid < n_rows) {
+    const int j = j_begin + tid;
+    slots[tid] = blocks[j / a.block_tokens] * a.block_tokens + j % a.block_tokens;
+  }
+  pdl_wait();  // q, this step's K/V rows, and partials a predecessor may still read
+  pdl_launch_dependents();
+  __syncthreads();  // slots visible
+
+  const T* k_src = static_cast<const T*>(a.k_cache);
+  const T* v_src = static_cast<const T*>(a.v_cache);
+  const int64_t kv_col = int64_t{g} * hd;
+  constexpr int kPer16 = 16 / sizeof(T);
+  const bool vec = a.k_cache_stride % kPer16 == 0 && a.v_cache_stride % kPer16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
+  const int n_iter = (n_rows + C - 1) / C;
+  auto stage_k = [&](int i) { return kv_s + (i % kStages) * 2 * C * hd; };
+  auto issue = [&](int i) {  // always commits a group, so the wait count below stays uniform
+    const int r = tid / kCopyLanesPerRow, part = tid % kCopyLanesPerRow;
+    if (i < n_iter && i * C + r < n_rows) {
+      T* k_dst = stage_k(i) + r * hd;
+      T* v_dst = k_dst + C * hd;
+      const int64_t slot = slots[i * C + r];
+      const T* ks = k_src + slot * a.k_cache_stride + kv_col;
+      const T* vs = v_src + slot * a.v_cache_stride + kv_col;
+      if (vec) {
+        for (int e = part * kPer16; e < hd; e += kCopyLanesPerRow * kPer16) {
+          cp_async16(k_dst + e, ks + e);
+          cp_async16(v_dst + e, vs + e);
+        }
+      } else {
+        for (int e = part; e < hd; e += kCopyLanesPerRow) {
+          k_dst[e] = ks[e];
+          v_dst[e] = vs[e];
+        }
+      }
+    }
+    cp_async_commit();
+  };
+  for (int i = 0; i + 1 < kStages; ++i) issue(i);
+
+  for (int i = tid; i < nq * hd; i += kThreads) {
+    const int qi = i / hd, d = i - qi * hd;
+    q_s[i] = a.q[int64_t{t0 + qi / nh} * a.q_stride + int64_t{h0 + qi % nh} * hd + d];
+    span_a[i] = 0.0f;
+  }
+  for (int i = tid; i < nq; i += kThreads) {
+    Q.span_m[i] = -INFINITY;
+    Q.span_l[i] = 0.0f;
+  }
+
+  for (int i = 0; i < n_iter; ++i) {
+    issue(i + kStages - 1);
+    cp_async_wait<kStages - 1>();
+    __syncthreads();  // chunk i (and, the first time, q and the span state) visible to every thread
+    const int j0 = j_begin + i * C;
+    const T* k_s = stage_k(i);
+    attn::chunk_scores<kThreads>(Q, k_s, j0, a.scale, a.softcap);
+    __syncthreads();
+    attn::chunk_softmax<kWarps>(Q);
+    __syncthreads();
+    attn::chunk_values<kThreads, 2>(Q, k_s + C * hd, j0);
+    __syncthreads();  // stage i, p_s and the statistics are free for the next chunk
+  }
+  attn::store_span_partial<kThreads>(Q, a, t0, h0, span);
+}
+
+constexpr int kMergeThreads = 128;
+constexpr int kMergePerThread = kAttnMaxHeadDim / kMergeThreads;
+
+// Spans per merge batch: 64 KB of partial A values at most.
+__host__ __device__ inline int merge_batch_spans(int head_dim) { return min(128, max(32, 16384 / head_dim)); }
+inline size_t merge_smem_bytes(int head_dim) {
+  const size_t batch = merge_batch_spans(head_dim);
+  return sizeof(float) * (batch * head_dim + 4 * batch);
+}
+
+// Folds a (token, head)'s span partials in span order (the same fold_stats / fold_acc sequence
+// as attention.cu's merge and the fused mode). One block per (token, head).
+__global__ void __launch_bounds__(kMergeThreads) attention_span_merge_kernel(AttentionArgs a) {
+  extern __shared__ __align__(16) unsigned char sm[];
+  const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim, tid = threadIdx.x, lane = tid & 31;
+  const int batch = merge_batch_spans(hd);
+  float* a_s = reinterpret_cast<float*>(sm);  // [batch][hd] partial A
+  float* m_s = a_s + batch * hd;              // [batch] partial max
+  float* l_s = m_s + batch;                   // [batch] partial sum
+  float* sa_s = l_s + batch;                  // [batch] fold scales
+  float* sb_s = sa_s + batch;
+  const DevicePlan& P = a.plan;
+  const int n_spans = P.positions[t] / kAttnSpanTokens + 1;
+  const int64_t first = int64_t{P.token_partial_begin[t]};
+  const int64_t rec_stride = int64_t{a.n_heads} * (hd + 2);
+  pdl_enter();
+  float carry = -INFINITY;  // warp 0: the running max after the spans of earlier batches
+  float L = 0.0f;
+  float A[kMergePerThread];
+#pragma unroll
+  for (int k = 0; k < kMergePerThread; ++k) A[k] = 0.0f;
+  for (int s0 = 0; s0 < n_spans; s0 += batch) {
+    const int nb = min(batch, n_spans - s0);
+    const float* rec0 = a.partials + ((first + s0) * a.n_heads + h) * (hd + 2);
+    const int half = hd / 2;  // hd + 2 is even, so every record's A starts 8-byte aligned
+    for (int i = tid; i < nb * half; i += kMergeThreads) {
+      const int s = i / half, e = (i - s * half) * 2;
+      cp_async8(a_s + s * hd + e, rec0 + s * rec_stride + 2 + e);
+    }
+    cp_async_commit();
+    for (int s = tid; s < nb; s += kMergeThreads) {
+      m_s[s] = rec0[s * rec_stride];
+      l_s[s] = rec0[s * rec_stride + 1];
+    }
+    __syncthreads();
+    if (tid < 32) {  // warp 0: running maxima (prefix max over the lanes' runs), then fold scales
+      const int per = (nb + 31) / 32, sbeg = min(nb, lane * per), send = min(nb, sbeg + per);
+      float local = -INFINITY;
+      for (int s = sbeg; s < send; ++s) local = fmaxf(local, m_s[s]);
+      float incl = local;
+      for (int off = 1; off < 32; off <<= 1) {
+        const float o = __shfl_up_sync(kFullMask, incl, off);
+        if (lane >= off) incl = fmaxf(incl, o);
+      }
+      const float excl = __shfl_up_sync(kFullMask, incl, 1);
+      float run = fmaxf(carry, lane == 0 ? -INFINITY : excl);  // the max before span sbeg
+      for (int s = sbeg; s < send; ++s) {
+        const float m = m_s[s];
+        if (m == -INFINITY) continue;  // an empty span is skipped by the fold
+        const float m_new = fmaxf(run, m);
+        sa_s[s] = __expf(__fsub_rn(run, m_new));
+        sb_s[s] = __expf(__fsub_rn(m, m_new));
+        run = m_new;
+      }
+      carry = fmaxf(carry, __shfl_sync(kFullMask, incl, 31));
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int s = 0; s < nb; ++s) {
+      if (m_s[s] == -INFINITY) continue;
+      const attn::FoldScales f{sa_s[s], sb_s[s]};
+      L = __fadd_rn(__fmul_rn(L, f.sa), __fmul_rn(l_s[s], f.sb));
+#pragma unroll
+      for (int k = 0; k < kMergePerThread; ++k) {
+        const int d = tid + k * kMergeThreads;
+        if (d < hd) A[k] = attn::fold_acc(A[k], a_s[s * hd + d], f);
+      }
+    }
+    __syncthreads();  // the batch's shared memory is free
+  }
+#pragma unroll
+  for (int k = 0; k < kMergePerThread; ++k) {
+    const int d = tid + k * kMergeThreads;
+    if (d < hd) a.out[t * a.out_stride + int64_t{h} * hd + d] = __fdiv_rn(A[k], L);
+  }
+}
+
+template <typename T, int kStages>
+void set_span_smem(int max_smem_bytes) {
+  TERN_CUDA_CHECK(
+      cudaFuncSetAttribute(attention_span_kernel<T, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
+}
+
+template <typename T>
+void launch_span(const AttentionArgs& a, const LaunchEnv& env, dim3 grid, size_t smem) {
+  switch (a.kv_stages) {
+    case 1: launch_kernel(env, attention_span_kernel<T, 1>, grid, kThreads, smem, a); break;
+    case 2: launch_kernel(env, attention_span_kernel<T, 2>, grid, kThreads, smem, a); break;
+    case 3: launch_kernel(env, attention_span_kernel<T, 3>, grid, kThreads, smem, a); break;
+    default: launch_kernel(env, attention_span_kernel<T, 4>, grid, kThreads, smem, a); break;
+  }
+}
+
+}  // namespace
+
+bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int preferred_stages) {
+  const int group = a.n_heads / a.n_kv_heads;
+  if (merge_smem_bytes(a.head_dim) > static_cast<size_t>(max_smem_bytes)) return false;
+  // Fewer q heads per block (more blocks reading the same K/V, mostly from L2) until the grid
+  // covers every SM twice; a head's queries stay whole, so the split changes no arithmetic.
+  int hpb = group < kAttnMaxHeadsPerBlock ? group : kAttnMaxHeadsPerBlock;
+  auto n_blocks = [&](int h) { return int64_t{a.plan.n_split_items} * a.n_kv_heads * ((group + h - 1) / h); };
+  while (hpb > 1 && n_blocks(hpb) < 2 * int64_t{n_sm}) hpb = (hpb + 1) / 2;
+  AttentionArgs trial = a;
+  trial.heads_per_block = hpb;
+  const SpanShape sh = span_shape_of(trial);
+  for (int stages = std::min(std::max(preferred_stages, 1), kMaxStages); stages >= 1; --stages) {
+    if (span_smem(trial, sh, stages).total <= static_cast<size_t>(max_smem_bytes)) {
+      a.heads_per_block = hpb;
+      a.kv_stages = stages;
+      a.span_kernel = 1;
+      return true;
+    }
+  }
+  return false;
+}
+
+void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
+  const SpanShape sh = span_shape_of(a);
+  const dim3 grid(static_cast<unsigned>(a.plan.n_split_items), static_cast<unsigned>(a.n_kv_heads * sh.n_slices));
+  const size_t smem = span_smem(a, sh, a.kv_stages).total;
+  if (a.kv_dtype == DType::F16) {
+    launch_span<__half>(a, env, grid, smem);
+  } else {
+    launch_span<float>(a, env, grid, smem);
+  }
+  launch_kernel(env, attention_span_merge_kernel,
+                dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads,
+                merge_smem_bytes(a.head_dim), a);
+}
+
+void init_attention_span(int max_smem_bytes) {
+  set_span_smem<__half, 1>(max_smem_bytes);
+  set_span_smem<__half, 2>(max_smem_bytes);
+  set_span_smem<__half, 3>(max_smem_bytes);
+  set_span_smem<__half, 4>(max_smem_bytes);
+  set_span_smem<float, 1>(max_smem_bytes);
+  set_span_smem<float, 2>(max_smem_bytes);
+  set_span_smem<float, 3>(max_smem_bytes);
+  set_span_smem<float, 4>(max_smem_bytes);
+  TERN_CUDA_CHECK(
+      cudaFuncSetAttribute(attention_span_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
+}
+
+}  // namespace tern::cuda
