@@ -17,6 +17,8 @@
 # attn-span: the attention op alone at decode 1k / 4k / 32k: the chunk kernel (with and without
 #   TERN_CUDA_ATTN_ROW_COPY), then the span kernel (TERN_CUDA_ATTN_SPAN=1) at 2 / 3 / 4 stages.
 # long-span-q4k: 8B Q4_K_M decode at 1k / 32k with the chunk kernel, then the span kernel.
+# profile-attn: ncu of the split-mode attention kernels at a 32k decode, chunk then span kernel
+#   (speed of light, warp stall reasons, occupancy; full reports in $OUT/ncu-attn-span*.txt).
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -115,6 +117,17 @@ PY
     long-span-q4k)
       for v in 0 1; do
         TERN_CUDA_ATTN_SPAN=$v bench "long-span$v-q4k" 100 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 --tc-prefill --decode-steps 16
+      done
+      ;;
+    profile-attn)
+      for v in 0 1; do
+        echo "== ncu split-mode attention at 32k, TERN_CUDA_ATTN_SPAN=$v"
+        TERN_CUDA_ATTN_SPAN=$v timeout 120 ncu --kernel-name regex:'attention_(chunk|span)' --launch-skip 64 --launch-count 3 \
+          --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
+          "$BIN/gpu_bench" --attn --attn-ctx 32768 --attn-prefill "" >"$OUT/ncu-attn-span$v.txt" 2>&1
+        echo "   (exit $?)"
+        grep -E "attention_.*kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Theoretical Occupancy|Stall|Registers Per" \
+          "$OUT/ncu-attn-span$v.txt" | head -40
       done
       ;;
     bench-long) bench long 200 --preset llama3-8b --mix q4_k_m --ctx 32768 --prefill 4096 --decode-steps 32 ;;
