@@ -196,6 +196,29 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
                   same ? "bitwise equal" : "DIFFER (bug)");
     }
   }
+  // The multi-row / split-row kernel (n = 1, long quantized rows; other products take the
+  // default kernels under this path too), per requested shape.
+  a.stage_bytes_per_warp = 0;
+  const std::vector<float> default_y = fresh.y;
+  for (const std::string& shape : o.rows_shapes) {
+    if (!ok) break;
+    a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kRows);
+    a.gemv_rows_per_step = 0;
+    a.gemv_parts_per_row = 0;
+    if (shape != "auto" && std::sscanf(shape.c_str(), "%dx%d", &a.gemv_rows_per_step, &a.gemv_parts_per_row) != 2) {
+      std::fprintf(stderr, "gpu_bench --gemv-rows: expected auto or RxP (e.g. 2x1), found '%s'\n", shape.c_str());
+      return false;
+    }
+    Timing rows;
+    ok = time_path(a, copies, iters, stream, rows);
+    if (!ok) break;
+    line(("rows/" + shape).c_str(), rows);
+    const bool same = default_y.size() == rows.y.size() &&
+                      std::memcmp(default_y.data(), rows.y.data(), rows.y.size() * sizeof(float)) == 0;
+    std::printf("gemv       -> %.2fx vs default; outputs %s\n", fresh.us / rows.us,
+                same ? "bitwise equal" : "DIFFER (bug)");
+    if (!same) ok = false;
+  }
   for (auto& c : copies) {
     for (void* p : c) cudaFree(p);
   }

@@ -12,6 +12,10 @@ struct GemvBenchOptions {
   std::string filter;           // only shapes whose "type label" contains this
   std::vector<int> stage_bytes; // bulk-pipeline budgets per warp to sweep (empty: the default)
   bool skip_legacy = false;     // time the default kernels only
+  // GemvPath::kRows shapes to time after the default, "RxP" (R rows per warp step, P warps per
+  // row; gemv_rows.cu) or "auto" (the per-shape choice); empty: none. Each is compared bit for
+  // bit with the default kernels' output.
+  std::vector<std::string> rows_shapes = {"auto"};
 };
 
 // Prints one line per shape and kernel path; 0 on success.

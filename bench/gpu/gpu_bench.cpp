@@ -5,7 +5,7 @@
 //             [--tc-prefill]
 //   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
 //   gpu_bench --gemv [--gemv-filter STR] [--gemv-n 1] [--gemv-iters 50] [--gemv-stage-bytes 8192,16384]
-//             [--gemv-no-legacy]
+//             [--gemv-no-legacy] [--gemv-rows auto,2x1,4x1,1x2,1x4 | none]
 //
 // --preset synthesizes the model (formats/synth.h) into $TMPDIR once; random weights decode at
 // the same speed as real ones. Sections, each one line per measurement:
@@ -18,7 +18,8 @@
 //            --tc-prefill: the opt-in cuBLASLt path, CudaBackendOptions::tc_prefill)
 //   batch    tok/s of B sequences decoding together (each at --batch-ctx tokens of context)
 //   gemv     (--gemv, instead of the model) each GEMV kernel alone per type and shape: us, GB/s,
-//            % of copy bandwidth, previous vs default kernels (gemv_bench.h)
+//            % of copy bandwidth, previous vs default kernels, then the multi-row / split-row
+//            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape (gemv_bench.h)
 //   attn     (--attn, instead of the model) the attention op alone (attention_bench.h)
 // A forward's time includes its logits copy to the host (the sync point), as the engine's does.
 #include <algorithm>
@@ -69,6 +70,19 @@ std::vector<int> parse_list(const char* s) {
   return v;
 }
 
+// "a,b,c" as strings; "" and "none" give an empty list.
+std::vector<std::string> split_list(const char* s) {
+  std::vector<std::string> v;
+  if (std::string(s) == "none") return v;
+  for (const char* p = s; *p;) {
+    const char* e = p;
+    while (*e && *e != ',') ++e;
+    if (e > p) v.emplace_back(p, e);
+    p = *e == ',' ? e + 1 : e;
+  }
+  return v;
+}
+
 // "C+P,C+P": (cached tokens, new tokens) pairs.
 std::vector<std::pair<int, int>> parse_pairs(const char* s) {
   std::vector<std::pair<int, int>> v;
@@ -107,6 +121,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--gemv-iters") o.gemv_options.iters = std::atoi(next());
     else if (a == "--gemv-stage-bytes") o.gemv_options.stage_bytes = parse_list(next());
     else if (a == "--gemv-no-legacy") o.gemv_options.skip_legacy = true;
+    else if (a == "--gemv-rows") o.gemv_options.rows_shapes = split_list(next());
     else {
       std::fprintf(stderr, "gpu_bench: unknown argument '%s'\n", a.c_str());
       return false;

@@ -19,6 +19,9 @@
 # long-span-q4k: 8B Q4_K_M decode at 1k / 32k with the chunk kernel, then the span kernel.
 # profile-attn: ncu of the split-mode attention kernels at a 32k decode, chunk then span kernel
 #   (speed of light, warp stall reasons, occupancy; full reports in $OUT/ncu-attn-span*.txt).
+# gemv-rows: each GEMV alone with the multi-row / split-row kernel (TERN_CUDA_GEMV=rows) in each
+#   shape (RxP: R rows per warp step, P warps per row) next to the default, then 8B Q4_K_M / Q8_0
+#   decode with TERN_CUDA_GEMV=default and =rows.
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -105,6 +108,13 @@ PY
         TERN_CUDA_GEMV=$path bench "gemv-ab-small-$path" 60 --preset smollm2-135m --mix q4_1 --ctx 1024 --prefill "" --decode-steps 64
         TERN_CUDA_GEMV=$path bench "gemv-ab-q4k-$path" 60 --preset llama3-8b --mix q4_k_m --ctx 1024 --prefill "" --decode-steps 32
         TERN_CUDA_GEMV=$path bench "gemv-ab-f16-$path" 90 --preset llama3-8b --mix f16 --ctx 1024 --prefill "" --decode-steps 32
+      done
+      ;;
+    gemv-rows)  # TERN_CUDA_GEMV=rows (gemv_rows.cu): per shape (bits checked against the default), then decode
+      bench gemv-rows 120 --gemv --gemv-no-legacy --gemv-rows auto,1x1,2x1,4x1,1x2,1x4
+      for path in default rows; do
+        TERN_CUDA_GEMV=$path bench "gemv-rows-q4k-$path" 60 --preset llama3-8b --mix q4_k_m --ctx 1024 --prefill "" --decode-steps 32
+        TERN_CUDA_GEMV=$path bench "gemv-rows-q8-$path" 60 --preset llama3-8b --mix q8_0 --ctx 1024 --prefill "" --decode-steps 32
       done
       ;;
     attn-span)

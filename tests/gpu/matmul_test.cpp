@@ -236,7 +236,34 @@ TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
     fresh.push_back(gputest::make_cuda());
     ASSERT_NE(fresh.back(), nullptr);
   }
+  // The multi-row / split-row kernel (gemv_rows.cu, n = 1, long quantized rows) in every shape
+  // it has: 2 and 4 rows per warp step, rows split over 2 and 4 warps. A budget of 1 MB per warp
+  // leaves one block per SM, so the groups are few and each takes several row sets (the split
+  // rows' double-buffered partial sums are reused); a budget of 1 byte gives two stages.
+  struct RowsShape {
+    int rows, parts;
+    const char* budget;
+  };
+  const RowsShape rows_shapes[] = {{0, 0, "0"}, {1, 1, "1000000"}, {2, 1, "0"}, {4, 1, "1"},
+                                   {1, 2, "1000000"}, {1, 4, "1000000"}, {1, 2, "0"}, {1, 4, "1"}};
+  for (const RowsShape& r : rows_shapes) {
+    setenv("TERN_CUDA_GEMV_STAGE_BYTES", r.budget, 1);
+    cuda::CudaBackendOptions options;
+    options.rows_gemv = true;
+    options.gemv_rows_per_step = r.rows;
+    options.gemv_parts_per_row = r.parts;
+    fresh.push_back(gputest::make_cuda(options));
+    ASSERT_NE(fresh.back(), nullptr);
+  }
   unsetenv("TERN_CUDA_GEMV_STAGE_BYTES");
+  // On sm_90 the default and the multi-row backends really run their kernels (a binary without
+  // sm_90 code would fall back to the legacy ones and make this test vacuous).
+  const auto info = cuda::device_info(0);
+  ASSERT_TRUE(info.is_ok());
+  if (info.value().cc_major >= 9) {
+    EXPECT_EQ(cuda::backend_stats(*fresh[1]).gemv_path, 0);
+    EXPECT_EQ(cuda::backend_stats(*fresh.back()).gemv_path, 2);
+  }
   // Rows of at most 2048 elements whose matrices split into whole groups take segmented steps
   // (several rows per warp step): 576 / 544 / 512-wide rows four or eight to a step, 1536 / 2048
   // two; 30 rows of 1024 do not split into groups of four and take whole steps.
@@ -247,6 +274,11 @@ TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
       {DType::BF16, 300, 4000}, {DType::F32, 100, 1000},  {DType::F16, 50, 14336},  {DType::Q8_0, 64, 576},
       {DType::Q4_K, 64, 2048},  {DType::Q4_1, 48, 1536},  {DType::Q6_K, 30, 1024},  {DType::Q4_0, 36, 544},
       {DType::Q5_K, 40, 512},   {DType::Q6_K, 64, 512},
+      // For the multi-row / split-row kernel: 3, 5 and 7 steps (split runs of 2 and 4 steps with a
+      // shorter last run; 4 parts need 4 runs, else it splits in 2 or not at all), many row sets
+      // per group, an odd row count (one row per step), fewer rows than groups.
+      {DType::Q4_K, 1100, 14336}, {DType::Q4_K, 96, 28672}, {DType::Q6_K, 64, 12288}, {DType::Q8_0, 48, 20480},
+      {DType::Q5_K, 130, 14336},  {DType::Q6_K, 2, 14336},  {DType::Q4_K, 31, 8192},
   };
   uint32_t seed = 600;
   for (const Case& c : cases) {

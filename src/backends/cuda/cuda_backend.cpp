@@ -139,14 +139,22 @@ bool use_attention_row_copy() {
   return env != nullptr && std::strcmp(env, "1") == 0;
 }
 
-// The GEMV kernel family: TERN_CUDA_GEMV (legacy / default) overrides the option; bulk copies
-// need sm_90.
+// The GEMV kernel family: TERN_CUDA_GEMV (legacy / default / rows) overrides the options; bulk
+// copies need sm_90 and kernels compiled for it (not sm_80 code JIT-compiled for a newer GPU).
 GemvPath gemv_path(const CudaBackendOptions& options, const cudaDeviceProp& prop) {
   const char* env = std::getenv("TERN_CUDA_GEMV");
-  bool legacy = options.legacy_gemv;
-  if (env != nullptr && std::strcmp(env, "legacy") == 0) legacy = true;
-  if (env != nullptr && std::strcmp(env, "default") == 0) legacy = false;
-  return legacy || prop.major < 9 ? GemvPath::kLegacy : GemvPath::kAuto;
+  bool legacy = options.legacy_gemv, rows = options.rows_gemv;
+  if (env != nullptr && std::strcmp(env, "legacy") == 0) legacy = true, rows = false;
+  if (env != nullptr && std::strcmp(env, "default") == 0) legacy = false, rows = false;
+  if (env != nullptr && std::strcmp(env, "rows") == 0) legacy = false, rows = true;
+  if (legacy || prop.major < 9 || !gemv_bulk_compiled()) return GemvPath::kLegacy;
+  return rows ? GemvPath::kRows : GemvPath::kAuto;
+}
+
+// A GEMV shape override: the environment variable when set, else the option.
+int gemv_shape_override(const char* name, int option) {
+  const char* env = std::getenv(name);
+  return env != nullptr && *env ? std::atoi(env) : option;
 }
 
 int gemv_stage_bytes() {
@@ -191,6 +199,8 @@ class CudaBackend final : public Backend {
         max_smem_bytes_(static_cast<int>(prop.sharedMemPerBlockOptin)),
         gemv_path_(gemv_path(options, prop)),
         gemv_stage_bytes_(gemv_stage_bytes()),
+        gemv_rows_per_step_(gemv_shape_override("TERN_CUDA_GEMV_ROWS", options.gemv_rows_per_step)),
+        gemv_parts_per_row_(gemv_shape_override("TERN_CUDA_GEMV_PARTS", options.gemv_parts_per_row)),
         stream_(stream),
         queue_(std::make_shared<StepQueue>(stream, options.use_graphs, use_pdl(options, prop))),
         tc_gemm_(std::move(tc_gemm)),
@@ -219,6 +229,7 @@ class CudaBackend final : public Backend {
     CudaBackendStats s = queue_->stats();
     s.tc_matmuls = tc_matmuls_;
     s.tc_attentions = tc_attentions_;
+    s.gemv_path = static_cast<int>(gemv_path_);
     return s;
   }
 
@@ -437,6 +448,8 @@ class CudaBackend final : public Backend {
     a.n_sm = n_sm_;
     a.gemv_path = static_cast<int32_t>(gemv_path_);
     a.stage_bytes_per_warp = gemv_stage_bytes_;
+    a.gemv_rows_per_step = gemv_rows_per_step_;
+    a.gemv_parts_per_row = gemv_parts_per_row_;
     add_matrix(a, w, out);
   }
 
@@ -649,6 +662,8 @@ class CudaBackend final : public Backend {
   int max_smem_bytes_;
   GemvPath gemv_path_;     // GEMV kernel family (CudaBackendOptions::legacy_gemv)
   int gemv_stage_bytes_;   // bulk GEMV pipeline bytes per warp, 0: default
+  int gemv_rows_per_step_;  // GemvPath::kRows shape overrides (0: per shape)
+  int gemv_parts_per_row_;
   cudaStream_t stream_;
   std::shared_ptr<StepQueue> queue_;
   cudaEvent_t plan_uploaded_ = nullptr;

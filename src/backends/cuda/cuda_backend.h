@@ -56,6 +56,16 @@ struct CudaBackendOptions {
   // timing. Same bits either way. TERN_CUDA_GEMV=legacy / =default overrides it;
   // TERN_CUDA_GEMV_STAGE_BYTES sets the bulk pipelines' bytes per warp (benchmark sweeps).
   bool legacy_gemv = false;
+  // The n = 1 multi-row / split-row GEMV (gemv_rows.cu) for long quantized rows; same bits.
+  // TERN_CUDA_GEMV=rows turns it on. gemv_rows_per_step (1 / 2 / 4) and gemv_parts_per_row
+  // (1 / 2 / 4) fix its shape instead of the per-shape choice (0), as do TERN_CUDA_GEMV_ROWS /
+  // TERN_CUDA_GEMV_PARTS (tests, benchmark sweeps).
+  bool rows_gemv = false;
+  int gemv_rows_per_step = 0;
+  int gemv_parts_per_row = 0;
+  // Split-mode attention kernel, same bits for all (attention.h): 0 = chunk kernel, 1 = span
+  // kernel, 2 = two-chunk span kernel; -1 = TERN_CUDA_ATTN_SPAN or else 1.
+  int attention_span_kernel = -1;
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).
@@ -72,6 +82,8 @@ struct CudaBackendStats {
   int64_t graphs_built = 0;      // graphs captured and instantiated (or updated)
   int64_t tc_matmuls = 0;        // products recorded for the tensor-core prefill path
   int64_t tc_attentions = 0;     // attention ops recorded for the tensor-core prefill kernel
+  int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
+                                 // 0 default, 1 legacy, 2 multi-row / split-row)
 };
 CudaBackendStats backend_stats(const Backend& backend);
 
@@ -81,6 +93,7 @@ struct DeviceInfo {
   int sm_count = 0;
   size_t memory_bytes = 0;
   size_t l2_bytes = 0;
+  int cc_major = 0;  // compute capability, major version
 };
 Result<DeviceInfo> device_info(int device = 0);
 // Device-to-device copy bandwidth in GB/s (bytes read plus bytes written, per second), the

@@ -17,6 +17,7 @@ Result<DeviceInfo> device_info(int device) {
   info.sm_count = prop.multiProcessorCount;
   info.memory_bytes = prop.totalGlobalMem;
   info.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
+  info.cc_major = prop.major;
   return info;
 }
 

@@ -35,7 +35,10 @@
 //
 // GemvPath::kLegacy (CudaBackendOptions::legacy_gemv, TERN_CUDA_GEMV=legacy) keeps the previous
 // launch shape (per-lane cp.async, four-row tiles, two blocks per SM, one float row per warp) for
-// A/B timing; `gpu_bench --gemv` times both per shape.
+// A/B timing; `gpu_bench --gemv` times both per shape. GemvPath::kRows (TERN_CUDA_GEMV=rows)
+// sends n = 1 products of long quantized rows to gemv_rows.cu: two or four rows per warp step
+// sharing the activation loads and butterflies, or a row's steps split over two or four warps at
+// power-of-two step boundaries (same tree), on a grid balanced to the rows.
 #pragma once
 
 #include "backends/cuda/kernels.h"
@@ -85,5 +88,11 @@ void launch_gemv_float(const MatmulArgs& a, const LaunchEnv& env);
 void init_gemv_float(int max_smem_bytes);
 // Sets the quantized kernels' dynamic shared-memory limit (once per device).
 void init_gemv_quant(int max_smem_bytes);
+// The n = 1 multi-row / split-row kernel (gemv_rows.cu, GemvPath::kRows): whether it takes the
+// product (q8_0 / q4_k / q5_k / q6_k rows of more than 2048 elements, bulk-copy eligible), its
+// launcher and its one-time shared-memory setup.
+bool gemv_rows_supports(const MatmulArgs& a);
+void launch_gemv_rows(const MatmulArgs& a, const LaunchEnv& env);
+void init_gemv_rows(int max_smem_bytes);
 
 }  // namespace tern::cuda

@@ -37,6 +37,26 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes,
   __trap();  // launchers pick bulk copies only on sm_90+
 #endif
 }
+// Several copies completing one barrier (the multi-row GEMV stages a step of each of its rows):
+// one arrival expecting all their bytes, then the copies. Called by one lane.
+__device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void bulk_copy_no_arrive(void* dst, const void* src, int bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+#else
+  __trap();
+#endif
+}
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint32_t done = 0;

@@ -60,6 +60,29 @@ __device__ __forceinline__ int4 x_sums(const XTile& x, int j, int g) {
   return reinterpret_cast<const int4*>(x.s + j * x.unit_pitch)[g];
 }
 
+// One lane's view of activation group g of a tile row: its 128 int8 values, the four units'
+// scales, int sums and (q6_k) 16-element half sums. Loaded once and dotted with one or several
+// weight rows' items (the multi-row kernel of gemv_rows.cu shares it between rows).
+struct XGroup {
+  uint32_t q[32];
+  float4 d;
+  int4 s;
+  int hs[8];
+};
+
+template <bool kSums, bool kHalves>
+__device__ __forceinline__ void load_x(const XTile& x, int j, int g, XGroup& out) {
+  load_x_group(x, j, g, out.q);
+  out.d = x_scales(x, j, g);
+  if constexpr (kSums) out.s = x_sums(x, j, g);
+  if constexpr (kHalves) {
+    const int4* hp = reinterpret_cast<const int4*>(x.h + j * 2 * x.unit_pitch) + 2 * g;
+    const int4 h01 = hp[0], h23 = hp[1];
+    out.hs[0] = h01.x; out.hs[1] = h01.y; out.hs[2] = h01.z; out.hs[3] = h01.w;
+    out.hs[4] = h23.x; out.hs[5] = h23.y; out.hs[6] = h23.z; out.hs[7] = h23.w;
+  }
+}
+
 __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
   return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
 }
@@ -194,135 +217,144 @@ __device__ __forceinline__ void item_dot_q4_1(const uint8_t* wstep, int lane, in
 }
 
 // Four 34-byte blocks: d, 32 int8.
-template <int kRows>
-__device__ __forceinline__ void item_dot_q8_0(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
-                                      float (&v)[kRows]) {
-  uint32_t w[34];
-  load_words_2aligned<34>(wstep + lane * 136, w);
+struct WItemQ8_0 {
+  static constexpr bool kSums = false, kHalves = false;
   float d[4];
   uint32_t q[4][8];
-  legacy_block<34, 0, 8>(w, &d[0], q[0]);
-  legacy_block<34, 1, 8>(w, &d[1], q[1]);
-  legacy_block<34, 2, 8>(w, &d[2], q[2]);
-  legacy_block<34, 3, 8>(w, &d[3], q[3]);
-#pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    if (j >= nt) break;
-    uint32_t X[32];
-    load_x_group(x, j, g, X);
-    const float4 dx = x_scales(x, j, g);
-    v[j] = item_tree(unit_scaled(d[0], dx.x, unit_dot<0>(q[0], X)), unit_scaled(d[1], dx.y, unit_dot<1>(q[1], X)),
-                     unit_scaled(d[2], dx.z, unit_dot<2>(q[2], X)), unit_scaled(d[3], dx.w, unit_dot<3>(q[3], X)),
+  __device__ __forceinline__ void load(const uint8_t* wstep, int lane) {
+    uint32_t w[34];
+    load_words_2aligned<34>(wstep + lane * 136, w);
+    legacy_block<34, 0, 8>(w, &d[0], q[0]);
+    legacy_block<34, 1, 8>(w, &d[1], q[1]);
+    legacy_block<34, 2, 8>(w, &d[2], q[2]);
+    legacy_block<34, 3, 8>(w, &d[3], q[3]);
+  }
+  __device__ __forceinline__ float dot(const XGroup& x, int n_valid) const {
+    return item_tree(unit_scaled(d[0], x.d.x, unit_dot<0>(q[0], x.q)), unit_scaled(d[1], x.d.y, unit_dot<1>(q[1], x.q)),
+                     unit_scaled(d[2], x.d.z, unit_dot<2>(q[2], x.q)), unit_scaled(d[3], x.d.w, unit_dot<3>(q[3], x.q)),
                      n_valid);
   }
-}
+};
 
 // q4_k / q5_k share everything but the fifth bit. Lane l takes half hh = l & 1 of super-block
 // l >> 1: sub-blocks 4hh .. 4hh + 3, i.e. the low and high nibbles of qs[64hh .. 64hh + 64).
-template <bool kFive, int kRows>
-__device__ __forceinline__ void item_dot_k45(const uint8_t* wstep, int lane, const XTile& x, int g, int nt,
-                                             float (&v)[kRows]) {
-  constexpr int kBlockBytes = kFive ? 176 : 144;
-  constexpr int kQsOffset = kFive ? 48 : 16;
-  const int hh = lane & 1;
-  const uint8_t* b = wstep + (lane >> 1) * kBlockBytes;
-  uint32_t h[4], qs[16];
-  load_words_2aligned<4>(b, h);
-  load_words_2aligned<16>(b + kQsOffset + 64 * hh, qs);
-  // The 6-bit scales and mins of sub-blocks 4hh + k, byte k of sc4 / m4 (the 12-byte packing of
-  // core/quant_ref_layout.h, four at a time).
-  const uint32_t sc4 = hh == 0 ? h[1] & 0x3f3f3f3fu : (h[3] & 0x0f0f0f0fu) | ((h[1] >> 2) & 0x30303030u);
-  const uint32_t m4 = hh == 0 ? h[2] & 0x3f3f3f3fu : ((h[3] >> 4) & 0x0f0f0f0fu) | ((h[2] >> 2) & 0x30303030u);
-  const float d = half_bits_to_float(h[0] & 0xffffu), dmin = half_bits_to_float(h[0] >> 16);
+template <bool kFive>
+struct WItemK45 {
+  static constexpr bool kSums = true, kHalves = false;
   float dl[4], ml[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    dl[k] = __fmul_rn(d, byte_to_float(sc4, k));
-    ml[k] = __fmul_rn(dmin, byte_to_float(m4, k));
-  }
   uint32_t q[4][8];
+  __device__ __forceinline__ void load(const uint8_t* wstep, int lane) {
+    constexpr int kBlockBytes = kFive ? 176 : 144;
+    constexpr int kQsOffset = kFive ? 48 : 16;
+    const int hh = lane & 1;
+    const uint8_t* b = wstep + (lane >> 1) * kBlockBytes;
+    uint32_t h[4], qs[16];
+    load_words_2aligned<4>(b, h);
+    load_words_2aligned<16>(b + kQsOffset + 64 * hh, qs);
+    // The 6-bit scales and mins of sub-blocks 4hh + k, byte k of sc4 / m4 (the 12-byte packing of
+    // core/quant_ref_layout.h, four at a time).
+    const uint32_t sc4 = hh == 0 ? h[1] & 0x3f3f3f3fu : (h[3] & 0x0f0f0f0fu) | ((h[1] >> 2) & 0x30303030u);
+    const uint32_t m4 = hh == 0 ? h[2] & 0x3f3f3f3fu : ((h[3] >> 4) & 0x0f0f0f0fu) | ((h[2] >> 2) & 0x30303030u);
+    const float d = half_bits_to_float(h[0] & 0xffffu), dmin = half_bits_to_float(h[0] >> 16);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    q[0][i] = qs[i] & 0x0f0f0f0fu;
-    q[1][i] = (qs[i] >> 4) & 0x0f0f0f0fu;
-    q[2][i] = qs[8 + i] & 0x0f0f0f0fu;
-    q[3][i] = (qs[8 + i] >> 4) & 0x0f0f0f0fu;
-  }
-  if constexpr (kFive) {
-    uint32_t qh[8];
-    load_words_2aligned<8>(b + 16, qh);
-    const int bit0 = 4 * hh;  // fifth bit of sub-block s is bit s of qh
+    for (int k = 0; k < 4; ++k) {
+      dl[k] = __fmul_rn(d, byte_to_float(sc4, k));
+      ml[k] = __fmul_rn(dmin, byte_to_float(m4, k));
+    }
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
+      q[0][i] = qs[i] & 0x0f0f0f0fu;
+      q[1][i] = (qs[i] >> 4) & 0x0f0f0f0fu;
+      q[2][i] = qs[8 + i] & 0x0f0f0f0fu;
+      q[3][i] = (qs[8 + i] >> 4) & 0x0f0f0f0fu;
+    }
+    if constexpr (kFive) {
+      uint32_t qh[8];
+      load_words_2aligned<8>(b + 16, qh);
+      const int bit0 = 4 * hh;  // fifth bit of sub-block s is bit s of qh
 #pragma unroll
-      for (int k = 0; k < 4; ++k) q[k][i] |= ((qh[i] >> (bit0 + k)) & 0x01010101u) << 4;
+      for (int i = 0; i < 8; ++i) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) q[k][i] |= ((qh[i] >> (bit0 + k)) & 0x01010101u) << 4;
+      }
     }
   }
-#pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    if (j >= nt) break;
-    uint32_t X[32];
-    load_x_group(x, j, g, X);
-    const float4 dx = x_scales(x, j, g);
-    const int4 xs = x_sums(x, j, g);
-    v[j] = item_tree(unit_kmin(dl[0], ml[0], dx.x, unit_dot<0>(q[0], X), xs.x),
-                     unit_kmin(dl[1], ml[1], dx.y, unit_dot<1>(q[1], X), xs.y),
-                     unit_kmin(dl[2], ml[2], dx.z, unit_dot<2>(q[2], X), xs.z),
-                     unit_kmin(dl[3], ml[3], dx.w, unit_dot<3>(q[3], X), xs.w), kItemUnits);
+  __device__ __forceinline__ float dot(const XGroup& x, int) const {
+    return item_tree(unit_kmin(dl[0], ml[0], x.d.x, unit_dot<0>(q[0], x.q), x.s.x),
+                     unit_kmin(dl[1], ml[1], x.d.y, unit_dot<1>(q[1], x.q), x.s.y),
+                     unit_kmin(dl[2], ml[2], x.d.z, unit_dot<2>(q[2], x.q), x.s.z),
+                     unit_kmin(dl[3], ml[3], x.d.w, unit_dot<3>(q[3], x.q), x.s.w), kItemUnits);
   }
-}
+};
 
 // q6_k: lane l takes half hh = l & 1 of block l >> 1 (elements 128hh .. 128hh + 127). Unit k
 // (quadrant k of the half): low 4 bits from ql[64hh + 32(k & 1) ..] (nibble k >> 1), high 2 bits
 // from qh[32hh ..] (bits 2k, 2k + 1), and two int8 sub-block scales for its 16-element halves.
 // A unit's integer dot is sc_a * (dot_a - 32 sum_a) + sc_b * (dot_b - 32 sum_b) (sum_*: the
 // halves' activation sums; |value| < 2^24, exact in float).
-template <int kRows>
-__device__ __forceinline__ void item_dot_q6_k(const uint8_t* wstep, int lane, int, const XTile& x, int g, int nt,
-                                      float (&v)[kRows]) {
-  const int hh = lane & 1;
-  const uint8_t* b = wstep + (lane >> 1) * 210;
-  uint32_t L[16], H[8], S[2];
-  load_words_2aligned<16>(b + 64 * hh, L);
-  load_words_2aligned<8>(b + 128 + 32 * hh, H);
-  load_words_2aligned<2>(b + 192 + 8 * hh, S);
-  const float d = half_bits_to_float(load_u16(b + 208));
+struct WItemQ6_K {
+  static constexpr bool kSums = false, kHalves = true;
+  float d;
   int sc[8];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    sc[k] = static_cast<int8_t>((S[0] >> (8 * k)) & 0xffu);
-    sc[4 + k] = static_cast<int8_t>((S[1] >> (8 * k)) & 0xffu);
-  }
   uint32_t q[4][8];
+  __device__ __forceinline__ void load(const uint8_t* wstep, int lane) {
+    const int hh = lane & 1;
+    const uint8_t* b = wstep + (lane >> 1) * 210;
+    uint32_t L[16], H[8], S[2];
+    load_words_2aligned<16>(b + 64 * hh, L);
+    load_words_2aligned<8>(b + 128 + 32 * hh, H);
+    load_words_2aligned<2>(b + 192 + 8 * hh, S);
+    d = half_bits_to_float(load_u16(b + 208));
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    q[0][i] = (L[i] & 0x0f0f0f0fu) | ((H[i] << 4) & 0x30303030u);
-    q[1][i] = (L[8 + i] & 0x0f0f0f0fu) | ((H[i] << 2) & 0x30303030u);
-    q[2][i] = ((L[i] >> 4) & 0x0f0f0f0fu) | (H[i] & 0x30303030u);
-    q[3][i] = ((L[8 + i] >> 4) & 0x0f0f0f0fu) | ((H[i] >> 2) & 0x30303030u);
+    for (int k = 0; k < 4; ++k) {
+      sc[k] = static_cast<int8_t>((S[0] >> (8 * k)) & 0xffu);
+      sc[4 + k] = static_cast<int8_t>((S[1] >> (8 * k)) & 0xffu);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      q[0][i] = (L[i] & 0x0f0f0f0fu) | ((H[i] << 4) & 0x30303030u);
+      q[1][i] = (L[8 + i] & 0x0f0f0f0fu) | ((H[i] << 2) & 0x30303030u);
+      q[2][i] = ((L[i] >> 4) & 0x0f0f0f0fu) | (H[i] & 0x30303030u);
+      q[3][i] = ((L[8 + i] >> 4) & 0x0f0f0f0fu) | ((H[i] >> 2) & 0x30303030u);
+    }
   }
-#pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    if (j >= nt) break;
-    uint32_t X[32];
-    load_x_group(x, j, g, X);
-    const float4 dx = x_scales(x, j, g);
-    const int4* hp = reinterpret_cast<const int4*>(x.h + j * 2 * x.unit_pitch) + 2 * g;
-    const int4 h01 = hp[0], h23 = hp[1];
-    const int hs[8] = {h01.x, h01.y, h01.z, h01.w, h23.x, h23.y, h23.z, h23.w};
+  __device__ __forceinline__ float dot(const XGroup& x, int) const {
     int isum[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       int a = 0, c = 0;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        a = dp4a(q[k][i], X[8 * k + i], a);
-        c = dp4a(q[k][4 + i], X[8 * k + 4 + i], c);
+        a = dp4a(q[k][i], x.q[8 * k + i], a);
+        c = dp4a(q[k][4 + i], x.q[8 * k + 4 + i], c);
       }
-      isum[k] = sc[2 * k] * (a - 32 * hs[2 * k]) + sc[2 * k + 1] * (c - 32 * hs[2 * k + 1]);
+      isum[k] = sc[2 * k] * (a - 32 * x.hs[2 * k]) + sc[2 * k + 1] * (c - 32 * x.hs[2 * k + 1]);
     }
-    v[j] = item_tree(unit_scaled(d, dx.x, isum[0]), unit_scaled(d, dx.y, isum[1]), unit_scaled(d, dx.z, isum[2]),
-                     unit_scaled(d, dx.w, isum[3]), kItemUnits);
+    return item_tree(unit_scaled(d, x.d.x, isum[0]), unit_scaled(d, x.d.y, isum[1]), unit_scaled(d, x.d.z, isum[2]),
+                     unit_scaled(d, x.d.w, isum[3]), kItemUnits);
+  }
+};
+
+// The weight item type of T (q8_0, q4_k, q5_k, q6_k; q4_0 / q4_1 keep their one-function items).
+template <DType T>
+struct WItemOf;
+template <> struct WItemOf<DType::Q8_0> { using type = WItemQ8_0; };
+template <> struct WItemOf<DType::Q4_K> { using type = WItemK45<false>; };
+template <> struct WItemOf<DType::Q5_K> { using type = WItemK45<true>; };
+template <> struct WItemOf<DType::Q6_K> { using type = WItemQ6_K; };
+
+// Decodes one weight item and dots it with rows 0 .. nt - 1 of the tile.
+template <typename W, int kRows>
+__device__ __forceinline__ void witem_dot(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
+                                          float (&v)[kRows]) {
+  W w;
+  w.load(wstep, lane);
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    if (j >= nt) break;
+    XGroup xg;
+    load_x<W::kSums, W::kHalves>(x, j, g, xg);
+    v[j] = w.dot(xg, n_valid);
   }
 }
 
@@ -333,10 +365,7 @@ __device__ __forceinline__ void item_dot(const uint8_t* wstep, int lane, int n_v
                                          float (&v)[kRows]) {
   if constexpr (T == DType::Q4_0) item_dot_q4_0<kRows>(wstep, lane, n_valid, x, g, nt, v);
   else if constexpr (T == DType::Q4_1) item_dot_q4_1<kRows>(wstep, lane, n_valid, x, g, nt, v);
-  else if constexpr (T == DType::Q8_0) item_dot_q8_0<kRows>(wstep, lane, n_valid, x, g, nt, v);
-  else if constexpr (T == DType::Q4_K) item_dot_k45<false, kRows>(wstep, lane, x, g, nt, v);
-  else if constexpr (T == DType::Q5_K) item_dot_k45<true, kRows>(wstep, lane, x, g, nt, v);
-  else item_dot_q6_k<kRows>(wstep, lane, n_valid, x, g, nt, v);
+  else witem_dot<typename WItemOf<T>::type, kRows>(wstep, lane, n_valid, x, g, nt, v);
 }
 
 }  // namespace tern::cuda::gemv_items

@@ -23,69 +23,14 @@
 #include "backends/cuda/gemv.h"
 #include "backends/cuda/gemv_bulk.cuh"
 #include "backends/cuda/gemv_items.cuh"
+#include "backends/cuda/gemv_tile.cuh"
 #include "backends/cuda/launch.cuh"
 
 namespace tern::cuda {
 namespace {
 
 using namespace gemv_items;
-
-constexpr int kLevels = 6;  // binary counter depth: up to 2^6 - 1 steps (cols < 258048)
-constexpr int kMaxSteps = (1 << kLevels) - 1;
-
-template <DType T>
-__host__ __device__ constexpr int step_bytes() {
-  return kStepElems / QType<T>::kBlockElems * QType<T>::kBlockBytes;
-}
-
-// Weight steps each warp keeps in its pipeline (several loads in flight while one step computes):
-// as many full steps as fit in about 10 KB per warp, which leaves room for two blocks per SM at
-// 14336 columns. (Rows shorter than a step could afford more; 8 stages for SmolLM2's rows
-// measured 4% slower decode on the H200, so the depth stays per type.)
-template <DType T>
-__host__ __device__ constexpr int stages() {
-  return step_bytes<T>() * 4 <= 10240 ? 4 : (step_bytes<T>() * 3 <= 10240 ? 3 : 2);
-}
-
-__host__ __device__ constexpr int round16(int b) { return (b + 15) / 16 * 16; }
-
-// Bulk-copy pipelines: at most kMaxStages stages per warp, as many as fit the byte budget
-// (MatmulArgs::stage_bytes_per_warp, 0 = this default), at least 2. The staged-copy variant keeps
-// stages<T>(). 6 KiB (two q4_k / q6_k / q8_0 steps) measured best or within 1% on the 8B products
-// except q4_1 gate+up (8 KiB: 6% faster), H200, budgets of 4-12 KiB swept with gpu_bench
-// --gemv-stage-bytes: a deeper pipeline costs resident blocks, and resident warps are what this
-// kernel is short of.
-constexpr int kMaxStages = 16;
-constexpr int kDefaultStageBytesPerWarp = 6144;
-
-struct SmemLayout {
-  int row_pitch;    // bytes of one quantized activation row
-  int unit_pitch;   // units of one row of xd / xs (a multiple of 4: 16-byte loads)
-  int x_off, d_off, s_off, h_off, stage_off;
-  int stage_pitch;  // bytes of one stage buffer
-  int total;
-};
-
-template <DType T>
-__host__ __device__ SmemLayout smem_layout(int cols, int nt_alloc, int n_stages, int seg_rows = 1) {
-  SmemLayout l;
-  const int n_units = cols / 32;
-  l.row_pitch = (n_units + kItemUnits - 1) / kItemUnits * kGroupPitch;
-  l.unit_pitch = (n_units + kItemUnits - 1) / kItemUnits * kItemUnits;
-  l.x_off = kGemvWarps * kMaxStages * 8;  // the bulk pipelines' mbarriers come first
-  l.d_off = l.x_off + nt_alloc * l.row_pitch;
-  l.s_off = l.d_off + round16(nt_alloc * l.unit_pitch * 4);
-  l.h_off = l.s_off + round16(nt_alloc * l.unit_pitch * 4);
-  l.stage_off = l.h_off + round16(nt_alloc * l.unit_pitch * 8);
-  // A row's steps are full steps, or one step of the whole row when it is shorter (seg_rows such
-  // rows per step in segmented mode).
-  const int row_step_bytes =
-      seg_rows * ((cols < kStepElems ? cols : kStepElems) / QType<T>::kBlockElems * QType<T>::kBlockBytes);
-  // + 32: the up-to-14-byte alignment shift plus the one-word overread of load_words_2aligned.
-  l.stage_pitch = round16(row_step_bytes + 32);
-  l.total = l.stage_off + kGemvWarps * n_stages * l.stage_pitch;
-  return l;
-}
+using namespace gemv_tile;
 
 // --- cp.async staging -------------------------------------------------------------------------
 
@@ -153,58 +98,6 @@ int segment_rows(const MatmulArgs& a) {
 }
 
 // --- the kernel ---------------------------------------------------------------------------------
-
-// Quantizes the block's activation tile into shared memory: one thread per 32-element unit, so
-// the loads of a unit are independent and in flight together. amax and the int sums do not
-// depend on the order they are formed in.
-__device__ __forceinline__ void quantize_tile(const MatmulArgs& a, int64_t x0, int nt, const SmemLayout& l,
-                                              uint8_t* xq, float* xd, int* xs, int* xh) {
-  const int cols = static_cast<int>(a.cols), n_units = cols / 32;
-  const bool aligned = (reinterpret_cast<uintptr_t>(a.x) & 15) == 0;
-  for (int i = threadIdx.x; i < nt * n_units; i += blockDim.x) {
-    const int j = i / n_units, u = i % n_units;
-    const float* src = a.x + (x0 + j) * cols + u * 32;
-    float v[32];
-    if (aligned) {
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const float4 f = reinterpret_cast<const float4*>(src)[k];
-        v[4 * k] = f.x;
-        v[4 * k + 1] = f.y;
-        v[4 * k + 2] = f.z;
-        v[4 * k + 3] = f.w;
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < 32; ++k) v[k] = src[k];
-    }
-    float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 32; ++k) amax = fmaxf(amax, fabsf(v[k]));
-    const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    uint32_t packed[8];
-    int half_sum[2] = {0, 0};
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      uint32_t w = 0;
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const int q = __float2int_rn(__fmul_rn(v[4 * k + b], inv));
-        half_sum[k / 4] += q;
-        w |= (static_cast<uint32_t>(q) & 0xffu) << (8 * b);
-      }
-      packed[k] = w;
-    }
-    uint4* dst = reinterpret_cast<uint4*>(xq + j * l.row_pitch + (u / kItemUnits) * kGroupPitch +
-                                          (u % kItemUnits) * 32);
-    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
-    xd[j * l.unit_pitch + u] = __fdiv_rn(amax, 127.0f);
-    xs[j * l.unit_pitch + u] = half_sum[0] + half_sum[1];
-    xh[j * 2 * l.unit_pitch + 2 * u] = half_sum[0];
-    xh[j * 2 * l.unit_pitch + 2 * u + 1] = half_sum[1];
-  }
-}
 
 // Grid: (activation tiles, row groups). Warp w of row group b owns weight rows
 // b * kGemvWarps + w + k * (gridDim.y * kGemvWarps), k = 0, 1, ...; it streams them step by step
@@ -341,35 +234,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
     for (int j = 0; j < kTile; ++j) {
       if (j < nt) {  // nt is uniform across the warp
         float sum = seg_lanes == 32 ? warp_sum_tree(v[j]) : segment_sum_tree(v[j], seg_lanes);
-        // Binary counter: step s merges with the stored subtrees of its trailing one bits.
-        bool placed = false;
-#pragma unroll
-        for (int k = 0; k < kLevels; ++k) {
-          if (!placed) {
-            if ((s >> k) & 1) {
-              sum = __fadd_rn(stack[j][k], sum);
-            } else {
-              stack[j][k] = sum;
-              placed = true;
-            }
-          }
-        }
+        counter_push(stack[j], s, sum);
       }
     }
     if (s == n_steps - 1) {
-      // Close the zero-padded tree: merge the stored subtrees, smallest first.
       const MatRow row = mat_row(a, (first_row + int64_t{out.row_k} * row_stride) * seg_rows + seg);
 #pragma unroll
       for (int j = 0; j < kTile; ++j) {
-        float acc = 0.0f;
-        bool have = false;
-#pragma unroll
-        for (int k = 0; k < kLevels; ++k) {
-          if ((n_steps >> k) & 1) {
-            acc = have ? __fadd_rn(stack[j][k], acc) : stack[j][k];
-            have = true;
-          }
-        }
+        const float acc = counter_close(stack[j], n_steps);
         if (seg_lane == 0 && j < nt) row.y[(x0 + j) * row.rows + row.r] = acc;
       }
     }
@@ -377,18 +249,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
     // Every lane is done reading this stage before lane 0 refills it (next iteration's issue).
     __syncwarp();
   }
-}
-
-// True when every step of every row can be one bulk copy: 16-byte aligned bases and strides,
-// and step lengths (the full step and the row's last one) that are multiples of 16.
-template <DType T>
-bool bulk_eligible(const MatmulArgs& a) {
-  const int64_t last_elems = a.cols - (a.cols - 1) / kStepElems * kStepElems;
-  if (step_bytes<T>() % 16 != 0 || last_elems / QType<T>::kBlockElems * QType<T>::kBlockBytes % 16 != 0) return false;
-  for (int m = 0; m < a.n_mats; ++m) {
-    if (reinterpret_cast<uintptr_t>(a.w[m]) % 16 != 0 || a.w_stride_bytes[m] % 16 != 0) return false;
-  }
-  return true;
 }
 
 // Launches one instance with a grid of as many blocks as can be resident (occupancy of this
@@ -438,6 +298,10 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
     n_stages = std::clamp(budget / pitch, 2, kMaxStages);
     while (n_stages > 2 && smem_layout<T>(cols, kGemvMaxXRows, n_stages, seg_rows).total > a.max_smem_bytes) --n_stages;
   }
+  if (a.gemv_path == static_cast<int32_t>(GemvPath::kRows) && gemv_rows_supports(a)) {
+    launch_gemv_rows(a, env);
+    return true;
+  }
   if (a.n == 1) {
     if (bulk) launch_instance<T, true, 1>(a, env, n_stages, seg_rows);
     else launch_instance<T, false, 1>(a, env, n_stages, seg_rows);
@@ -474,6 +338,15 @@ bool launch_gemv_quant(const MatmulArgs& a, const LaunchEnv& env) {
     case DType::Q6_K: return launch_typed<DType::Q6_K>(a, env);
     default: return false;
   }
+}
+
+bool gemv_bulk_compiled() {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, gemv_quant_kernel<DType::Q4_K, true, 1>) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attr.ptxVersion >= 90;
 }
 
 void init_gemv_quant(int max_smem_bytes) {

@@ -134,6 +134,8 @@ constexpr int kMaxFusedMatmuls = 3;
 enum class GemvPath : int32_t {
   kAuto = 0,    // sm_90: bulk-copy (TMA) staging for 16-byte aligned rows, single-row tiles at n = 1
   kLegacy = 1,  // per-lane cp.async staging; one-row-per-warp float kernel
+  kRows = 2,    // kAuto, plus gemv_rows.cu at n = 1 for long quantized rows: several rows per warp
+                // step, rows split over warps, balanced grid (TERN_CUDA_GEMV=rows)
 };
 
 // y_m[n, rows_m] = x[n, cols] @ w_m^T for m < n_mats: up to three weights of one dtype and
@@ -149,6 +151,8 @@ struct MatmulArgs {
   int n_sm;            // multiprocessors (grid sizing)
   int32_t gemv_path;   // a GemvPath
   int stage_bytes_per_warp;  // bulk-copy pipeline budget per warp (0: the kernel's default)
+  int gemv_rows_per_step;    // GemvPath::kRows: weight rows per warp step, 1 / 2 / 4 (0: chosen per shape)
+  int gemv_parts_per_row;    // GemvPath::kRows: warps per weight row, 1 / 2 / 4 (0: chosen per shape)
   const void* w[kMaxFusedMatmuls];
   size_t w_stride_bytes[kMaxFusedMatmuls];
   int64_t rows[kMaxFusedMatmuls];
@@ -222,6 +226,10 @@ bool matmul_supports(DType t);
 // One-time per-device setup: raises the kernels' dynamic shared-memory limit to the device's
 // opt-in maximum. Call on each device before its first launch; idempotent.
 void init_matmul(int max_smem_bytes);
+// True when the bulk-copy GEMV kernels were compiled for the current device (their PTX is
+// sm_90+): a binary built for sm_80 and run on a newer GPU JIT-compiles sm_80 code, whose bulk
+// kernels trap, so such a device takes GemvPath::kLegacy.
+bool gemv_bulk_compiled();
 void init_attention(int max_smem_bytes);
 void init_attention_tc(int max_smem_bytes);
 

@@ -116,7 +116,7 @@ bool float_rows_aligned(const MatmulArgs& a) {
 // It lost on 14336-wide rows (ffn_down 52% -> 41%: every chunk re-reads 57 KiB of x through an L1
 // that the stages have shrunk) and on four activation rows (0.64-0.83x).
 bool float_bulk_measured_faster(const MatmulArgs& a) {
-  return a.gemv_path == static_cast<int32_t>(GemvPath::kAuto) && a.n == 1 && a.cols <= 4096;
+  return a.gemv_path != static_cast<int32_t>(GemvPath::kLegacy) && a.n == 1 && a.cols <= 4096;
 }
 
 }  // namespace
@@ -144,6 +144,7 @@ void launch_matmul(const MatmulArgs& a, const LaunchEnv& env) {
 void init_matmul(int max_smem_bytes) {
   init_gemv_quant(max_smem_bytes);
   init_gemv_float(max_smem_bytes);
+  init_gemv_rows(max_smem_bytes);
 }
 
 }  // namespace tern::cuda

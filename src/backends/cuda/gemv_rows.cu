@@ -1,0 +1,355 @@
+// The n = 1 quantized GEMV with several weight rows per warp step and rows split over warps
+// (GemvPath::kRows, TERN_CUDA_GEMV=rows): same items, same canonical tree (gemv.h), so the same
+// bits as gemv_quant.cu's kernels; only which warp computes which subtree changes.
+//
+// Why (H200, bench/RESULTS.md "GEMV at the HBM limit"): the single-row kernel spends ~540 warp
+// instructions per 2.3 KB q4_k step with ~1 eligible warp per scheduler, so it is bound by
+// instructions, not bytes; and 4096 rows of 14336 (ffn_down) over ~3200 warps leave most warps
+// one row and some two, so the last third of the launch runs on a fraction of the warps.
+//
+// kRows weight rows per warp step (2 or 4, rows consecutive in the joint row index): the lane
+// loads its activation group (32 words, scales, sums) once and dots it with each row's item, and
+// the rows' butterflies share their shuffles: at level 1 a lane keeps the rows whose index bit 0
+// matches its lane bit 0 and sends the others (one shuffle per kept pair instead of one per row),
+// at level 2 likewise with bit 1, then plain butterflies. Each sum is still a + b of the same two
+// subtrees (fadd is commutative), so lane i ends with row i's step sum, bit for bit the full-warp
+// tree's. The binary counter then runs once per lane for its own row.
+//
+// kParts warps per row (2 or 4, a group of consecutive warps of a block): part p takes the
+// aligned run of P = 2^k steps [pP, pP + P) (the last part may have fewer), so its counter builds
+// exactly the canonical subtree of that run. The parts' values meet in shared memory behind a
+// named barrier of the group, and part 0 folds them with the same counter and closing, which
+// gives the single-warp result (the closing of a row's steps merges the low bits, i.e. the last
+// partial run, first, then the full runs' subtrees: the same as pushing the runs as leaves).
+//
+// The grid is balanced rather than maximal: with W resident warps and S row sets, every group
+// takes ceil(S / groups) sets, and the number of groups is cut to what that needs, so no warp
+// streams two sets while others idle.
+#include <algorithm>
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/gemv.h"
+#include "backends/cuda/gemv_bulk.cuh"
+#include "backends/cuda/gemv_items.cuh"
+#include "backends/cuda/gemv_tile.cuh"
+#include "backends/cuda/launch.cuh"
+#include "core/check.h"
+
+namespace tern::cuda {
+namespace {
+
+using namespace gemv_items;
+using namespace gemv_tile;
+
+// Levels 3-7 of the canonical tree for kRows rows at once; lane l returns row (l % kRows)'s sum.
+template <int kRows>
+__device__ __forceinline__ float multi_row_tree(const float (&v)[kRows], int lane) {
+  if constexpr (kRows == 1) {
+    return warp_sum_tree(v[0]);
+  } else {
+    const bool b0 = lane & 1;
+    float s;
+    if constexpr (kRows == 2) {
+      const float keep = b0 ? v[1] : v[0], send = b0 ? v[0] : v[1];
+      s = __fadd_rn(keep, __shfl_xor_sync(kFullMask, send, 1));
+    } else {
+      static_assert(kRows == 4, "2 or 4 rows per step");
+      // Level 1: keep rows b0 and b0 + 2, send rows 1 - b0 and 3 - b0.
+      const float keep_a = b0 ? v[1] : v[0], keep_b = b0 ? v[3] : v[2];
+      const float send_a = b0 ? v[0] : v[1], send_b = b0 ? v[2] : v[3];
+      const float sa = __fadd_rn(keep_a, __shfl_xor_sync(kFullMask, send_a, 1));
+      const float sb = __fadd_rn(keep_b, __shfl_xor_sync(kFullMask, send_b, 1));
+      // Level 2: keep row b0 + 2 * b1.
+      const bool b1 = lane & 2;
+      const float keep = b1 ? sb : sa, send = b1 ? sa : sb;
+      s = __fadd_rn(keep, __shfl_xor_sync(kFullMask, send, 2));
+    }
+#pragma unroll
+    for (int off = kRows; off < 32; off <<= 1) s = __fadd_rn(s, __shfl_xor_sync(kFullMask, s, off));
+    return s;
+  }
+}
+
+// Register budgets without spills (ptxas -v, sm_90a): single-row kernels 64 registers (four
+// blocks per SM) for q4_k, 80 (three) for the others; two or four rows per step keep the
+// activation group live across the rows' items and need up to 128 (two blocks).
+template <DType T, int kRows>
+constexpr int rows_min_blocks() {
+  if constexpr (kRows == 1) return T == DType::Q4_K ? 4 : 3;
+  else return 2;
+}
+
+// Bytes of one stage: a step of each of the kRows rows, each at a 16-byte aligned offset, plus
+// the one-word overread of load_words_2aligned past the last row.
+template <DType T, int kRows>
+__host__ __device__ int rows_stage_pitch() {
+  return kRows * round16(step_bytes<T>()) + 16;
+}
+
+template <DType T, int kRows>
+__host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
+  SmemLayout l = smem_layout<T>(cols, 1, 0);
+  l.stage_pitch = rows_stage_pitch<T, kRows>();
+  l.total = l.stage_off + kGemvWarps * n_stages * l.stage_pitch;
+  // + partial sums of the split rows: [groups][2 buffers][kParts <= 4][kRows] floats.
+  l.total += kGemvWarps * 2 * 4 * kRows * 4;
+  return l;
+}
+
+// Grid: blocks of kGemvWarps / kParts groups. Group q (q = block * groups_per_block + group in
+// block) takes row sets q, q + n_groups, ... (set k = joint rows k * kRows .. k * kRows + kRows - 1);
+// part p of the group takes steps [p * part_steps, (p + 1) * part_steps) of each.
+template <DType T, int kRows, int kParts>
+__global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
+    gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(16) uint8_t smem[];
+  using W = typename WItemOf<T>::type;
+  constexpr int kFullStepBytes = step_bytes<T>();
+  constexpr int kRowPitch = round16(kFullStepBytes);
+  constexpr int kGroups = kGemvWarps / kParts;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int group = warp / kParts, part = warp % kParts;
+  const int cols = static_cast<int>(a.cols);
+  const int n_steps = (cols + kStepElems - 1) / kStepElems;
+  const int step0 = part * part_steps;
+  const int my_steps = min(part_steps, n_steps - step0);  // >= 1: the launcher sizes the parts
+  const SmemLayout l = rows_smem_layout<T, kRows>(cols, n_stages);
+  uint8_t* xq = smem + l.x_off;
+  float* xd = reinterpret_cast<float*>(smem + l.d_off);
+  int* xs = reinterpret_cast<int*>(smem + l.s_off);
+  int* xh = reinterpret_cast<int*>(smem + l.h_off);
+  float* partials = reinterpret_cast<float*>(smem + l.stage_off + kGemvWarps * n_stages * l.stage_pitch) +
+                    group * 2 * 4 * kRows;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem) + warp * kMaxStages;
+  uint8_t* stage = smem + l.stage_off + warp * n_stages * l.stage_pitch;
+  const int64_t n_sets = a.total_rows() / kRows;
+  const int64_t set_stride = int64_t{gridDim.x} * kGroups;
+  const int64_t first_set = int64_t{blockIdx.x} * kGroups + group;
+  const int my_sets = first_set < n_sets ? static_cast<int>((n_sets - first_set + set_stride - 1) / set_stride) : 0;
+  const int total = my_sets * my_steps;
+
+  struct Cursor {
+    int set_k, t, slot;
+    const uint8_t* w[kRows];  // the set's rows, at this part's first step
+  };
+  auto load_set = [&](Cursor& c) {
+    if (c.set_k >= my_sets) return;
+    const int64_t r0 = (first_set + int64_t{c.set_k} * set_stride) * kRows;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) c.w[i] = mat_row(a, r0 + i).w + static_cast<size_t>(step0) * kFullStepBytes;
+  };
+  // Only the issuing cursor tracks the rows' addresses.
+  auto advance = [&](Cursor& c, bool with_rows) {
+    if (++c.t == my_steps) {
+      c.t = 0;
+      ++c.set_k;
+      if (with_rows) load_set(c);
+    }
+    if (++c.slot == n_stages) c.slot = 0;
+  };
+  auto issue = [&](const Cursor& c) {
+    if (lane != 0) return;
+    const int elems = min(kStepElems, cols - (step0 + c.t) * kStepElems);
+    const int len = elems / QType<T>::kBlockElems * QType<T>::kBlockBytes;
+    uint8_t* dst = stage + c.slot * l.stage_pitch;
+    mbar_expect_bytes(&bars[c.slot], kRows * len);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      bulk_copy_no_arrive(dst + i * kRowPitch, c.w[i] + static_cast<size_t>(c.t) * kFullStepBytes, len, &bars[c.slot]);
+    }
+  };
+  if (lane == 0) {
+    for (int k = 0; k < n_stages; ++k) mbar_init(&bars[k]);
+    mbar_fence_init();
+  }
+  __syncwarp();
+  Cursor in{0, 0, 0, {}};
+  load_set(in);
+  Cursor out = in;
+  for (int k = 0; k < n_stages - 1; ++k) {
+    if (k < total) {
+      issue(in);
+      advance(in, true);
+    }
+  }
+  pdl_enter();  // x is the previous kernel's output
+  quantize_tile(a, 0, 1, l, xq, xd, xs, xh);
+  __syncthreads();
+  if (my_sets == 0) return;  // the whole group: its parts share the sets
+  const XTile x{xq, xd, xs, xh, l.row_pitch, l.unit_pitch};
+  const int row_of_lane = lane % kRows;
+
+  float stack[kLevels];
+#pragma unroll
+  for (int k = 0; k < kLevels; ++k) stack[k] = 0.0f;
+  uint32_t phases = 0;
+  for (int it = 0; it < total; ++it) {
+    if (it + n_stages - 1 < total) {
+      issue(in);
+      advance(in, true);
+    }
+    mbar_wait(&bars[out.slot], (phases >> out.slot) & 1u);
+    phases ^= 1u << out.slot;
+    const int s = step0 + out.t;
+    const uint8_t* wstage = stage + out.slot * l.stage_pitch;
+    const int u0 = s * kStepUnits + kItemUnits * lane;
+    float v[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) v[i] = 0.0f;
+    if (u0 < cols / 32) {
+      const int n_valid = min(kItemUnits, cols / 32 - u0);
+      // Row 0's item is decoded before x is loaded, as in gemv_quant.cu: the other order keeps
+      // x's 40-odd registers live through the decode and spills at these register budgets.
+      W w0;
+      w0.load(wstage, lane);
+      XGroup xg;
+      load_x<W::kSums, W::kHalves>(x, 0, u0 / kItemUnits, xg);
+      v[0] = w0.dot(xg, n_valid);
+#pragma unroll
+      for (int i = 1; i < kRows; ++i) {
+        W w;
+        w.load(wstage + i * kRowPitch, lane);
+        v[i] = w.dot(xg, n_valid);
+      }
+    }
+    counter_push(stack, out.t, multi_row_tree<kRows>(v, lane));
+    if (out.t == my_steps - 1) {
+      const float mine = counter_close(stack, my_steps);
+      const int64_t r = (first_set + int64_t{out.set_k} * set_stride) * kRows + row_of_lane;
+      if constexpr (kParts == 1) {
+        if (lane < kRows) {
+          const MatRow row = mat_row(a, r);
+          row.y[row.r] = mine;
+        }
+      } else {
+        float* slot = partials + (out.set_k & 1) * 4 * kRows;
+        if (lane < kRows) slot[part * kRows + lane] = mine;
+        // Named barrier of the group's kParts warps (id 0 is __syncthreads). Slots alternate
+        // between sets: a part writes set k + 2's slot only after barrier k + 1, which part 0
+        // reaches after reading set k's.
+        asm volatile("bar.sync %0, %1;\n" ::"r"(1 + group), "r"(kParts * 32) : "memory");
+        if (part == 0 && lane < kRows) {
+          const int n_parts = (n_steps + part_steps - 1) / part_steps;
+          float runs[kLevels];
+#pragma unroll
+          for (int k = 0; k < kLevels; ++k) runs[k] = 0.0f;
+#pragma unroll
+          for (int p = 0; p < kParts; ++p) {
+            if (p < n_parts) counter_push(runs, p, slot[p * kRows + lane]);
+          }
+          const MatRow row = mat_row(a, r);
+          row.y[row.r] = counter_close(runs, n_parts);
+        }
+      }
+    }
+    advance(out, false);
+    __syncwarp();  // every lane is done with this stage before lane 0 refills it
+  }
+#else
+  __trap();  // launch_gemv_rows runs only on sm_90+ (bulk copies)
+#endif
+}
+
+// Launches one instance; false when even two stages do not fit shared memory (four rows of
+// wide q6_k steps), which the caller answers with one row per step. (One row per step always
+// fits: launch_typed in gemv_quant.cu has checked a larger layout.)
+template <DType T, int kRows, int kParts>
+bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_steps) {
+  auto* kernel = gemv_rows_kernel<T, kRows, kParts>;
+  const int cols = static_cast<int>(a.cols);
+  const int budget = a.stage_bytes_per_warp > 0 ? a.stage_bytes_per_warp : kDefaultStageBytesPerWarp;
+  int n_stages = std::clamp(budget / rows_stage_pitch<T, kRows>(), 2, kMaxStages);
+  while (n_stages > 2 && rows_smem_layout<T, kRows>(cols, n_stages).total > a.max_smem_bytes) --n_stages;
+  const SmemLayout l = rows_smem_layout<T, kRows>(cols, n_stages);
+  if (l.total > a.max_smem_bytes) return false;
+  int per_sm = 0;
+  TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, l.total));
+  const int64_t max_groups = std::max<int64_t>(1, int64_t{std::max(per_sm, 1)} * a.n_sm * (kGemvWarps / kParts));
+  const int64_t n_sets = a.total_rows() / kRows;
+  const int64_t sets_per_group = (n_sets + max_groups - 1) / max_groups;
+  const int64_t groups = (n_sets + sets_per_group - 1) / sets_per_group;
+  const int64_t blocks = std::min<int64_t>((groups + kGemvWarps / kParts - 1) / (kGemvWarps / kParts), 65535);
+  launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kGemvWarps * 32, static_cast<size_t>(l.total), a,
+                n_stages, part_steps);
+  return true;
+}
+
+// Rows per step and parts per row for a product: the overrides when set (benchmark sweeps), else
+// rows split over two warps when a row has several steps and there are too few rows to give every
+// resident warp two (ffn_down), two rows per step when every warp gets at least two sets.
+struct RowsShape {
+  int rows, parts;
+};
+
+RowsShape pick_shape(const MatmulArgs& a, int n_steps) {
+  RowsShape s{1, 1};
+  const int64_t warps = int64_t{a.n_sm} * 3 * kGemvWarps;  // ~resident at three blocks per SM
+  if (n_steps >= 2 && a.total_rows() < 2 * warps) s.parts = 2;
+  else if (n_steps == 1 && a.total_rows() >= 4 * warps) s.rows = 2;
+  if (a.gemv_rows_per_step > 0) s.rows = a.gemv_rows_per_step;
+  if (a.gemv_parts_per_row > 0) s.parts = a.gemv_parts_per_row;
+  return s;
+}
+
+template <DType T>
+void launch_rows_typed(const MatmulArgs& a, const LaunchEnv& env) {
+  const int n_steps = static_cast<int>((a.cols + kStepElems - 1) / kStepElems);
+  RowsShape s = pick_shape(a, n_steps);
+  // Parts cover aligned runs of part_steps = 2^k steps; every part must get at least one step.
+  int part_steps = 1;
+  while (part_steps * s.parts < n_steps) part_steps *= 2;
+  if ((n_steps + part_steps - 1) / part_steps != s.parts) s.parts = 1, part_steps = n_steps;
+  if (s.parts == 1) part_steps = n_steps;
+  if (a.total_rows() % s.rows != 0) s.rows = 1;
+  bool launched = false;
+  if (s.rows == 1 && s.parts == 2) launched = launch_rows_instance<T, 1, 2>(a, env, part_steps);
+  else if (s.rows == 1 && s.parts == 4) launched = launch_rows_instance<T, 1, 4>(a, env, part_steps);
+  else if (s.rows == 2 && s.parts == 1) launched = launch_rows_instance<T, 2, 1>(a, env, part_steps);
+  else if (s.rows == 4 && s.parts == 1) launched = launch_rows_instance<T, 4, 1>(a, env, part_steps);
+  // One row per step, one warp per row: the shape asked for, one without an instance (rows and
+  // parts both above 1), or the fallback of one that does not fit.
+  if (!launched) launched = launch_rows_instance<T, 1, 1>(a, env, n_steps);
+  TERN_CHECK_MSG(launched, "gemv_rows: one row per step must fit where gemv_quant's layout fit");
+}
+
+template <DType T>
+void allow_rows_smem(int max_smem_bytes) {
+  for (auto* k : {gemv_rows_kernel<T, 1, 1>, gemv_rows_kernel<T, 1, 2>, gemv_rows_kernel<T, 1, 4>,
+                  gemv_rows_kernel<T, 2, 1>, gemv_rows_kernel<T, 4, 1>}) {
+    TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
+  }
+}
+
+}  // namespace
+
+bool gemv_rows_supports(const MatmulArgs& a) {
+  if (a.n != 1 || a.cols <= kStepElems / 2) return false;  // short rows take segmented steps
+  switch (a.dtype) {
+    case DType::Q8_0: return bulk_eligible<DType::Q8_0>(a);
+    case DType::Q4_K: return bulk_eligible<DType::Q4_K>(a);
+    case DType::Q5_K: return bulk_eligible<DType::Q5_K>(a);
+    case DType::Q6_K: return bulk_eligible<DType::Q6_K>(a);
+    default: return false;
+  }
+}
+
+void launch_gemv_rows(const MatmulArgs& a, const LaunchEnv& env) {
+  switch (a.dtype) {
+    case DType::Q8_0: launch_rows_typed<DType::Q8_0>(a, env); break;
+    case DType::Q4_K: launch_rows_typed<DType::Q4_K>(a, env); break;
+    case DType::Q5_K: launch_rows_typed<DType::Q5_K>(a, env); break;
+    case DType::Q6_K: launch_rows_typed<DType::Q6_K>(a, env); break;
+    default: TERN_CHECK_MSG(false, "launch_gemv_rows: unsupported dtype (check gemv_rows_supports)");
+  }
+}
+
+void init_gemv_rows(int max_smem_bytes) {
+  allow_rows_smem<DType::Q8_0>(max_smem_bytes);
+  allow_rows_smem<DType::Q4_K>(max_smem_bytes);
+  allow_rows_smem<DType::Q5_K>(max_smem_bytes);
+  allow_rows_smem<DType::Q6_K>(max_smem_bytes);
+}
+
+}  // namespace tern::cuda
