@@ -8,7 +8,8 @@
 // Invariance, bit for bit: the split (flash-decoding) and fused modes over several spans; a token
 // attended in a large prefill step and alone in a decode step; the two K/V copy loops
 // (TERN_CUDA_ATTN_ROW_COPY), which move the same bytes; the span decode kernel
-// (TERN_CUDA_ATTN_SPAN) against the chunk kernel at every stage count and head split.
+// (TERN_CUDA_ATTN_SPAN) against the chunk kernel at every stage count and head split, and the
+// two-chunk span kernel against both.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -178,12 +179,51 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-// The span kernel (TERN_CUDA_ATTN_SPAN=1, read when a backend is created) runs the chunk kernel's
-// per-chunk arithmetic with other copies, block sizes, stage counts and head slices, and folds
-// the same partials in its own merge: every result must equal the chunk kernel's bit for bit.
-// Plans: a decode batch at positions around the chunk / span boundaries, a verify tile, a chunk
-// crossing a span boundary (few blocks: one q head per block), and with a 9k decode added (many
-// spans: 2 or 4 q heads per block, uneven head slices for group 7).
+// Runs kShapes' split-mode plans on `want` and on every backend of `got` (same cache contents and
+// block tables for all) and expects every result bit for bit equal to want's. Plans: a decode
+// batch at positions around the chunk / span boundaries, a verify tile, a chunk crossing a span
+// boundary (few blocks: one q head per block), and with a 9k decode added (many spans: 2 or 4 q
+// heads per block, uneven head slices for group 7).
+void expect_split_kernels_equal(Backend& want_backend, const std::vector<std::unique_ptr<Backend>>& got,
+                                uint32_t seed) {
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(describe(s));
+    const bool long_ctx = s.n_heads / s.n_kv_heads >= 4;  // GQA: 2 or 4 q heads per block on many spans
+    const int n_blocks = long_ctx ? 800 : 200;
+    // One cache per backend, all from the same seed: the same contents and block tables.
+    std::vector<std::unique_ptr<Cache>> caches;
+    caches.push_back(std::make_unique<Cache>(want_backend, s, n_blocks, seed));
+    for (const auto& b : got) caches.push_back(std::make_unique<Cache>(*b, s, n_blocks, seed));
+    auto take = [&](int n_tokens) {
+      const std::vector<int32_t> blocks = caches[0]->take_blocks(n_tokens);
+      for (size_t i = 1; i < caches.size(); ++i) EXPECT_EQ(caches[i]->take_blocks(n_tokens), blocks);
+      return blocks;
+    };
+    std::vector<BatchPlan> plans(1);
+    for (int pos : {0, 63, 64, 127, 128, 191, 255, 256, 257, 1000}) add_sequence(plans[0], pos, 1, take(pos + 1));
+    add_sequence(plans[0], 130, 3, take(133));   // a speculative verify of 3
+    add_sequence(plans[0], 490, 40, take(530));  // crosses the span boundary at 512
+    if (long_ctx) {
+      plans.emplace_back(plans[0]);
+      add_sequence(plans[1], 9000, 1, take(9001));  // 36 more spans
+    }
+    for (size_t pi = 0; pi < plans.size(); ++pi) {
+      SCOPED_TRACE("plan " + std::to_string(pi));
+      const HostTensor q = random_q(plans[pi].n_tokens(), s, seed + 1 + static_cast<uint32_t>(pi));
+      const auto want = run_gpu(want_backend, plans[pi], *caches[0], s, q);
+      for (size_t i = 0; i < got.size(); ++i) {
+        SCOPED_TRACE("backend " + std::to_string(i));
+        EXPECT_TRUE(gputest::bitwise_equal(run_gpu(*got[i], plans[pi], *caches[i + 1], s, q), want));
+      }
+    }
+    seed += 4;
+  }
+}
+
+// The span kernel (TERN_CUDA_ATTN_SPAN=1, read when a backend is created) moves K/V differently
+// from the chunk kernel and runs the shared per-chunk arithmetic with other block sizes, stage counts and head slices, and folds the same partials
+// in its own merge: every result must equal the chunk kernel's bit for bit (backend i: i + 1
+// stages).
 TEST_F(GpuAttention, SpanKernelEqualsChunkKernelBitwise) {
   cuda::CudaBackendOptions split_opts;
   split_opts.attention_split = cuda::AttentionSplit::kAlways;
@@ -202,39 +242,39 @@ TEST_F(GpuAttention, SpanKernelEqualsChunkKernelBitwise) {
   }
   ASSERT_TRUE(chunk != nullptr);
   for (const auto& b : spans) ASSERT_TRUE(b != nullptr);
-  uint32_t seed = 700;
-  for (const Shape& s : kShapes) {
-    SCOPED_TRACE(describe(s));
-    const bool long_ctx = s.n_heads / s.n_kv_heads >= 4;  // GQA: 2 or 4 q heads per block on many spans
-    const int n_blocks = long_ctx ? 800 : 200;
-    // One cache per backend, all from the same seed: the same contents and block tables.
-    std::vector<std::unique_ptr<Cache>> caches;
-    caches.push_back(std::make_unique<Cache>(*chunk, s, n_blocks, seed));
-    for (const auto& b : spans) caches.push_back(std::make_unique<Cache>(*b, s, n_blocks, seed));
-    auto take = [&](int n_tokens) {
-      const std::vector<int32_t> blocks = caches[0]->take_blocks(n_tokens);
-      for (size_t i = 1; i < caches.size(); ++i) EXPECT_EQ(caches[i]->take_blocks(n_tokens), blocks);
-      return blocks;
-    };
-    std::vector<BatchPlan> plans(1);
-    for (int pos : {0, 63, 64, 255, 256, 257, 1000}) add_sequence(plans[0], pos, 1, take(pos + 1));
-    add_sequence(plans[0], 130, 3, take(133));   // a speculative verify of 3
-    add_sequence(plans[0], 490, 40, take(530));  // crosses the span boundary at 512
-    if (long_ctx) {
-      plans.emplace_back(plans[0]);
-      add_sequence(plans[1], 9000, 1, take(9001));  // 36 more spans
-    }
-    for (size_t pi = 0; pi < plans.size(); ++pi) {
-      SCOPED_TRACE("plan " + std::to_string(pi));
-      const HostTensor q = random_q(plans[pi].n_tokens(), s, seed + 1 + static_cast<uint32_t>(pi));
-      const auto want = run_gpu(*chunk, plans[pi], *caches[0], s, q);
-      for (size_t i = 0; i < spans.size(); ++i) {
-        SCOPED_TRACE("stages " + std::to_string(i + 1));
-        EXPECT_TRUE(gputest::bitwise_equal(run_gpu(*spans[i], plans[pi], *caches[i + 1], s, q), want));
-      }
-    }
-    seed += 4;
+  expect_split_kernels_equal(*chunk, spans, 700);
+}
+
+// The two-chunk span kernel (attention_span_pair.cu: segment pairs in registers, two chunks per
+// step, both chunks' value chains side by side) against the one-chunk span kernel, both picked by
+// the backend option (not the environment), at every stage count it takes (backend i: i + 2
+// stages), over the same shapes and plans: bit for bit. Then against the chunk kernel as well.
+TEST_F(GpuAttention, PairSpanKernelEqualsSpanKernelBitwise) {
+  cuda::CudaBackendOptions span_opts;
+  span_opts.attention_split = cuda::AttentionSplit::kAlways;
+  span_opts.attention_span_kernel = 1;
+  std::unique_ptr<Backend> span = gputest::make_cuda(span_opts);
+  cuda::CudaBackendOptions pair_opts = span_opts;
+  pair_opts.attention_span_kernel = 2;
+  std::vector<std::unique_ptr<Backend>> pairs;
+  for (const char* stages : {"2", "3", "4"}) {
+    ScopedEnv st("TERN_CUDA_ATTN_SPAN_STAGES", stages);
+    pairs.push_back(gputest::make_cuda(pair_opts));
   }
+  ASSERT_TRUE(span != nullptr);
+  for (const auto& b : pairs) ASSERT_TRUE(b != nullptr);
+  expect_split_kernels_equal(*span, pairs, 900);
+
+  cuda::CudaBackendOptions chunk_opts = span_opts;
+  chunk_opts.attention_span_kernel = 0;
+  std::unique_ptr<Backend> chunk = gputest::make_cuda(chunk_opts);
+  ASSERT_TRUE(chunk != nullptr);
+  std::vector<std::unique_ptr<Backend>> pair3;
+  {
+    ScopedEnv st("TERN_CUDA_ATTN_SPAN_STAGES", "3");
+    pair3.push_back(gputest::make_cuda(pair_opts));
+  }
+  expect_split_kernels_equal(*chunk, pair3, 1100);
 }
 
 }  // namespace

@@ -57,8 +57,10 @@ constexpr int kAttnMaxHeadsPerBlock = 4;
 
 // Span kernel: picks heads per block (fewer while the grid would not cover every SM twice) and
 // K/V stages (preferred_stages, fewer until the block fits max_smem_bytes), and sets
-// a.span_kernel. Returns false, leaving `a` unchanged, when even one stage does not fit.
-bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int preferred_stages);
+// a.span_kernel to `kernel`: 1 = one chunk per step (attention_span.cu), 2 = two chunks per step
+// (attention_span_pair.cu, at least 2 stages; falls back to 1 when those do not fit). Same bits
+// either way. Returns false, leaving `a` unchanged, when even one stage does not fit.
+bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int preferred_stages, int kernel = 1);
 // The span kernel and its merge (a.split and a.span_kernel set by plan_attention_span).
 void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env);
 // Raises the span kernels' shared-memory limit (init_attention calls it).

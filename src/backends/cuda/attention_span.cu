@@ -25,6 +25,7 @@
 #include "backends/cuda/async_copy.cuh"
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_chunk.cuh"
+#include "backends/cuda/attention_span.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/launch.cuh"
@@ -33,43 +34,12 @@ namespace tern::cuda {
 namespace {
 
 using attn::C;
-constexpr int kThreads = 256;
+constexpr int kThreads = kSpanThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kCopyLanesPerRow = kThreads / C;  // threads sharing one K/V row's copy
 static_assert(kAttnSpanTokens <= kThreads, "a span's block-table lookups take one thread each");
 static_assert(kCopyLanesPerRow * C == kThreads, "every thread copies pieces of one row per chunk");
-constexpr int kMaxStages = 4;
-static_assert(kMaxStages == kAttnSpanChunks, "4 stages hold a whole span");
-
-struct SpanShape {
-  int group, hpb, n_slices, nq_alloc;
-};
-__host__ __device__ inline SpanShape span_shape_of(const AttentionArgs& a) {
-  SpanShape s;
-  s.group = a.n_heads / a.n_kv_heads;
-  s.hpb = a.heads_per_block;
-  s.n_slices = (s.group + s.hpb - 1) / s.hpb;
-  s.nq_alloc = a.plan.max_tile_tokens * s.hpb;
-  return s;
-}
-
-// Shared memory of one block, in bytes: floats, then ints, then the K/V stages.
-struct SpanSmem {
-  size_t q, span_a, p, stats, tok, slots, kv, total;
-};
-__host__ __device__ inline SpanSmem span_smem(const AttentionArgs& a, const SpanShape& sh, int stages) {
-  const size_t nq = sh.nq_alloc, hd = a.head_dim, elem = a.kv_dtype == DType::F16 ? 2 : 4;
-  SpanSmem l;
-  l.q = 0;                                     // [nq][hd] queries
-  l.span_a = l.q + 4 * nq * hd;                // [nq][hd] running span A
-  l.p = l.span_a + 4 * nq * hd;                // [nq][C] scores, then probabilities
-  l.stats = l.p + 4 * nq * C;                  // [6][nq] chunk and span statistics, fold scales
-  l.tok = l.stats + 4 * 6 * nq;                // [2][kAttnTileTokens] positions, first positions
-  l.slots = l.tok + 4 * 2 * kAttnTileTokens;   // [kAttnSpanTokens] cache slot of each span row
-  l.kv = (l.slots + 4 * kAttnSpanTokens + 15) / 16 * 16;  // [stages][K, V][C][hd]
-  l.total = l.kv + static_cast<size_t>(stages) * 2 * C * hd * elem;
-  return l;
-}
+constexpr int kMaxStages = kSpanMaxStages;
 
 // One block per (split item, KV head, head slice): the span partials of the tile's queries.
 template <typename T, int kStages>
@@ -283,7 +253,7 @@ void launch_span(const AttentionArgs& a, const LaunchEnv& env, dim3 grid, size_t
 
 }  // namespace
 
-bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int preferred_stages) {
+bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int preferred_stages, int kernel) {
   const int group = a.n_heads / a.n_kv_heads;
   if (merge_smem_bytes(a.head_dim) > static_cast<size_t>(max_smem_bytes)) return false;
   // Fewer q heads per block (more blocks reading the same K/V, mostly from L2) until the grid
@@ -294,25 +264,29 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
   AttentionArgs trial = a;
   trial.heads_per_block = hpb;
   const SpanShape sh = span_shape_of(trial);
-  for (int stages = std::min(std::max(preferred_stages, 1), kMaxStages); stages >= 1; --stages) {
-    if (span_smem(trial, sh, stages).total <= static_cast<size_t>(max_smem_bytes)) {
+  // The two-chunk kernel computes two chunks per step, so it keeps at least two stages.
+  const bool pair = kernel == 2;
+  const int min_stages = pair ? 2 : 1;
+  for (int stages = std::min(std::max(preferred_stages, min_stages), kMaxStages); stages >= min_stages; --stages) {
+    if (span_smem(trial, sh, stages, pair ? 2 : 1).total <= static_cast<size_t>(max_smem_bytes)) {
       a.heads_per_block = hpb;
       a.kv_stages = stages;
-      a.span_kernel = 1;
+      a.span_kernel = pair ? 2 : 1;
       return true;
     }
   }
-  return false;
+  return pair && plan_attention_span(a, n_sm, max_smem_bytes, preferred_stages, 1);
 }
 
 void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
   const SpanShape sh = span_shape_of(a);
   const dim3 grid(static_cast<unsigned>(a.plan.n_split_items), static_cast<unsigned>(a.n_kv_heads * sh.n_slices));
-  const size_t smem = span_smem(a, sh, a.kv_stages).total;
-  if (a.kv_dtype == DType::F16) {
-    launch_span<__half>(a, env, grid, smem);
+  if (a.span_kernel == 2) {
+    launch_attention_span_pair(a, env, grid, span_smem(a, sh, a.kv_stages, 2).total);
+  } else if (a.kv_dtype == DType::F16) {
+    launch_span<__half>(a, env, grid, span_smem(a, sh, a.kv_stages).total);
   } else {
-    launch_span<float>(a, env, grid, smem);
+    launch_span<float>(a, env, grid, span_smem(a, sh, a.kv_stages).total);
   }
   launch_kernel(env, attention_span_merge_kernel,
                 dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads,
@@ -330,6 +304,7 @@ void init_attention_span(int max_smem_bytes) {
   set_span_smem<float, 4>(max_smem_bytes);
   TERN_CUDA_CHECK(
       cudaFuncSetAttribute(attention_span_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
+  init_attention_span_pair(max_smem_bytes);
 }
 
 }  // namespace tern::cuda

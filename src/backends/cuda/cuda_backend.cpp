@@ -162,13 +162,17 @@ int gemv_stage_bytes() {
   return env != nullptr ? std::atoi(env) : 0;
 }
 
-// The span decode kernel for split-mode attention (attention.h), on by default (measured faster
-// than the chunk kernel at every context, bench/RESULTS.md); TERN_CUDA_ATTN_SPAN=0 keeps the chunk
-// kernel (A/B). TERN_CUDA_ATTN_SPAN_STAGES (1-4, default 3) sets the K/V chunks a block keeps in
-// flight.
-bool use_attention_span() {
+// The split-mode attention kernel (attention.h), all with the same bits: 0 = the chunk kernel,
+// 1 = the span decode kernel (the default: measured faster than the chunk kernel at every
+// context, bench/RESULTS.md), 2 = the two-chunk span kernel (attention_span_pair.cu). The option
+// wins when set (tests compare kernels in one process); else TERN_CUDA_ATTN_SPAN (0 / 1 / 2).
+// TERN_CUDA_ATTN_SPAN_STAGES (1-4, default 3) sets the K/V chunks a block keeps in flight.
+int attention_span_kernel(const CudaBackendOptions& options) {
+  if (options.attention_span_kernel >= 0) return options.attention_span_kernel;
   const char* env = std::getenv("TERN_CUDA_ATTN_SPAN");
-  return env == nullptr || std::strcmp(env, "0") != 0;
+  if (env != nullptr && std::strcmp(env, "0") == 0) return 0;
+  if (env != nullptr && std::strcmp(env, "2") == 0) return 2;
+  return 1;
 }
 int attention_span_stages() {
   const char* env = std::getenv("TERN_CUDA_ATTN_SPAN_STAGES");
@@ -206,7 +210,7 @@ class CudaBackend final : public Backend {
         tc_gemm_(std::move(tc_gemm)),
         tc_attention_(tc_gemm_ != nullptr && use_tc_attention(options)),
         attention_row_copy_(use_attention_row_copy()),
-        attention_span_(use_attention_span()),
+        attention_span_(attention_span_kernel(options)),
         attention_span_stages_(attention_span_stages()) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
   }
@@ -543,7 +547,9 @@ class CudaBackend final : public Backend {
     if (options_.attention_split == AttentionSplit::kNever) split = false;
     if (split) {
       a.split = 1;
-      if (attention_span_) plan_attention_span(a, n_sm_, max_smem_bytes_, attention_span_stages_);  // else chunk kernel
+      if (attention_span_ > 0) {  // else the chunk kernel
+        plan_attention_span(a, n_sm_, max_smem_bytes_, attention_span_stages_, attention_span_);
+      }
       const size_t need = attention_partials_bytes(a);
       // Growing frees the old buffer, which flushes the records that still use it.
       if (partials_ == nullptr || partials_->bytes() < need) {
@@ -676,7 +682,7 @@ class CudaBackend final : public Backend {
   bool tc_attention_ = false;  // tensor-core prefill attention on (with tc_gemm_)
   int64_t tc_attentions_ = 0;
   bool attention_row_copy_ = false;  // TERN_CUDA_ATTN_ROW_COPY=1
-  bool attention_span_ = true;       // the span decode kernel (TERN_CUDA_ATTN_SPAN=0: chunk kernel)
+  int attention_span_ = 1;           // split-mode kernel: 0 chunk, 1 span, 2 two-chunk span
   int attention_span_stages_ = 3;    // TERN_CUDA_ATTN_SPAN_STAGES
   PackedPlanLayout layout_;
   DevicePlan plan_{};
