@@ -19,6 +19,12 @@
 # long-span-q4k: 8B Q4_K_M decode at 1k / 32k with the chunk kernel, then the span kernel.
 # profile-attn: ncu of the split-mode attention kernels at a 32k decode, chunk then span kernel
 #   (speed of light, warp stall reasons, occupancy; full reports in $OUT/ncu-attn-span*.txt).
+# attn-pair: the two-chunk span kernel (TERN_CUDA_ATTN_SPAN=2) against the span kernel (=1): the
+#   attention op alone at decode 1k / 4k / 32k (span at 3 stages, pair at 2 / 3 / 4 stages).
+# long-pair-q4k: 8B Q4_K_M decode at 1k / 32k with the span kernel, then the two-chunk kernel.
+# tests-attn-pair: the attention and model invariance tests with the two-chunk kernel as the
+#   split-mode kernel (TERN_CUDA_ATTN_SPAN=2; PairSpanKernelEqualsSpanKernelBitwise runs in tests).
+# profile-attn-pair: ncu of the span kernel, then the two-chunk kernel, at a 32k decode.
 # gemv-rows: each GEMV alone with the multi-row / split-row kernel (TERN_CUDA_GEMV=rows) in each
 #   shape (RxP: R rows per warp step, P warps per row) next to the default, then 8B Q4_K_M / Q8_0
 #   decode with TERN_CUDA_GEMV=default and =rows.
@@ -138,6 +144,35 @@ PY
         echo "   (exit $?)"
         grep -E "attention_.*kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Theoretical Occupancy|Stall|Registers Per" \
           "$OUT/ncu-attn-span$v.txt" | head -40
+      done
+      ;;
+    attn-pair)
+      TERN_CUDA_ATTN_SPAN=1 bench attn-span3 40 --attn --attn-ctx 1024,4096,32768 --attn-prefill ""
+      for st in 2 3 4; do
+        TERN_CUDA_ATTN_SPAN=2 TERN_CUDA_ATTN_SPAN_STAGES=$st bench "attn-pair$st" 40 --attn --attn-ctx 1024,4096,32768 --attn-prefill ""
+      done
+      ;;
+    long-pair-q4k)
+      for v in 1 2; do
+        TERN_CUDA_ATTN_SPAN=$v bench "long-pair$v-q4k" 100 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 --tc-prefill --decode-steps 16
+      done
+      ;;
+    tests-attn-pair)
+      echo "== test_gpu with TERN_CUDA_ATTN_SPAN=2"
+      TERN_CUDA_ATTN_SPAN=2 timeout 200 "$BIN/test_gpu" --gtest_color=no \
+        --gtest_filter='DevicePlan.*:GpuAttention*:GpuModel.*:GpuTcPrefill.*' >"$OUT/test_gpu-attn-pair.txt" 2>&1
+      echo "   (exit $?)"
+      grep -E "^\[  (PASSED|FAILED) |FAILED|tests ran" "$OUT/test_gpu-attn-pair.txt" | head -20
+      ;;
+    profile-attn-pair)
+      for v in 1 2; do
+        echo "== ncu split-mode attention at 32k, TERN_CUDA_ATTN_SPAN=$v"
+        TERN_CUDA_ATTN_SPAN=$v timeout 120 ncu --kernel-name regex:'attention_span' --launch-skip 64 --launch-count 3 \
+          --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
+          "$BIN/gpu_bench" --attn --attn-ctx 32768 --attn-prefill "" >"$OUT/ncu-attn-pair$v.txt" 2>&1
+        echo "   (exit $?)"
+        grep -E "attention_.*kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Theoretical Occupancy|Stall|Registers Per" \
+          "$OUT/ncu-attn-pair$v.txt" | head -40
       done
       ;;
     bench-long) bench long 200 --preset llama3-8b --mix q4_k_m --ctx 32768 --prefill 4096 --decode-steps 32 ;;
