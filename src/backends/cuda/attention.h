@@ -40,7 +40,10 @@
 // fill the GPU. Both call the per-chunk steps of attention_chunk.cuh in the same order; its merge
 // folds the same partials in the same order with the fold scales computed in parallel (a prefix
 // max). Measured (bench/RESULTS.md): the span kernel is bound by the issue rate of those per-chunk
-// steps, not by its copies.
+// steps, not by its copies. A third kernel, the two-chunk span kernel (attention_span_pair.cu,
+// TERN_CUDA_ATTN_SPAN=2, span_kernel = 2), computes the same float sequence with fewer
+// instructions and half the barriers (two chunks per step, the segment tree's first level in
+// registers) and shares the span kernel's merge.
 //
 // Chunk kernel K/V copies: by default each 16-byte piece looks its row up in the block table (a
 // dependent global load per cp.async); TERN_CUDA_ATTN_ROW_COPY=1 (AttentionArgs::row_copy) looks
