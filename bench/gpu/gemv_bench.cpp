@@ -244,9 +244,14 @@ int run_gemv_bench(const GemvBenchOptions& o) {
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return 1;
   int failures = 0;
   for (const Shape& s : default_shapes()) {
-    if (!o.filter.empty() && (std::string(dtype_name(s.dtype)) + " " + s.label).find(o.filter) == std::string::npos) {
-      continue;
+    const std::string name = std::string(dtype_name(s.dtype)) + " " + s.label;
+    bool wanted = o.filter.empty();
+    for (size_t b = 0; !wanted && b <= o.filter.size();) {  // comma-separated alternatives
+      const size_t e = std::min(o.filter.find(',', b), o.filter.size());
+      wanted = e > b && name.find(o.filter.substr(b, e - b)) != std::string::npos;
+      b = e + 1;
     }
+    if (!wanted) continue;
     if (!run_shape(s, o, prop, copy_gbs, stream)) ++failures;
   }
   cudaStreamDestroy(stream);

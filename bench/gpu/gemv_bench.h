@@ -9,7 +9,7 @@ namespace tern::bench {
 struct GemvBenchOptions {
   int n = 1;                    // activation rows (1: batch-1 decode)
   int iters = 50;               // products per timed run (at least two passes over the replicas)
-  std::string filter;           // only shapes whose "type label" contains this
+  std::string filter;           // only shapes whose "type label" contains one of these (a,b,c)
   std::vector<int> stage_bytes; // bulk-pipeline budgets per warp to sweep (empty: the default)
   bool skip_legacy = false;     // time the default kernels only
   // GemvPath::kRows shapes to time after the default, "RxP" (R rows per warp step, P warps per

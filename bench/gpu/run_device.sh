@@ -117,7 +117,7 @@ PY
       done
       ;;
     gemv-rows)  # TERN_CUDA_GEMV=rows (gemv_rows.cu): per shape (bits checked against the default), then decode
-      bench gemv-rows 120 --gemv --gemv-no-legacy --gemv-rows auto,1x1,2x1,4x1,1x2,1x4
+      bench gemv-rows 120 --gemv --gemv-no-legacy --gemv-filter q4_k,q6_k,q8_0 --gemv-rows auto,1x1,2x1,4x1,1x2,1x4
       for path in default rows; do
         TERN_CUDA_GEMV=$path bench "gemv-rows-q4k-$path" 60 --preset llama3-8b --mix q4_k_m --ctx 1024 --prefill "" --decode-steps 32
         TERN_CUDA_GEMV=$path bench "gemv-rows-q8-$path" 60 --preset llama3-8b --mix q8_0 --ctx 1024 --prefill "" --decode-steps 32
