@@ -2,7 +2,7 @@
 //
 //   gpu_bench [--model FILE | --preset NAME --mix MIX] [--ctx 1024,32768] [--decode-steps 64]
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
-//             [--tc-prefill]
+//             [--tc-prefill] [--append 30720+2048]
 //   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
 //   gpu_bench --gemv [--gemv-filter STR] [--gemv-n 1] [--gemv-iters 50] [--gemv-stage-bytes 8192,16384]
 //             [--gemv-no-legacy] [--gemv-rows auto,2x1,4x1,1x2,1x4 | none]
@@ -16,6 +16,8 @@
 //   prefill  tok/s of a P-token prompt fed in --chunk-token forwards from an empty cache, and the
 //            projections' share of the bf16 tensor-core peak (2 * weight params * tokens / time;
 //            --tc-prefill: the opt-in cuBLASLt path, CudaBackendOptions::tc_prefill)
+//   append   time to first token of N new tokens on C cached ones (--append C+N): the N tokens in
+//            --chunk-token forwards on a sequence already holding C, median of 3 (an agent's turn)
 //   batch    tok/s of B sequences decoding together (each at --batch-ctx tokens of context)
 //   gemv     (--gemv, instead of the model) each GEMV kernel alone per type and shape: us, GB/s,
 //            % of copy bandwidth, previous vs default kernels, then the multi-row / split-row
@@ -49,6 +51,7 @@ struct Options {
   std::vector<int> ctx = {1024};
   std::vector<int> prefill = {512};
   std::vector<int> batch = {};
+  std::vector<std::pair<int, int>> append;  // (cached, new) tokens
   int batch_ctx = 1024;
   int decode_steps = 64;
   int chunk = 512;
@@ -112,6 +115,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--chunk") o.chunk = std::atoi(next());
     else if (a == "--no-graphs") o.graphs = false;
     else if (a == "--tc-prefill") o.tc_prefill = true;
+    else if (a == "--append") o.append = parse_pairs(next());
     else if (a == "--attn") o.attn = true;
     else if (a == "--attn-ctx") o.attn_options.decode_ctx = parse_list(next());
     else if (a == "--attn-prefill") o.attn_options.prefill = parse_pairs(next());
@@ -237,6 +241,7 @@ int run(const Options& o) {
   int max_ctx = o.batch_ctx + o.decode_steps + 8;
   for (int c : o.ctx) max_ctx = std::max(max_ctx, c + o.decode_steps + 8);
   for (int p : o.prefill) max_ctx = std::max(max_ctx, p);
+  for (const auto& [cached, n] : o.append) max_ctx = std::max(max_ctx, cached + n);
   const int max_batch = o.batch.empty() ? 1 : *std::max_element(o.batch.begin(), o.batch.end());
   const double t_load = now_s();
   ModelOptions mo;
@@ -302,6 +307,22 @@ int run(const Options& o) {
     const double gbs = (weight_gb + kv_gb) / median;
     std::printf("decode   ctx %6d: %7.3f ms/token, %8.1f tok/s; %.3f GB read/token -> %6.0f GB/s = %4.1f%% of copy bw\n",
                 ctx, median * 1e3, 1.0 / median, weight_gb + kv_gb, gbs, copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
+  }
+  for (const auto& [cached, n] : o.append) {
+    if (n <= 0) continue;
+    KvSequence seq(*e.kv);
+    fill(e, seq, cached, o.chunk, rng);
+    fill(e, seq, std::min(n, o.chunk), o.chunk, rng);  // warm-up at this depth (graphs, allocations)
+    seq.truncate(cached);
+    std::vector<double> times;
+    for (int r = 0; r < 3; ++r) {
+      times.push_back(fill(e, seq, n, o.chunk, rng));
+      seq.truncate(cached);
+    }
+    std::sort(times.begin(), times.end());
+    std::printf("append   %6d tokens on %6d cached in %d-token chunks%s: %8.1f ms to first token (median of 3), "
+                "%8.0f tok/s\n",
+                n, cached, o.chunk, o.tc_prefill ? " (tensor cores)" : "", times[1] * 1e3, n / times[1]);
   }
   for (int b : o.batch) {
     std::vector<std::unique_ptr<KvSequence>> owned;

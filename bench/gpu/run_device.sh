@@ -175,6 +175,8 @@ PY
           "$OUT/ncu-attn-pair$v.txt" | head -40
       done
       ;;
+    append-f16) bench append-f16 200 --preset llama3-8b --mix f16 --ctx "" --prefill "" --decode-steps 0 --append 30720+2048 --chunk 2048 --tc-prefill ;;
+    append-q4k) bench append-q4k 150 --preset llama3-8b --mix q4_k_m --ctx "" --prefill "" --decode-steps 0 --append 30720+2048 --chunk 2048 --tc-prefill ;;
     bench-long) bench long 200 --preset llama3-8b --mix q4_k_m --ctx 32768 --prefill 4096 --decode-steps 32 ;;
     profile-small | profile-8b)  # per-kernel device times of a decode step (ncu serializes kernels)
       if [[ $step == profile-small ]]; then model=(--preset smollm2-135m --mix q4_1); else model=(--preset llama3-8b --mix q4_k_m); fi
