@@ -214,9 +214,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
         v[i] = w.dot(xg, n_valid);
       }
     }
-    counter_push(stack, out.t, multi_row_tree<kRows>(v, lane));
+    // A one-step run (rows of <= 4096 elements: most products) is its step's sum, which is what
+    // pushing it and closing the counter would give; the counter's bookkeeping is skipped.
+    const float step_sum = multi_row_tree<kRows>(v, lane);
+    if (my_steps > 1) counter_push(stack, out.t, step_sum);
     if (out.t == my_steps - 1) {
-      const float mine = counter_close(stack, my_steps);
+      const float mine = my_steps == 1 ? step_sum : counter_close(stack, my_steps);
       const int64_t r = (first_set + int64_t{out.set_k} * set_stride) * kRows + row_of_lane;
       if constexpr (kParts == 1) {
         if (lane < kRows) {
