@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
+#include <utility>
 
 #include "backends/cpu/matmul.h"
 #include "gpu_test_util.h"
@@ -305,6 +307,54 @@ TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
       for (auto& b : fresh) {
         EXPECT_TRUE(gputest::bitwise_equal(product(*b), want)) << "default kernels differ from the legacy ones";
       }
+    }
+  }
+}
+
+// The multi-row kernel takes consecutive rows of the joint row index of a fused launch (q/k/v,
+// gate/up), so a row set may straddle two matrices (71 + 53 + 20 rows: sets of 2 and 4 cross
+// both boundaries), and split rows fold their parts per matrix row: each output must be the
+// legacy kernels' bits.
+TEST_F(GpuMatmul, RowsKernelOnFusedMatricesEqualsLegacy) {
+  cuda::CudaBackendOptions legacy_options;
+  legacy_options.legacy_gemv = true;
+  std::unique_ptr<Backend> legacy = gputest::make_cuda(legacy_options);
+  ASSERT_NE(legacy, nullptr);
+  const int64_t rows[3] = {71, 53, 20};
+  for (const auto& [rows_per_step, parts] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{1, 2}, std::pair{1, 4}}) {
+    cuda::CudaBackendOptions options;
+    options.rows_gemv = true;
+    options.gemv_rows_per_step = rows_per_step;
+    options.gemv_parts_per_row = parts;
+    std::unique_ptr<Backend> fused_backend = gputest::make_cuda(options);
+    ASSERT_NE(fused_backend, nullptr);
+    for (const auto& [dtype, cols] : {std::pair{DType::Q4_K, int64_t{4096}}, std::pair{DType::Q6_K, int64_t{16384}},
+                                      std::pair{DType::Q8_0, int64_t{8192}}}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " cols " + std::to_string(cols) + " shape " +
+                   std::to_string(rows_per_step) + "x" + std::to_string(parts));
+      gputest::HostTensor hw[3];
+      for (int m = 0; m < 3; ++m) {
+        hw[m] = gputest::host_quantized(gputest::random_floats(rows[m] * cols, 700 + m, 0.05f), dtype, rows[m], cols);
+      }
+      const auto xv = gputest::random_floats(cols, 710);
+      // All three products recorded back to back (one fused launch), then downloaded.
+      auto products = [&](Backend& b) {
+        std::unique_ptr<Buffer> owners[3];
+        Tensor w[3];
+        DeviceTensor y[3];
+        for (int m = 0; m < 3; ++m) {
+          w[m] = b.upload_weight(hw[m].t, owners[m]);
+          y[m] = gputest::device_empty(b, DType::F32, 1, rows[m]);
+        }
+        DeviceTensor x = gputest::device_empty(b, DType::F32, 1, cols);
+        b.copy_from_host(xv.data(), x.t);
+        for (int m = 0; m < 3; ++m) b.matmul(w[m], x.t, y[m].t);
+        std::vector<std::vector<float>> out;
+        for (int m = 0; m < 3; ++m) out.push_back(gputest::download(b, y[m].t));
+        return out;
+      };
+      const auto want = products(*legacy), got = products(*fused_backend);
+      for (int m = 0; m < 3; ++m) EXPECT_TRUE(gputest::bitwise_equal(got[m], want[m])) << "matrix " << m;
     }
   }
 }
