@@ -64,7 +64,7 @@ struct CudaBackendOptions {
   int gemv_rows_per_step = 0;
   int gemv_parts_per_row = 0;
   // Split-mode attention kernel, same bits for all (attention.h): 0 = chunk kernel, 1 = span
-  // kernel, 2 = two-chunk span kernel; -1 = TERN_CUDA_ATTN_SPAN or else 1.
+  // kernel, 2 = two-chunk span kernel; -1 = TERN_CUDA_ATTN_SPAN or else 2.
   int attention_span_kernel = -1;
 };
 
