@@ -7,7 +7,9 @@
 // in the chunk. The tile only shares those conversions: each query vector's float operations are
 // a fixed sequence that depends only on its q row, its position range and the KV contents, so
 // the result is bitwise the same whether the token is decoded alone or prefilled in any tile
-// (batch invariance; see attention_cpu.h). The per-query sequence, at a given ISA:
+// (batch invariance; see attention_cpu.h). A kernel may move data differently for small and big
+// units (the AVX-512 one reads V straight from the cache for decode-sized units and from
+// converted scratch otherwise), never the arithmetic. The per-query sequence, at a given ISA:
 //   s_j   = (sum over d in order of q[d] * k_j[d]) * scale     (then softcap, if on)
 //   m     = max_j s_j,  p_j = exp(s_j - m),  l = sum of p_j in 16-lane groups by j, reduced once
 //   acc   = sum over j in order of p_j * v_j                    (per column)

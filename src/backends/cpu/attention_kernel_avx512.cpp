@@ -10,6 +10,9 @@
 //   acc[d] = fma(p_j, v_j[d], acc[d]) over its keys j in order (masked off for other keys).
 // None of this depends on which other queries share the unit, or on where V was converted
 // (conversion is exact), so decode and any prefill tiling give the same bits (batch invariance).
+// Keep each query's multiplies and adds as they are written here: GCC may fuse a separate
+// _mm512_mul_ps + _mm512_add_ps into an FMA (it treats them as plain vector arithmetic), and a
+// path-specific rewrite could then round differently on one path only (the tests catch it).
 #include <immintrin.h>
 
 #include <cmath>
