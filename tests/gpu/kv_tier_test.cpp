@@ -5,6 +5,8 @@
 // holds everything.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <unistd.h>
 
@@ -79,6 +81,105 @@ TEST_F(GpuKvTiers, BatchedBlockCopiesRoundTripAndCopyOnDeviceDuplicates) {
   EXPECT_EQ(got, want[5]);
   pool->copy_block_to_host(blocks[5], got.data());
   EXPECT_EQ(got, want[5]) << "the source of a device copy changed";
+}
+
+// One piece of a many-piece copy: rows at `offset` into the device buffer, `row_stride` apart.
+struct Piece {
+  DType dtype;
+  int64_t rows, cols;
+  size_t offset, row_stride;
+  size_t width() const { return row_bytes(dtype, cols); }
+  size_t extent() const { return (static_cast<size_t>(rows) - 1) * row_stride + width(); }
+};
+
+// Pieces laid out one after another with gaps, in F16 and F32: thousands of small ones (KV-like
+// 16-row pieces, odd widths, strides padded by amounts that break 16- and 4-byte alignment, some
+// at odd addresses) and a few large ones, one alone past the 16 MiB transfer chunk.
+std::vector<Piece> odd_pieces(size_t* device_bytes) {
+  std::vector<Piece> pieces;
+  uint64_t x = 12345;
+  auto next = [&x](uint64_t n) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return (x >> 33) % n;
+  };
+  const int64_t kCols[] = {1, 3, 7, 64, 96, 127, 192, 200, 513};
+  const size_t kPads[] = {0, 0, 2, 4, 16, 34, 128, 258};
+  size_t cursor = 0;
+  auto add = [&](DType t, int64_t rows, int64_t cols, size_t pad, size_t misalign) {
+    Piece p{t, rows, cols, 0, 0};
+    p.row_stride = p.width() + pad;
+    p.offset = (cursor + 15) / 16 * 16 + misalign;
+    cursor = p.offset + p.extent() + next(40);
+    pieces.push_back(p);
+  };
+  for (int i = 0; i < 4000; ++i) {
+    const DType t = next(2) == 0 ? DType::F16 : DType::F32;
+    const size_t elem = t == DType::F16 ? 2 : 4;
+    const bool odd = next(16) == 0;  // byte path: an odd address and stride
+    add(t, i % 3 == 0 ? 16 : 1 + static_cast<int64_t>(next(24)), kCols[next(9)], odd ? 1 + 2 * next(4) : kPads[next(8)],
+        odd ? 1 : elem * next(4));
+  }
+  add(DType::F32, 2500, 1000, 48, 0);  // 16-byte words
+  add(DType::F16, 5000, 1800, 4, 0);   // 18 MB: one piece larger than a chunk, 4-byte words
+  add(DType::F32, 1200, 777, 0, 4);
+  *device_bytes = (cursor + 64) / 2 * 2;  // even: the test views it as F16 pairs
+  return pieces;
+}
+
+// copy_from_host_n / copy_to_host_n over many odd pieces, on the packed path and on the
+// per-piece 2D path (TERN_CUDA_KV_COPY_2D=1): every piece's rows arrive exactly, the bytes
+// around them (stride padding, gaps) keep their old values, and reading back in another order
+// returns the sources.
+TEST_F(GpuKvTiers, ManyOddPiecesRoundTripExactlyOnBothTransferPaths) {
+  for (const bool per_piece : {false, true}) {
+    SCOPED_TRACE(per_piece ? "TERN_CUDA_KV_COPY_2D=1" : "packed");
+    if (per_piece) ::setenv("TERN_CUDA_KV_COPY_2D", "1", 1);
+    auto backend = gputest::make_cuda();
+    ::unsetenv("TERN_CUDA_KV_COPY_2D");
+    ASSERT_NE(backend, nullptr);
+    size_t device_bytes = 0;
+    const std::vector<Piece> pieces = odd_pieces(&device_bytes);
+    auto buf = backend->alloc(device_bytes);
+    // The whole buffer as one byte-wide row of F16 pairs (device_bytes is even).
+    Tensor whole = Tensor::view(buf->data(), DType::F16, 1, static_cast<int64_t>(device_bytes / 2), Device::kCuda);
+    std::vector<uint8_t> image = pattern(device_bytes, 7);
+    backend->copy_from_host(image.data(), whole);
+
+    std::vector<std::vector<uint8_t>> src;
+    std::vector<Backend::HostToDevice> up;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const Piece& p = pieces[i];
+      src.push_back(pattern(p.width() * static_cast<size_t>(p.rows), 1000 + i));
+      Tensor t = Tensor::view(static_cast<uint8_t*>(buf->data()) + p.offset, p.dtype, p.rows, p.cols, Device::kCuda);
+      t.row_stride = p.row_stride;
+      up.push_back({src.back().data(), t});
+      for (int64_t r = 0; r < p.rows; ++r) {
+        std::memcpy(image.data() + p.offset + static_cast<size_t>(r) * p.row_stride,
+                    src.back().data() + static_cast<size_t>(r) * p.width(), p.width());
+      }
+    }
+    backend->copy_from_host_n(up);
+    std::vector<uint8_t> got(device_bytes);
+    backend->copy_to_host(whole, got.data());
+    size_t first_diff = 0;
+    while (first_diff < device_bytes && got[first_diff] == image[first_diff]) ++first_diff;
+    EXPECT_EQ(first_diff, device_bytes) << "first wrong byte at device offset " << first_diff;
+
+    std::vector<std::vector<uint8_t>> back;
+    std::vector<Backend::DeviceToHost> down;
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const size_t i = (k * 7919) % pieces.size();  // another order (7919 is prime, not a factor)
+      back.emplace_back(src[i].size(), uint8_t{0xa5});
+      down.push_back({up[i].dst, back.back().data()});
+    }
+    backend->copy_to_host_n(down);
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const size_t i = (k * 7919) % pieces.size();
+      ASSERT_EQ(back[k], src[i]) << "piece " << i << " (" << pieces[i].rows << " x " << pieces[i].cols << " "
+                                 << (pieces[i].dtype == DType::F16 ? "f16" : "f32") << ", stride "
+                                 << pieces[i].row_stride << ", offset " << pieces[i].offset << ")";
+    }
+  }
 }
 
 // Sessions take turns on `pool`; between turns a session is parked (reset), so its blocks

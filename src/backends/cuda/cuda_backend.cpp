@@ -13,7 +13,9 @@
 #include "backends/cuda/attention.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_plan.h"
+#include "backends/cuda/host_staging.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kv_transfer.h"
 #include "backends/cuda/matmul_tc.h"
 #include "backends/cuda/step_queue.h"
 #include "backends/cuda/tc_gemm.h"
@@ -48,67 +50,6 @@ class DeviceBuffer final : public Buffer {
   size_t bytes_ = 0;
   std::weak_ptr<StepQueue> queue_;
 };
-
-// Page-locked host memory that only grows (staging for transfers).
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() { cudaFreeHost(data_); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  void* reserve(size_t bytes) {
-    if (bytes > bytes_) {
-      TERN_CUDA_CHECK(cudaFreeHost(data_));
-      data_ = nullptr;
-      bytes_ = std::max(bytes, bytes_ * 2);
-      TERN_CUDA_CHECK(cudaMallocHost(&data_, bytes_));
-    }
-    return data_;
-  }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// A CUDA event (timing off) created on first use; never recorded = already complete.
-class LazyEvent {
- public:
-  LazyEvent() = default;
-  ~LazyEvent() {
-    if (event_ != nullptr) cudaEventDestroy(event_);
-  }
-  LazyEvent(const LazyEvent&) = delete;
-  LazyEvent& operator=(const LazyEvent&) = delete;
-  cudaEvent_t get() {
-    if (event_ == nullptr) TERN_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
-    return event_;
-  }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
-
-// Bytes of t's rows packed without stride padding (what a host side of a copy holds).
-size_t packed_bytes(const Tensor& t) { return row_bytes(t.dtype, t.cols) * static_cast<size_t>(t.rows); }
-
-// Copies are staged in chunks of about this size: large enough that a chunk's DMA dwarfs the
-// launch overheads, small enough that pinned staging stays modest whatever the run length.
-constexpr size_t kTransferChunkBytes = size_t{16} << 20;
-
-// End of the run of copies starting at `first` that fits one chunk (at least one copy).
-template <typename Copy, typename DeviceOf>
-size_t chunk_end(std::span<const Copy> copies, size_t first, DeviceOf device_of, size_t& bytes) {
-  size_t end = first;
-  bytes = 0;
-  while (end < copies.size()) {
-    const size_t b = packed_bytes(device_of(copies[end]));
-    if (end > first && bytes + b > kTransferChunkBytes) break;
-    bytes += b;
-    ++end;
-  }
-  return end;
-}
 
 // Programmatic dependent launch needs sm_90; TERN_CUDA_PDL=0 turns it off (A/B timing).
 bool use_pdl(const CudaBackendOptions& options, const cudaDeviceProp& prop) {
@@ -275,57 +216,15 @@ class CudaBackend final : public Backend {
     std::memcpy(dst, staging, total);
   }
 
-  // Host -> device runs (KV tier restores): the host packs each chunk into one of two pinned
-  // buffers in turn, so it fills the next while the previous one is on the wire, and never waits
-  // for the last one: the sources are free once packed, and the stream orders the copies before
-  // any later kernel.
+  // Many-piece transfers (KV tier restores and spills) go through KvTransfer (kv_transfer.h):
+  // packed chunks, one DMA and one scatter / gather kernel each. Recorded ops run first.
   void copy_from_host_n(std::span<const HostToDevice> copies) override {
     queue_->flush();
-    int half = 0;
-    for (size_t first = 0; first < copies.size();) {
-      size_t bytes = 0;
-      const size_t end = chunk_end(copies, first, [](const HostToDevice& c) -> const Tensor& { return c.dst; }, bytes);
-      TERN_CUDA_CHECK(cudaEventSynchronize(upload_done_[half].get()));  // this buffer's last chunk has left
-      auto* staging = static_cast<uint8_t*>(upload_staging_[half].reserve(bytes));
-      for (size_t i = first; i < end; ++i) {
-        const Tensor& d = copies[i].dst;
-        TERN_CHECK(is_device(d));
-        const size_t width = row_bytes(d.dtype, d.cols);
-        std::memcpy(staging, copies[i].src, packed_bytes(d));
-        TERN_CUDA_CHECK(cudaMemcpy2DAsync(d.data, d.row_stride, staging, width, width, static_cast<size_t>(d.rows),
-                                          cudaMemcpyHostToDevice, stream_));
-        staging += packed_bytes(d);
-      }
-      TERN_CUDA_CHECK(cudaEventRecord(upload_done_[half].get(), stream_));
-      half ^= 1;
-      first = end;
-    }
+    kv_transfer_.to_device(copies);
   }
-
-  // Device -> host runs (KV tier spills): one wait per chunk instead of one per copy.
   void copy_to_host_n(std::span<const DeviceToHost> copies) override {
     queue_->flush();
-    for (size_t first = 0; first < copies.size();) {
-      size_t bytes = 0;
-      const size_t end = chunk_end(copies, first, [](const DeviceToHost& c) -> const Tensor& { return c.src; }, bytes);
-      auto* staging = static_cast<uint8_t*>(host_staging_.reserve(bytes));
-      uint8_t* p = staging;
-      for (size_t i = first; i < end; ++i) {
-        const Tensor& s = copies[i].src;
-        TERN_CHECK(is_device(s));
-        const size_t width = row_bytes(s.dtype, s.cols);
-        TERN_CUDA_CHECK(cudaMemcpy2DAsync(p, width, s.data, s.row_stride, width, static_cast<size_t>(s.rows),
-                                          cudaMemcpyDeviceToHost, stream_));
-        p += packed_bytes(s);
-      }
-      TERN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      p = staging;
-      for (size_t i = first; i < end; ++i) {
-        std::memcpy(copies[i].dst, p, packed_bytes(copies[i].src));
-        p += packed_bytes(copies[i].src);
-      }
-      first = end;
-    }
+    kv_transfer_.to_host(copies);
   }
 
   // Device -> device on the stream (the KV pool's copy-on-write); nothing waits.
@@ -690,9 +589,7 @@ class CudaBackend final : public Backend {
   PackedPlanLayout layout_;
   DevicePlan plan_{};
   bool have_plan_ = false;
-  // copy_from_host_n's two pinned buffers and the events marking their last chunk's copies done.
-  PinnedBuffer upload_staging_[2];
-  LazyEvent upload_done_[2];
+  KvTransfer kv_transfer_{stream_};  // copy_from_host_n / copy_to_host_n (after stream_)
 };
 
 }  // namespace

@@ -199,6 +199,27 @@ size_t attention_partials_bytes(const AttentionArgs& a);
 // Dynamic shared memory one attention block needs (must not exceed the device's opt-in limit).
 size_t attention_smem_bytes(const AttentionArgs& a);
 
+// One run of rows moved between a packed staging buffer and strided device memory (the KV
+// tiers' restores and spills, kv_transfer.h): rows [0, rows) of row_bytes each, at
+// strided + r * row_stride_bytes on one side and packed + packed_offset + r * row_bytes on the
+// other. A piece larger than a few tens of KiB is split into several items so blocks stay even.
+struct PackedCopyItem {
+  uint8_t* strided;
+  uint64_t packed_offset;
+  uint64_t row_stride_bytes;
+  uint32_t row_bytes;
+  uint32_t rows;
+};
+
+// items[0, n_items) (device memory) of one transfer chunk; packed is the device staging buffer.
+// scatter: packed -> strided (restores); else strided -> packed (spills). Items never overlap.
+struct PackedCopyArgs {
+  const PackedCopyItem* items;
+  uint8_t* packed;
+  int n_items;
+  int scatter;
+};
+
 // Where and how a launcher enqueues its kernels.
 struct LaunchEnv {
   cudaStream_t stream;
@@ -213,6 +234,9 @@ void launch_elementwise(const ElementwiseArgs& a, const LaunchEnv& env);
 void launch_rope(const RopeArgs& a, const LaunchEnv& env);
 void launch_kv_write(const KvWriteArgs& a, const LaunchEnv& env);
 void launch_gather_rows(const GatherRowsArgs& a, const LaunchEnv& env);
+// One block per item; 16-byte copies when every address and size of the item allows, else
+// 4-byte, else bytes. Bit-exact whatever the path (kv_copy.cu).
+void launch_packed_copy(const PackedCopyArgs& a, const LaunchEnv& env);
 void launch_matmul(const MatmulArgs& a, const LaunchEnv& env);
 void launch_attention(const AttentionArgs& a, const LaunchEnv& env);
 // The tensor-core prefill attention (attention_tc.h); launch_attention calls it when a.tc is set.
