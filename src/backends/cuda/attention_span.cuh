@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "backends/cuda/async_copy.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 
@@ -46,6 +47,66 @@ __host__ __device__ inline SpanSmem span_smem(const AttentionArgs& a, const Span
   l.total = l.kv + static_cast<size_t>(stages) * 2 * kAttnChunkTokens * hd * elem;
   return l;
 }
+
+// The span's K/V rows, chunk by chunk, into a ring of kStages stages of [K, V][chunk][hd] in
+// shared memory. Each row is copied by kSpanThreads / chunk threads: 16-byte cp.async when both
+// caches allow it, element copies otherwise. issue(i) always commits a group, so the callers'
+// cp.async wait counts stay uniform. Shared by both span kernels, so they stage the same bytes.
+template <typename T, int kStages>
+struct SpanKvRing {
+  static constexpr int kRows = kAttnChunkTokens;
+  static constexpr int kLanesPerRow = kSpanThreads / kRows;
+  static_assert(kLanesPerRow * kRows == kSpanThreads, "every thread copies pieces of one row per chunk");
+  static constexpr int kPer16 = 16 / sizeof(T);
+
+  const T* k_src;
+  const T* v_src;
+  int64_t k_stride, v_stride, kv_col;
+  const int* slots;  // cache slot of each span row
+  T* ring;
+  int hd, n_rows, n_iter;
+  bool vec;
+
+  __device__ SpanKvRing(const AttentionArgs& a, int kv_head, const int* slots_, T* ring_, int n_rows_)
+      : k_src(static_cast<const T*>(a.k_cache)),
+        v_src(static_cast<const T*>(a.v_cache)),
+        k_stride(a.k_cache_stride),
+        v_stride(a.v_cache_stride),
+        kv_col(int64_t{kv_head} * a.head_dim),
+        slots(slots_),
+        ring(ring_),
+        hd(a.head_dim),
+        n_rows(n_rows_),
+        n_iter((n_rows_ + kRows - 1) / kRows),
+        vec(a.k_cache_stride % kPer16 == 0 && a.v_cache_stride % kPer16 == 0 &&
+            reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0) {}
+
+  // Chunk i's K rows (its V rows follow them).
+  __device__ T* k(int i) const { return ring + (i % kStages) * 2 * kRows * hd; }
+
+  __device__ void issue(int i, int tid) const {
+    const int r = tid / kLanesPerRow, part = tid % kLanesPerRow;
+    if (i < n_iter && i * kRows + r < n_rows) {
+      T* k_dst = k(i) + r * hd;
+      T* v_dst = k_dst + kRows * hd;
+      const int64_t slot = slots[i * kRows + r];
+      const T* ks = k_src + slot * k_stride + kv_col;
+      const T* vs = v_src + slot * v_stride + kv_col;
+      if (vec) {
+        for (int e = part * kPer16; e < hd; e += kLanesPerRow * kPer16) {
+          cp_async16(k_dst + e, ks + e);
+          cp_async16(v_dst + e, vs + e);
+        }
+      } else {
+        for (int e = part; e < hd; e += kLanesPerRow) {
+          k_dst[e] = ks[e];
+          v_dst[e] = vs[e];
+        }
+      }
+    }
+    cp_async_commit();
+  }
+};
 
 // The two-chunk span kernel (attention_span_pair.cu); a.kv_stages in 2..4.
 void launch_attention_span_pair(const AttentionArgs& a, const LaunchEnv& env, dim3 grid, size_t smem);

@@ -40,11 +40,9 @@ using attn::C;
 using attn::kSeg;
 constexpr int kThreads = kSpanThreads;
 constexpr int kWarps = kThreads / 32;
-constexpr int kCopyLanesPerRow = kThreads / C;
 constexpr int kPair = 2;                     // chunks per step
 constexpr int kQueriesPerPass = attn::kQueriesPerPass;
 static_assert(kAttnSpanTokens <= kThreads, "a span's block-table lookups take one thread each");
-static_assert(kCopyLanesPerRow * C == kThreads, "every thread copies pieces of one row per chunk");
 static_assert(kAttnSpanChunks % kPair == 0, "a span is whole pairs of chunks");
 
 // The block's queries and per-query state for two chunks at a time. Chunk c of the step (0 or 1)
@@ -301,36 +299,10 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
   pdl_launch_dependents();
   __syncthreads();
 
-  const T* k_src = static_cast<const T*>(a.k_cache);
-  const T* v_src = static_cast<const T*>(a.v_cache);
-  const int64_t kv_col = int64_t{g} * hd;
-  constexpr int kPer16 = 16 / sizeof(T);
-  const bool vec = a.k_cache_stride % kPer16 == 0 && a.v_cache_stride % kPer16 == 0 &&
-                   reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
-  const int n_iter = (n_rows + C - 1) / C;
-  auto stage_k = [&](int i) { return kv_s + (i % kStages) * 2 * C * hd; };
-  auto issue = [&](int i) {  // always commits a group, so the wait count below stays uniform
-    const int r = tid / kCopyLanesPerRow, part = tid % kCopyLanesPerRow;
-    if (i < n_iter && i * C + r < n_rows) {
-      T* k_dst = stage_k(i) + r * hd;
-      T* v_dst = k_dst + C * hd;
-      const int64_t slot = slots[i * C + r];
-      const T* ks = k_src + slot * a.k_cache_stride + kv_col;
-      const T* vs = v_src + slot * a.v_cache_stride + kv_col;
-      if (vec) {
-        for (int e = part * kPer16; e < hd; e += kCopyLanesPerRow * kPer16) {
-          cp_async16(k_dst + e, ks + e);
-          cp_async16(v_dst + e, vs + e);
-        }
-      } else {
-        for (int e = part; e < hd; e += kCopyLanesPerRow) {
-          k_dst[e] = ks[e];
-          v_dst[e] = vs[e];
-        }
-      }
-    }
-    cp_async_commit();
-  };
+  const SpanKvRing<T, kStages> kv(a, g, slots, kv_s, n_rows);
+  const int n_iter = kv.n_iter;
+  auto stage_k = [&](int i) { return kv.k(i); };
+  auto issue = [&](int i) { kv.issue(i, tid); };
   // Chunks 0 .. kStages - 3 now; each step issues two more (its first step: up to kStages - 1).
   for (int i = 0; i + kPair < kStages; ++i) issue(i);
 
