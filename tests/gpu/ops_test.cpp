@@ -1,5 +1,6 @@
 // The small CUDA ops against the CPU reference (backends/cpu/ops_ref.h):
-//   embed (every table type), kv_write (f16 / f32 caches), gather, add, add_bias: bit-exact;
+//   embed (every table type), kv_write (f16 / f32 caches, alone and fused into the rope's
+//   launch), gather, add, add_bias: bit-exact;
 //   rms_norm: bit-exact except when the double sum of squares rounds differently (1e-6);
 //   swiglu (expf vs std::exp) and rope (sincosf vs std::sin/cos): 1e-6 relative.
 #include <gtest/gtest.h>
@@ -208,6 +209,69 @@ TEST_F(GpuOps, FusedRopesEqualSeparateOnes) {
   b.begin_step(plan);
   b.rope(k_alone.t, k_heads, head_dim, rope);  // k_alone already holds one rotation
   EXPECT_TRUE(gputest::bitwise_equal(gputest::download(b, twice.t), gputest::download(b, k_alone.t)));
+}
+
+// The layer's rope (q and k, one launch) followed by kv_write records one launch that also writes
+// the cache (RopeArgs::kv). It must leave q, k and the cache exactly as the separate launches do:
+// full and partial rotation, both pair layouts, both cache types, and a k-only rope.
+TEST_F(GpuOps, RopeWithFusedKvWriteEqualsSeparateOps) {
+  Backend& b = *backend_;
+  const int head_dim = 64, q_heads = 8, k_heads = 2;
+  const int64_t kv_cols = int64_t{k_heads} * head_dim, cache_rows = 8 * 16;
+  const BatchPlan plan = gputest::single_sequence_plan(40, 21, {5, 2, 7, 1}, 16);
+  const int n = plan.n_tokens();
+  const auto qv = gputest::random_floats(static_cast<size_t>(n * q_heads * head_dim), 31, 2.0f);
+  const auto kv = gputest::random_floats(static_cast<size_t>(n * kv_cols), 32, 2.0f);
+  const auto vv = gputest::random_floats(static_cast<size_t>(n * kv_cols), 33, 2.0f);
+  auto upload = [&](const std::vector<float>& v, int64_t cols) {
+    return gputest::device_copy(b, gputest::host_f32(v, n, cols).t);
+  };
+  for (const int n_rot : {64, 32}) {
+    for (const bool neox : {false, true}) {
+      for (const DType cache_type : {DType::F16, DType::F32}) {
+        for (const bool with_q : {true, false}) {
+          SCOPED_TRACE(testing::Message() << "n_rot " << n_rot << " neox " << neox << " cache "
+                                          << dtype_name(cache_type) << " q rope " << with_q);
+          std::vector<float> inv(n_rot / 2);
+          for (int i = 0; i < n_rot / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / n_rot);
+          DeviceTensor dinv = gputest::device_copy(b, gputest::host_f32(inv, 1, n_rot / 2).t);
+          const RopeParams rope{n_rot, neox, 1.0f, dinv.t};
+          struct Run {
+            std::vector<float> q, k;
+            std::vector<uint8_t> k_cache, v_cache;
+          };
+          auto run = [&](bool fused) {
+            DeviceTensor dq = upload(qv, int64_t{q_heads} * head_dim), dk = upload(kv, kv_cols), dv = upload(vv, kv_cols);
+            const size_t cache_bytes = row_bytes(cache_type, kv_cols) * cache_rows;
+            std::vector<uint8_t> zeros(cache_bytes, 0);
+            const Tensor zero_cache = Tensor::view(zeros.data(), cache_type, cache_rows, kv_cols);
+            DeviceTensor dkc = gputest::device_copy(b, zero_cache), dvc = gputest::device_copy(b, zero_cache);
+            KvLayerView view{dkc.t, dvc.t, 16};
+            const int64_t fused_before = cuda::backend_stats(b).fused_kv_writes;
+            b.begin_step(plan);
+            if (with_q) b.rope(dq.t, q_heads, head_dim, rope);
+            b.rope(dk.t, k_heads, head_dim, rope);
+            if (!fused) (void)gputest::download(b, dk.t);  // a sync point: kv_write launches alone
+            b.kv_write(dk.t, dv.t, view);
+            Run r;
+            r.q = gputest::download(b, dq.t);
+            r.k = gputest::download(b, dk.t);
+            r.k_cache.resize(cache_bytes);
+            r.v_cache.resize(cache_bytes);
+            b.copy_to_host(dkc.t, r.k_cache.data());
+            b.copy_to_host(dvc.t, r.v_cache.data());
+            EXPECT_EQ(cuda::backend_stats(b).fused_kv_writes, fused_before + (fused ? 1 : 0));
+            return r;
+          };
+          const Run fused = run(true), alone = run(false);
+          EXPECT_TRUE(gputest::bitwise_equal(fused.q, alone.q));
+          EXPECT_TRUE(gputest::bitwise_equal(fused.k, alone.k));
+          EXPECT_EQ(fused.k_cache, alone.k_cache);
+          EXPECT_EQ(fused.v_cache, alone.v_cache);
+        }
+      }
+    }
+  }
 }
 
 TEST_F(GpuOps, KvWriteAndGatherAreBitExact) {

@@ -177,6 +177,7 @@ class CudaBackend final : public Backend {
     CudaBackendStats s = queue_->stats();
     s.tc_matmuls = tc_matmuls_;
     s.tc_attentions = tc_attentions_;
+    s.fused_kv_writes = fused_kv_writes_;
     s.gemv_path = static_cast<int>(gemv_path_);
     return s;
   }
@@ -372,7 +373,8 @@ class CudaBackend final : public Backend {
     // The second rope of a layer (k after q) joins the first one's launch when it uses the same
     // rotation and touches other memory: each element gets the same expression either way.
     if (RopeArgs* prev = queue_->last_if<RopeArgs>(OpKind::kRope);
-        prev != nullptr && prev->x2 == nullptr && prev->n_tokens == plan_.n_tokens && prev->head_dim == head_dim &&
+        prev != nullptr && prev->x2 == nullptr && prev->kv.cols == 0 && prev->n_tokens == plan_.n_tokens &&
+        prev->head_dim == head_dim &&
         prev->n_rot == rope.n_rot && prev->neox == (rope.neox ? 1 : 0) && prev->mscale == rope.mscale &&
         prev->inv_freq == rope.inv_freq.f32() && prev->positions == plan_.positions &&
         disjoint_rows(prev->x, prev->x_stride, prev->n_heads * prev->head_dim, x.f32(), f32_stride(x),
@@ -401,7 +403,35 @@ class CudaBackend final : public Backend {
                    "kv_write: tensors must be on the CUDA device");
     TERN_CHECK_MSG(kv.k.dtype == DType::F16 || kv.k.dtype == DType::F32, "kv_write: cache must be f16 or f32");
     TERN_CHECK(k.rows == plan_.n_tokens);
-    KvWriteArgs& a = queue_->push<KvWriteArgs>(OpKind::kKvWrite);
+    // The layer's rope (q and k) usually comes right before: the cache write joins its launch
+    // (RopeArgs::kv), saving a kernel per layer. Same values reach the cache either way.
+    if (RopeArgs* prev = queue_->last_if<RopeArgs>(OpKind::kRope); prev != nullptr && prev->kv.cols == 0 &&
+        prev->n_tokens == plan_.n_tokens && prev->positions == plan_.positions) {
+      int k_first_head = -1;
+      if (prev->x2 == k.f32() && prev->x2_stride == f32_stride(k) && int64_t{prev->n_heads2} * prev->head_dim == k.cols) {
+        k_first_head = prev->n_heads;
+      } else if (prev->x2 == nullptr && prev->x == k.f32() && prev->x_stride == f32_stride(k) &&
+                 int64_t{prev->n_heads} * prev->head_dim == k.cols) {
+        k_first_head = 0;
+      }
+      // v is read while the ropes write q and k: it must not overlap them.
+      const bool v_apart =
+          disjoint_rows(prev->x, prev->x_stride, int64_t{prev->n_heads} * prev->head_dim, v.f32(), f32_stride(v), v.cols,
+                        plan_.n_tokens) &&
+          (prev->x2 == nullptr || disjoint_rows(prev->x2, prev->x2_stride, int64_t{prev->n_heads2} * prev->head_dim,
+                                                v.f32(), f32_stride(v), v.cols, plan_.n_tokens));
+      if (k_first_head >= 0 && v_apart) {
+        prev->k_first_head = k_first_head;
+        fill_kv_write(k, v, kv, prev->kv);
+        ++fused_kv_writes_;
+        return;
+      }
+    }
+    fill_kv_write(k, v, kv, queue_->push<KvWriteArgs>(OpKind::kKvWrite));
+  }
+
+  // Assigns field by field: `a` is a zero-filled record, whose padding must stay zero.
+  void fill_kv_write(const Tensor& k, const Tensor& v, const KvLayerView& kv, KvWriteArgs& a) const {
     a.k = k.f32();
     a.v = v.f32();
     a.k_stride = f32_stride(k);
@@ -583,6 +613,7 @@ class CudaBackend final : public Backend {
   int64_t tc_matmuls_ = 0;
   bool tc_attention_ = false;  // tensor-core prefill attention on (with tc_gemm_)
   int64_t tc_attentions_ = 0;
+  int64_t fused_kv_writes_ = 0;  // kv_writes that joined the rope's launch
   bool attention_row_copy_ = false;  // TERN_CUDA_ATTN_ROW_COPY=1
   int attention_span_ = 1;           // split-mode kernel: 0 chunk, 1 span, 2 two-chunk span
   int attention_span_stages_ = 3;    // TERN_CUDA_ATTN_SPAN_STAGES

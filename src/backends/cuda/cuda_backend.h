@@ -82,6 +82,7 @@ struct CudaBackendStats {
   int64_t graphs_built = 0;      // graphs captured and instantiated (or updated)
   int64_t tc_matmuls = 0;        // products recorded for the tensor-core prefill path
   int64_t tc_attentions = 0;     // attention ops recorded for the tensor-core prefill kernel
+  int64_t fused_kv_writes = 0;   // kv_write ops that joined the preceding rope's launch
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
                                  // 0 default, 1 legacy, 2 multi-row / split-row)
 };

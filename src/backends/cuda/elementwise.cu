@@ -122,14 +122,36 @@ __global__ void elementwise_kernel(ElementwiseArgs a) {
   }
 }
 
-// One thread per (token, head, rotated pair); x2's heads follow x's.
+// A cache element as kv_write stores it (f16: round to nearest even; f32: as is).
+__device__ __forceinline__ void store_cache(void* cache, DType dtype, int64_t index, float value) {
+  if (dtype == DType::F16) {
+    static_cast<__half*>(cache)[index] = __float2half_rn(value);
+  } else {
+    static_cast<float*>(cache)[index] = value;
+  }
+}
+
+// One thread per (token, head, rotated pair); x2's heads follow x's. With a fused kv_write
+// (a.kv.cols > 0) the index space goes on with one thread per (token, cache column): V, and the
+// K columns rope leaves alone (head dims from n_rot on); the rotated K pairs go to the cache from
+// the rope threads, so no thread reads an element another one writes.
 __global__ void rope_kernel(RopeArgs a) {
   pdl_enter();
   const int half = a.n_rot / 2;
   const int heads = a.n_heads + a.n_heads2;
   const int64_t total = int64_t{a.n_tokens} * heads * half;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+  const int64_t kv_total = int64_t{a.n_tokens} * a.kv.cols;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total + kv_total;
        idx += int64_t{gridDim.x} * blockDim.x) {
+    if (idx >= total) {
+      const int64_t j = idx - total, t = j / a.kv.cols, c = j % a.kv.cols;
+      const int64_t slot = a.kv.kv_slots[t];
+      store_cache(a.kv.v_cache, a.kv.cache_dtype, slot * a.kv.v_cache_stride + c, a.kv.v[t * a.kv.v_stride + c]);
+      if (c % a.head_dim >= 2 * half) {
+        store_cache(a.kv.k_cache, a.kv.cache_dtype, slot * a.kv.k_cache_stride + c, a.kv.k[t * a.kv.k_stride + c]);
+      }
+      continue;
+    }
     const int i = static_cast<int>(idx % half);
     const int hh = static_cast<int>((idx / half) % heads);
     const int t = static_cast<int>(idx / (int64_t{half} * heads));
@@ -144,8 +166,15 @@ __global__ void rope_kernel(RopeArgs a) {
     const int i0 = a.neox ? i : 2 * i;
     const int i1 = a.neox ? i + half : 2 * i + 1;
     const float x0 = v[i0], x1 = v[i1];
-    v[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    v[i1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    const float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    v[i0] = y0;
+    v[i1] = y1;
+    if (a.kv.cols > 0 && hh >= a.k_first_head) {
+      const int64_t base = a.kv.kv_slots[t] * a.kv.k_cache_stride + int64_t{hh - a.k_first_head} * a.head_dim;
+      store_cache(a.kv.k_cache, a.kv.cache_dtype, base + i0, y0);
+      store_cache(a.kv.k_cache, a.kv.cache_dtype, base + i1, y1);
+    }
   }
 }
 
@@ -155,14 +184,8 @@ __global__ void kv_write_kernel(KvWriteArgs a) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / a.cols, c = i % a.cols;
     const int64_t slot = a.kv_slots[t];
-    const float k = a.k[t * a.k_stride + c], v = a.v[t * a.v_stride + c];
-    if (a.cache_dtype == DType::F16) {
-      static_cast<__half*>(a.k_cache)[slot * a.k_cache_stride + c] = __float2half_rn(k);
-      static_cast<__half*>(a.v_cache)[slot * a.v_cache_stride + c] = __float2half_rn(v);
-    } else {
-      static_cast<float*>(a.k_cache)[slot * a.k_cache_stride + c] = k;
-      static_cast<float*>(a.v_cache)[slot * a.v_cache_stride + c] = v;
-    }
+    store_cache(a.k_cache, a.cache_dtype, slot * a.k_cache_stride + c, a.k[t * a.k_stride + c]);
+    store_cache(a.v_cache, a.cache_dtype, slot * a.v_cache_stride + c, a.v[t * a.v_stride + c]);
   }
 }
 
@@ -193,7 +216,7 @@ void launch_elementwise(const ElementwiseArgs& a, const LaunchEnv& env) {
 }
 
 void launch_rope(const RopeArgs& a, const LaunchEnv& env) {
-  const int64_t total = int64_t{a.n_tokens} * (a.n_heads + a.n_heads2) * (a.n_rot / 2);
+  const int64_t total = int64_t{a.n_tokens} * ((a.n_heads + a.n_heads2) * (a.n_rot / 2) + a.kv.cols);
   if (total == 0) return;
   launch_kernel(env, rope_kernel, grid_for(total), kThreads, 0, a);
 }

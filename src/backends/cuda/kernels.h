@@ -89,21 +89,6 @@ struct ElementwiseArgs {
   int64_t rows, cols;
 };
 
-// Rotates x's n_heads heads and, when x2 is set (two ropes of one layer, q and k, fused into one
-// launch), x2's n_heads2 heads the same way.
-struct RopeArgs {
-  float* x;
-  int64_t x_stride;
-  float* x2;
-  int64_t x2_stride;
-  int n_heads2;
-  int n_tokens, n_heads, head_dim, n_rot;
-  int neox;  // int, not bool: no padding bytes inside the record
-  float mscale;
-  const float* inv_freq;  // [n_rot / 2]
-  const int32_t* positions;
-};
-
 struct KvWriteArgs {
   const float* k;
   const float* v;
@@ -115,6 +100,26 @@ struct KvWriteArgs {
   int64_t cols;
   int n_tokens;
   const int32_t* kv_slots;
+};
+
+// Rotates x's n_heads heads and, when x2 is set (two ropes of one layer, q and k, fused into one
+// launch), x2's n_heads2 heads the same way. When kv.cols > 0 the layer's kv_write joined the
+// launch: the heads from k_first_head on (counting x's heads, then x2's) are kv.k, and the kernel
+// also writes kv.k (its rotated values straight from registers) and kv.v to the cache, with the
+// conversions kv_write_kernel uses, so the cache gets the same bits.
+struct RopeArgs {
+  float* x;
+  int64_t x_stride;
+  float* x2;
+  int64_t x2_stride;
+  int n_heads2;
+  int n_tokens, n_heads, head_dim, n_rot;
+  int neox;  // int, not bool: no padding bytes inside the record
+  float mscale;
+  const float* inv_freq;  // [n_rot / 2]
+  const int32_t* positions;
+  int k_first_head;  // with kv.cols > 0
+  KvWriteArgs kv;    // kv.cols == 0: no fused cache write
 };
 
 struct GatherRowsArgs {
