@@ -35,11 +35,13 @@ inline std::string describe(const Shape& s) {
 }
 
 // A KV cache filled with random values, on the host and the device, and per-sequence block
-// tables drawn from a shuffled pool (so sequences interleave in memory).
+// tables drawn from a shuffled pool (so sequences interleave in memory), of block_tokens rows
+// per block (kBlockTokens unless a test picks another pool block size).
 class Cache {
  public:
-  Cache(Backend& b, const Shape& s, int n_blocks, uint32_t seed) : shape_(s), n_blocks_(n_blocks) {
-    const int64_t rows = int64_t{n_blocks} * kBlockTokens, cols = int64_t{s.n_kv_heads} * s.head_dim;
+  Cache(Backend& b, const Shape& s, int n_blocks, uint32_t seed, int block_tokens = kBlockTokens)
+      : shape_(s), n_blocks_(n_blocks), block_tokens_(block_tokens) {
+    const int64_t rows = int64_t{n_blocks} * block_tokens, cols = int64_t{s.n_kv_heads} * s.head_dim;
     for (int which = 0; which < 2; ++which) {
       const auto vals = gputest::random_floats(static_cast<size_t>(rows * cols), seed + which);
       HostTensor& h = host_[which];
@@ -60,25 +62,28 @@ class Cache {
     std::shuffle(free_.begin(), free_.end(), rng);
   }
   std::vector<int32_t> take_blocks(int n_tokens) {
-    const int n = (n_tokens + kBlockTokens - 1) / kBlockTokens;
+    const int n = (n_tokens + block_tokens_ - 1) / block_tokens_;
     EXPECT_LE(n, static_cast<int>(free_.size()));
     std::vector<int32_t> out(free_.end() - n, free_.end());
     free_.resize(free_.size() - n);
     return out;
   }
-  KvLayerView host_view() { return {host_[0].t, host_[1].t, kBlockTokens}; }
-  KvLayerView dev_view() { return {dev_[0].t, dev_[1].t, kBlockTokens}; }
+  KvLayerView host_view() { return {host_[0].t, host_[1].t, block_tokens_}; }
+  KvLayerView dev_view() { return {dev_[0].t, dev_[1].t, block_tokens_}; }
+  int block_tokens() const { return block_tokens_; }
 
  private:
   Shape shape_;
   int n_blocks_;
+  int block_tokens_;
   HostTensor host_[2];
   DeviceTensor dev_[2];
   std::vector<int32_t> free_;
 };
 
 // Appends tokens [first_pos, first_pos + n) of a sequence with `blocks` to plan.
-inline void add_sequence(BatchPlan& p, int first_pos, int n, const std::vector<int32_t>& blocks) {
+inline void add_sequence(BatchPlan& p, int first_pos, int n, const std::vector<int32_t>& blocks,
+                         int block_tokens = kBlockTokens) {
   if (p.block_offsets.empty()) p.block_offsets.push_back(0);
   const int seq = p.n_seqs();
   p.block_ids.insert(p.block_ids.end(), blocks.begin(), blocks.end());
@@ -88,7 +93,7 @@ inline void add_sequence(BatchPlan& p, int first_pos, int n, const std::vector<i
     p.token_ids.push_back(1);
     p.seq_index.push_back(seq);
     p.positions.push_back(pos);
-    p.kv_slots.push_back(blocks[pos / kBlockTokens] * kBlockTokens + pos % kBlockTokens);
+    p.kv_slots.push_back(blocks[pos / block_tokens] * block_tokens + pos % block_tokens);
   }
 }
 

@@ -6,21 +6,56 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/launch.cuh"
+#include "core/check.h"
 
 namespace tern::cuda {
 namespace {
 
-constexpr int kKeys = 64;        // keys per K/V tile
-constexpr int kMaxWarps = 4;     // query heads of one KV group per block, one warp each
+constexpr int kKeys = 64;      // keys per K/V tile
+constexpr int kMaxHeads = 8;   // query heads of one KV group per block (larger groups are sliced)
 constexpr float kLog2e = 1.4426950408889634f;
-static_assert(kAttnTcTileTokens == 16, "a warp's 16 mma rows are the tile's 16 tokens");
 
-// One K or V row in shared memory: head_dim halves + 16 bytes of padding, so the 8 rows an
-// ldmatrix reads start 4 banks apart (conflict-free).
-template <int HD>
-constexpr int kRowHalves = HD + 8;
-template <int HD>
-constexpr size_t kSmemBytes = size_t{2} * 2 * kKeys * kRowHalves<HD> * sizeof(__half);  // 2 stages of K, V
+// One block's shape: kWarps warps of kMTiles mma row tiles (16 rows each) = kRows query rows,
+// each row one (token, head) pair; kStages K/V tiles in flight.
+template <int HD, int kWarps, int kMTiles, int kStages>
+struct TcShape {
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRows = 16 * kMTiles * kWarps;
+  // One Q, K or V row in shared memory: head_dim halves + 16 bytes of padding, so the 8 rows an
+  // ldmatrix reads start 4 banks apart (conflict-free).
+  static constexpr int kRow = HD + 8;
+  static constexpr int kStage = 2 * kKeys * kRow;  // halves of one stage: K rows, then V rows
+  static constexpr size_t kSmem = (size_t{kRows} * kRow + size_t{kStages} * kStage) * sizeof(__half);
+};
+
+// The block shapes (TERN_CUDA_ATTN_TC_VARIANT, AttentionArgs::tc_variant; 0 is the default).
+struct TcVariant {
+  int warps, m_tiles, stages;
+  int min_blocks = 1;  // __launch_bounds__ blocks per multiprocessor (caps the registers)
+};
+constexpr TcVariant kVariants[] = {
+    {4, 2, 2},  // 0: 128 rows, 4 warps of 32 rows, 2 stages
+    {8, 1, 2},  // 1: 128 rows, 8 warps of 16 rows
+    {4, 2, 3},  // 2: as 0 with 3 stages
+    {8, 2, 2},  // 3: 256 rows, 8 warps of 32 rows
+    {4, 1, 2},  // 4: 64 rows, 4 warps of 16 rows (the previous kernel's tile)
+    {8, 1, 2, 2},  // 5: as 1, at most 128 registers: two blocks (16 warps) per multiprocessor
+};
+constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
+constexpr int kSmallVariant = 4;  // the fallback where a larger tile does not fit shared memory
+
+// How a launch maps (KV group slice, tile of the plan, token sub-tile) onto blocks; computed the
+// same way on the host (grid) and in the kernel.
+struct TcBlockMap {
+  int group, n_slices, heads_per_block, tokens_per_block, n_sub;
+  TERN_HOST_DEVICE TcBlockMap(const AttentionArgs& a, int rows) {
+    group = a.n_heads / a.n_kv_heads;
+    n_slices = (group + kMaxHeads - 1) / kMaxHeads;
+    heads_per_block = (group + n_slices - 1) / n_slices;  // the last slice may have fewer
+    tokens_per_block = rows / heads_per_block;
+    n_sub = (kAttnTcTileTokens + tokens_per_block - 1) / tokens_per_block;
+  }
+};
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -52,242 +87,369 @@ __device__ __forceinline__ float exp2_approx(float x) {  // ex2.approx(-inf) = +
   return y;
 }
 
+// Block-table arithmetic for a position: a shift and a mask when block_tokens is a power of two
+// (the usual case), else a division.
+struct ShiftBlocks {
+  int shift, mask;
+  __device__ int block(int j) const { return j >> shift; }
+  __device__ int offset(int j) const { return j & mask; }
+};
+struct DivBlocks {
+  int n;
+  __device__ int block(int j) const { return j / n; }
+  __device__ int offset(int j) const { return j % n; }
+};
+
 // Starts copying K and V rows [j0, j0 + kKeys) of the sequence into k_dst / v_dst; rows past
-// last_row are zero-filled (masked, but V must not hold NaN: p = 0 times NaN is NaN). Each piece
-// looks its row up in the block table (a dependent load per cp.async; see load_tile_rows).
-template <int HD>
-__device__ __forceinline__ void load_tile(const AttentionArgs& a, const int32_t* blocks, int64_t kv_col, int j0,
-                                          int last_row, __half* k_dst, __half* v_dst) {
-  constexpr int kPerRow = HD / 8;  // 16-byte pieces
-  const __half* k_src = static_cast<const __half*>(a.k_cache);
-  const __half* v_src = static_cast<const __half*>(a.v_cache);
-  for (int i = threadIdx.x; i < 2 * kKeys * kPerRow; i += blockDim.x) {
-    const bool is_v = i >= kKeys * kPerRow;
-    const int r = is_v ? i - kKeys * kPerRow : i;
-    const int jj = r / kPerRow, e0 = (r - jj * kPerRow) * 8;
-    const int j = j0 + jj;
+// last_row are zero-filled (masked, but V must not hold NaN: p = 0 times NaN is NaN). Thread i
+// copies 16-byte piece i % (HD / 8) of rows i / (HD / 8) + k * kRowsPerPass, K and V: one
+// block-table lookup per row and thread, all independent (the loop is unrolled).
+template <int HD, int kThreads, typename Blocks>
+__device__ __forceinline__ void load_kv_tile(const AttentionArgs& a, const int32_t* blocks, Blocks bt, int64_t kv_col,
+                                             int j0, int last_row, __half* k_dst, __half* v_dst) {
+  constexpr int kPerRow = HD / 8;
+  constexpr int kRowsPerPass = kThreads / kPerRow;
+  static_assert(kThreads % kPerRow == 0 && kKeys % kRowsPerPass == 0, "pieces must tile the K/V tile");
+  constexpr int kRow = HD + 8;
+  const int piece = static_cast<int>(threadIdx.x) % kPerRow, r0 = static_cast<int>(threadIdx.x) / kPerRow;
+  const __half* k_src = static_cast<const __half*>(a.k_cache) + kv_col + piece * 8;
+  const __half* v_src = static_cast<const __half*>(a.v_cache) + kv_col + piece * 8;
+#pragma unroll
+  for (int k = 0; k < kKeys / kRowsPerPass; ++k) {
+    const int jj = r0 + k * kRowsPerPass, j = j0 + jj;
     const bool live = j <= last_row;
-    const __half* src = is_v ? v_src : k_src;
-    if (live) {
-      const int64_t slot = int64_t{blocks[j / a.block_tokens]} * a.block_tokens + j % a.block_tokens;
-      src += slot * (is_v ? a.v_cache_stride : a.k_cache_stride) + kv_col + e0;
-    }
-    cp_async16_zfill((is_v ? v_dst : k_dst) + jj * kRowHalves<HD> + e0, src, live ? 16 : 0);
+    int64_t slot = 0;
+    if (live) slot = int64_t{blocks[bt.block(j)]} * a.block_tokens + bt.offset(j);
+    cp_async16_zfill(k_dst + jj * kRow + piece * 8, k_src + slot * a.k_cache_stride, live ? 16 : 0);
+    cp_async16_zfill(v_dst + jj * kRow + piece * 8, v_src + slot * a.v_cache_stride, live ? 16 : 0);
   }
 }
 
-// The same copy with one block-table lookup per row, all in flight at once (row_copy): lane k of
-// warp w looks up rows w + n_warps * k and w + n_warps * (k + 32); each warp then copies its
-// rows, kRowsPerStep at a time, the K and V pieces of a row spread over the lanes.
-template <int HD>
-__device__ __forceinline__ void load_tile_rows(const AttentionArgs& a, const int32_t* blocks, int64_t kv_col, int j0,
-                                               int last_row, __half* k_dst, __half* v_dst) {
-  constexpr int kPieces = 2 * HD / 8;  // K then V 16-byte pieces of one row
-  static_assert(32 % kPieces == 0 || kPieces % 32 == 0, "pieces must tile the warp");
-  constexpr int kRowsPerStep = kPieces >= 32 ? 1 : 32 / kPieces;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-  const __half* k_src = static_cast<const __half*>(a.k_cache);
-  const __half* v_src = static_cast<const __half*>(a.v_cache);
-  auto slot_of = [&](int jj) {
-    const int j = j0 + jj;
-    return jj < kKeys && j <= last_row ? blocks[j / a.block_tokens] * a.block_tokens + j % a.block_tokens : 0;
-  };
-  const int slot0 = slot_of(warp + n_warps * lane), slot1 = slot_of(warp + n_warps * (lane + 32));
-  const int rows = (kKeys - warp + n_warps - 1) / n_warps;  // rows of this warp
-  for (int k0 = 0; k0 < rows; k0 += kRowsPerStep) {
-    const int k = k0 + (kRowsPerStep > 1 ? lane / kPieces : 0);
-    const int s0 = __shfl_sync(kFullMask, slot0, k & 31), s1 = __shfl_sync(kFullMask, slot1, k & 31);
-    const int jj = warp + n_warps * k;
-    if (k >= rows) continue;
-    const int slot = k < 32 ? s0 : s1;
-    const bool live = j0 + jj <= last_row;
-    for (int piece = kRowsPerStep > 1 ? lane % kPieces : lane; piece < kPieces; piece += 32) {
-      const bool is_v = piece >= kPieces / 2;
-      const int e0 = (is_v ? piece - kPieces / 2 : piece) * 8;
-      const __half* src = is_v ? v_src : k_src;
-      if (live) src += int64_t{slot} * (is_v ? a.v_cache_stride : a.k_cache_stride) + kv_col + e0;
-      cp_async16_zfill((is_v ? v_dst : k_dst) + jj * kRowHalves<HD> + e0, src, live ? 16 : 0);
-    }
-  }
-}
-
-template <int HD>
-__global__ void __launch_bounds__(32 * kMaxWarps) attention_tc_kernel(AttentionArgs a) {
+template <int HD, int kWarps, int kMTiles, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks) attention_tc_kernel(AttentionArgs a) {
   pdl_enter();
-  constexpr int kRow = kRowHalves<HD>;
-  constexpr int kStage = 2 * kKeys * kRow;  // halves of one stage: K rows, then V rows
+  using C = TcShape<HD, kWarps, kMTiles, kStages>;
+  constexpr int kRow = C::kRow;
+  // Keys per score chunk: 32 where 32 rows of head_dim 128 leave no registers for 64 keys' scores.
+  constexpr int kSub = kMTiles * HD >= 256 ? 32 : kKeys;
   extern __shared__ __align__(16) unsigned char sm_raw[];
-  __half* sm = reinterpret_cast<__half*>(sm_raw);
+  __half* q_s = reinterpret_cast<__half*>(sm_raw);  // [kRows][kRow]: Q rounded to f16
+  __half* kv_s = q_s + C::kRows * kRow;             // kStages x (K [kKeys][kRow], V [kKeys][kRow])
   const DevicePlan& P = a.plan;
-  const int tile = P.n_tc_tiles - 1 - static_cast<int>(blockIdx.x);  // longest contexts first
-  const int group = a.n_heads / a.n_kv_heads;
-  const int hpb = min(group, kMaxWarps);
-  const int n_slices = (group + hpb - 1) / hpb;
-  const int g = blockIdx.y / n_slices, slice = blockIdx.y % n_slices;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int nh = min(hpb, group - slice * hpb);
-  const bool active = warp < nh;  // the last slice of a group may have fewer heads than warps
-  const int h = g * group + slice * hpb + warp;
-  const int t0 = P.tc_tile_token_begin[tile], nt = P.tc_tile_n_tokens[tile];
+  const TcBlockMap map(a, C::kRows);
+  const int g = static_cast<int>(blockIdx.y) / map.n_slices, slice = static_cast<int>(blockIdx.y) % map.n_slices;
+  const int h0 = g * map.group + slice * map.heads_per_block;             // first head of this block
+  const int nh = min(map.heads_per_block, map.group - slice * map.heads_per_block);  // heads here
+  // Longest contexts (the last tiles, their last sub-tiles) first: shortens the causal tail.
+  const int tile = P.n_tc_tiles - 1 - static_cast<int>(blockIdx.x) / map.n_sub;
+  const int sub = map.n_sub - 1 - static_cast<int>(blockIdx.x) % map.n_sub;
+  const int tile_nt = P.tc_tile_n_tokens[tile];
+  if (sub * map.tokens_per_block >= tile_nt) return;  // the tile is shorter than this sub-tile
+  const int t0 = P.tc_tile_token_begin[tile] + sub * map.tokens_per_block;
+  const int nt = min(map.tokens_per_block, tile_nt - sub * map.tokens_per_block);
+  const int n_rows = nt * nh;  // live rows; row r is token r / nh, head r % nh (heads fastest)
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int gid = lane >> 2, tig = lane & 3;  // mma fragment coordinates
 
-  // This thread's rows are tokens gid and gid + 8; padding rows (past nt) are never written.
-  int pos[2], first[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int tt = gid + 8 * r;
-    pos[r] = tt < nt ? P.positions[t0 + tt] : -1;
-    first[r] = a.sliding_window > 0 ? max(0, pos[r] + 1 - a.sliding_window) : 0;
-  }
-  int max_pos = 0, min_pos = INT_MAX, min_first = INT_MAX, max_first = 0;
-  for (int tt = 0; tt < nt; ++tt) {
-    const int p = P.positions[t0 + tt];
-    const int f = a.sliding_window > 0 ? max(0, p + 1 - a.sliding_window) : 0;
-    max_pos = max(max_pos, p);
-    min_pos = min(min_pos, p);
-    min_first = min(min_first, f);
-    max_first = max(max_first, f);
+  // Q rows -> f16 in shared memory (padding rows zero). Visible after the loop's first barrier.
+  {
+    constexpr int kVec = HD / 4;
+    const bool vec = (reinterpret_cast<uintptr_t>(a.q) & 15) == 0 && a.q_stride % 4 == 0;
+#pragma unroll 4
+    for (int i = static_cast<int>(threadIdx.x); i < C::kRows * kVec; i += C::kThreads) {
+      const int r = i / kVec, c = (i % kVec) * 4;
+      float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r < n_rows) {
+        const float* q = a.q + int64_t{t0 + r / nh} * a.q_stride + int64_t{h0 + r % nh} * HD + c;
+        x = vec ? *reinterpret_cast<const float4*>(q) : make_float4(q[0], q[1], q[2], q[3]);
+      }
+      uint2 packed;
+      packed.x = pack_half2(x.x, x.y);
+      packed.y = pack_half2(x.z, x.w);
+      *reinterpret_cast<uint2*>(q_s + r * kRow + c) = packed;
+    }
   }
 
-  // Q fragments (A operand, rows = tokens), rounded to f16 once.
-  uint32_t qf[HD / 16][4];
+  // This thread's fragment rows: warp rows [warp * 16 * kMTiles, +16 * kMTiles), tile mt's rows
+  // gid and gid + 8. Padding rows (past n_rows) get pos -1 and are never written. A row sees
+  // keys [first_of(pos), pos].
+  const int window = a.sliding_window;
+  auto first_of = [window](int p) { return window > 0 ? max(0, p + 1 - window) : 0; };
+  int pos[kMTiles][2];
+  int w_max_pos = -1, w_min_pos = INT_MAX;  // over the warp's live rows
 #pragma unroll
-  for (int ks = 0; ks < HD / 16; ++ks) {
+  for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int tt = gid + 8 * r;
-      float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (active && tt < nt) {
-        const float* q = a.q + int64_t{t0 + tt} * a.q_stride + int64_t{h} * HD + ks * 16 + tig * 2;
-        x[0] = q[0], x[1] = q[1], x[2] = q[8], x[3] = q[9];
+      const int row = (warp * kMTiles + mt) * 16 + gid + 8 * r;
+      pos[mt][r] = row < n_rows ? P.positions[t0 + row / nh] : -1;
+      if (row < n_rows) {
+        w_max_pos = max(w_max_pos, pos[mt][r]);
+        w_min_pos = min(w_min_pos, pos[mt][r]);
       }
-      qf[ks][r] = pack_half2(x[0], x[1]);
-      qf[ks][r + 2] = pack_half2(x[2], x[3]);
     }
+  }
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    w_max_pos = max(w_max_pos, __shfl_xor_sync(kFullMask, w_max_pos, off));
+    w_min_pos = min(w_min_pos, __shfl_xor_sync(kFullMask, w_min_pos, off));
+  }
+  // first_of is monotonic: the warp's smallest and largest first keys.
+  const int w_min_first = w_max_pos < 0 ? INT_MAX : first_of(w_min_pos), w_max_first = first_of(w_max_pos);
+  // The block's key range: every token's (all warps reduce the same positions).
+  int max_pos = 0, min_first = INT_MAX;
+  for (int tt = lane; tt < nt; tt += 32) {
+    const int p = P.positions[t0 + tt];
+    max_pos = max(max_pos, p);
+    min_first = min(min_first, first_of(p));
+  }
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    max_pos = max(max_pos, __shfl_xor_sync(kFullMask, max_pos, off));
+    min_first = min(min_first, __shfl_xor_sync(kFullMask, min_first, off));
   }
 
   const int seq = P.seq_index[t0];
   const int32_t* blocks = P.block_ids + P.block_offsets[seq];
   const int64_t kv_col = int64_t{g} * HD;
   const int kt_begin = min_first / kKeys, kt_end = max_pos / kKeys + 1;
-  const float scale_log2 = a.scale * kLog2e;
-
-  float o[HD / 8][4];
-#pragma unroll
-  for (int dt = 0; dt < HD / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-
+  const bool softcap = a.softcap > 0.0f;
+  const float s_mul = softcap ? 1.0f : a.scale * kLog2e;  // raw score -> log2 domain, in the exponent
+  const int bt = a.block_tokens;
+  const bool bt_pow2 = (bt & (bt - 1)) == 0;
+  const ShiftBlocks bt_shift{__ffs(bt) - 1, bt - 1};
+  const DivBlocks bt_div{bt};
   auto load = [&](int kt, __half* dst) {
-    if (a.row_copy) {
-      load_tile_rows<HD>(a, blocks, kv_col, kt * kKeys, max_pos, dst, dst + kKeys * kRow);
+    if (bt_pow2) {
+      load_kv_tile<HD, C::kThreads>(a, blocks, bt_shift, kv_col, kt * kKeys, max_pos, dst, dst + kKeys * kRow);
     } else {
-      load_tile<HD>(a, blocks, kv_col, kt * kKeys, max_pos, dst, dst + kKeys * kRow);
+      load_kv_tile<HD, C::kThreads>(a, blocks, bt_div, kv_col, kt * kKeys, max_pos, dst, dst + kKeys * kRow);
     }
   };
-  load(kt_begin, sm);
-  cp_async_commit();
+
+  float o[kMTiles][HD / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; ++dt) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
+  }
+  float m_run[kMTiles][2], l_run[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    m_run[mt][0] = m_run[mt][1] = -INFINITY;
+    l_run[mt][0] = l_run[mt][1] = 0.0f;
+  }
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (kt_begin + s < kt_end) load(kt_begin + s, kv_s + s * C::kStage);
+    cp_async_commit();
+  }
+  const int mat = lane >> 3, mrow = lane & 7;  // ldmatrix: which 8x8 matrix this lane addresses
+  const __half* q_w = q_s + warp * kMTiles * 16 * kRow;
   for (int kt = kt_begin; kt < kt_end; ++kt) {
     const int it = kt - kt_begin;
-    if (kt + 1 < kt_end) {
-      load(kt + 1, sm + ((it + 1) & 1) * kStage);
-    }
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile kt has landed for every thread, and every warp is done with tile kt - 1
+    if (kt + kStages - 1 < kt_end) load(kt + kStages - 1, kv_s + ((it + kStages - 1) % kStages) * C::kStage);
     cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();  // tile kt has landed for every thread
-    if (active) {
-      const __half* k_s = sm + (it & 1) * kStage;
-      const __half* v_s = k_s + kKeys * kRow;
-      const int mat = lane >> 3, mrow = lane & 7;  // ldmatrix: which 8x8 matrix this lane addresses
-      // S = Q K^T: 16 rows x 64 keys per warp.
-      float s[kKeys / 8][4];
+    const __half* k_s = kv_s + (it % kStages) * C::kStage;
+    const __half* v_s = k_s + kKeys * kRow;
 #pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int c = 0; c < kKeys / kSub; ++c) {
+      const int j_base = kt * kKeys + c * kSub;
+      // A warp whose rows all end before these keys (the causal diagonal) or start after them (a
+      // sliding window) skips them: their scores would all be masked, adding exact zeros and
+      // rescaling by exactly 1.
+      if (j_base > w_max_pos || j_base + kSub - 1 < w_min_first) continue;
+      // S = Q K^T: 16 * kMTiles rows x kSub keys per warp; each K fragment feeds kMTiles row tiles.
+      float s[kMTiles][kSub / 8][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+        for (int n = 0; n < kSub / 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+      }
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks) {
+        uint32_t qa[kMTiles][4];
 #pragma unroll
-        for (int np = 0; np < kKeys / 16; ++np) {
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          ldmatrix_x4(q_w + (mt * 16 + (mat & 1) * 8 + mrow) * kRow + ks * 16 + (mat >> 1) * 8, qa[mt]);
+        }
+#pragma unroll
+        for (int np = 0; np < kSub / 16; ++np) {
           uint32_t b[4];
-          ldmatrix_x4(k_s + (np * 16 + (mat >> 1) * 8 + mrow) * kRow + ks * 16 + (mat & 1) * 8, b);
-          mma_f16(s[2 * np], qf[ks], b[0], b[1]);
-          mma_f16(s[2 * np + 1], qf[ks], b[2], b[3]);
-        }
-      }
-      // Scale into the log2 domain; mask where a row's window or causal limit crosses the tile.
-      const int j_base = kt * kKeys;
-      const bool need_mask = j_base + kKeys - 1 > min_pos || j_base < max_first;
+          ldmatrix_x4(k_s + (c * kSub + np * 16 + (mat >> 1) * 8 + mrow) * kRow + ks * 16 + (mat & 1) * 8, b);
 #pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float v = s[n][e];
-          v = a.softcap > 0.0f ? a.softcap * tanhf(v * a.scale / a.softcap) * kLog2e : v * scale_log2;
-          if (need_mask) {
-            const int j = j_base + n * 8 + tig * 2 + (e & 1), r = e >> 1;
-            if (j > pos[r] || j < first[r]) v = -INFINITY;
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            mma_f16(s[mt][2 * np], qa[mt], b[0], b[1]);
+            mma_f16(s[mt][2 * np + 1], qa[mt], b[2], b[3]);
           }
-          s[n][e] = v;
         }
       }
-      // Online softmax per row (a row's 64 scores sit in the 4 lanes of a quad).
+      // Softcap: s = softcap * tanh(s * scale / softcap), into the log2 domain here (s_mul = 1);
+      // else the scale is applied inside the exponent (s_mul = scale * log2 e).
+      if (softcap) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
+        for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-        for (int n = 0; n < kKeys / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
-        const float m_new = fmaxf(m_run[r], mx);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing valid yet
-        const float alpha = exp2_approx(m_run[r] - m_use);
-        m_run[r] = m_new;
-        float sum = 0.0f;
+          for (int n = 0; n < kSub / 8; ++n) {
 #pragma unroll
-        for (int n = 0; n < kKeys / 8; ++n) {
-          s[n][2 * r] = exp2_approx(s[n][2 * r] - m_use);
-          s[n][2 * r + 1] = exp2_approx(s[n][2 * r + 1] - m_use);
-          sum += s[n][2 * r] + s[n][2 * r + 1];
-        }
-        l_run[r] = l_run[r] * alpha + sum;  // this lane's share; the quad is summed at the end
-#pragma unroll
-        for (int dt = 0; dt < HD / 8; ++dt) {
-          o[dt][2 * r] *= alpha;
-          o[dt][2 * r + 1] *= alpha;
+            for (int e = 0; e < 4; ++e) s[mt][n][e] = a.softcap * tanhf(s[mt][n][e] * a.scale / a.softcap) * kLog2e;
+          }
         }
       }
-      // O += P V: the S accumulators of two adjacent key octets are the A fragment of 16 keys.
+      // Mask where a row's window or causal limit crosses these keys.
+      if (j_base + kSub - 1 > w_min_pos || j_base < w_max_first) {
 #pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) {
-        const uint32_t pa[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
-                                pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+          for (int n = 0; n < kSub / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int j = j_base + n * 8 + tig * 2 + (e & 1), r = e >> 1;
+              if (j > pos[mt][r] || j < first_of(pos[mt][r])) s[mt][n][e] = -INFINITY;
+            }
+          }
+        }
+      }
+      // Online softmax per row (a row's kSub scores sit in the 4 lanes of a quad); p = exp2(s *
+      // s_mul - m), m the running max in the log2 domain.
+      float alpha[kMTiles][2];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int n = 0; n < kSub / 8; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+          const float m_new = fmaxf(m_run[mt][r], mx * s_mul);
+          const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing valid yet
+          alpha[mt][r] = exp2_approx(m_run[mt][r] - m_use);  // exactly 1 when the max holds
+          m_run[mt][r] = m_new;
+          float sum = 0.0f;
+#pragma unroll
+          for (int n = 0; n < kSub / 8; ++n) {
+            s[mt][n][2 * r] = exp2_approx(fmaf(s[mt][n][2 * r], s_mul, -m_use));
+            s[mt][n][2 * r + 1] = exp2_approx(fmaf(s[mt][n][2 * r + 1], s_mul, -m_use));
+            sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
+          }
+          l_run[mt][r] = l_run[mt][r] * alpha[mt][r] + sum;  // this lane's share; the quad is summed at the end
+        }
+      }
+      // The output is rescaled only when some row's max moved (multiplying by 1 changes nothing).
+      bool moved = false;
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) moved = moved || alpha[mt][0] != 1.0f || alpha[mt][1] != 1.0f;
+      if (__any_sync(kFullMask, moved)) {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+          for (int dt = 0; dt < HD / 8; ++dt) {
+            o[mt][dt][0] *= alpha[mt][0];
+            o[mt][dt][1] *= alpha[mt][0];
+            o[mt][dt][2] *= alpha[mt][1];
+            o[mt][dt][3] *= alpha[mt][1];
+          }
+        }
+      }
+      // O += P V: the S accumulators of two adjacent key octets are the A fragment of 16 keys;
+      // each V fragment feeds kMTiles row tiles.
+#pragma unroll
+      for (int kk = 0; kk < kSub / 16; ++kk) {
+        uint32_t pa[kMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          pa[mt][0] = pack_half2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          pa[mt][1] = pack_half2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          pa[mt][2] = pack_half2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          pa[mt][3] = pack_half2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
 #pragma unroll
         for (int dp = 0; dp < HD / 16; ++dp) {
           uint32_t b[4];
-          ldmatrix_x4_trans(v_s + (kk * 16 + (mat & 1) * 8 + mrow) * kRow + dp * 16 + (mat >> 1) * 8, b);
-          mma_f16(o[2 * dp], pa, b[0], b[1]);
-          mma_f16(o[2 * dp + 1], pa, b[2], b[3]);
+          ldmatrix_x4_trans(v_s + (c * kSub + kk * 16 + (mat & 1) * 8 + mrow) * kRow + dp * 16 + (mat >> 1) * 8, b);
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            mma_f16(o[mt][2 * dp], pa[mt], b[0], b[1]);
+            mma_f16(o[mt][2 * dp + 1], pa[mt], b[2], b[3]);
+          }
         }
       }
     }
-    __syncthreads();  // everyone is done with this stage before it is refilled
   }
-  if (!active) return;
+  cp_async_wait<0>();  // no copy may still target shared memory when the block exits
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int tt = gid + 8 * r;
-    float l = l_run[r];
-    l += __shfl_xor_sync(kFullMask, l, 1);
-    l += __shfl_xor_sync(kFullMask, l, 2);
-    if (tt >= nt) continue;
-    const float inv = 1.0f / l;
-    float* dst = a.out + int64_t{t0 + tt} * a.out_stride + int64_t{h} * HD + tig * 2;
+  for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-    for (int dt = 0; dt < HD / 8; ++dt) {
-      dst[dt * 8] = o[dt][2 * r] * inv;
-      dst[dt * 8 + 1] = o[dt][2 * r + 1] * inv;
+    for (int r = 0; r < 2; ++r) {
+      const int row = (warp * kMTiles + mt) * 16 + gid + 8 * r;
+      float l = l_run[mt][r];
+      l += __shfl_xor_sync(kFullMask, l, 1);
+      l += __shfl_xor_sync(kFullMask, l, 2);
+      if (row >= n_rows) continue;
+      const float inv = 1.0f / l;
+      float* dst = a.out + int64_t{t0 + row / nh} * a.out_stride + int64_t{h0 + row % nh} * HD + tig * 2;
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; ++dt) {
+        dst[dt * 8] = o[mt][dt][2 * r] * inv;
+        dst[dt * 8 + 1] = o[mt][dt][2 * r + 1] * inv;
+      }
     }
   }
 }
+
+template <int HD, int V>
+void launch_variant(const AttentionArgs& a, const LaunchEnv& env) {
+  constexpr TcVariant v = kVariants[V];
+  using C = TcShape<HD, v.warps, v.m_tiles, v.stages>;
+  const TcBlockMap map(a, C::kRows);
+  const dim3 grid(static_cast<unsigned>(a.plan.n_tc_tiles * map.n_sub),
+                  static_cast<unsigned>(a.n_kv_heads * map.n_slices));
+  launch_kernel(env, attention_tc_kernel<HD, v.warps, v.m_tiles, v.stages, v.min_blocks>, grid, dim3(C::kThreads), C::kSmem, a);
+}
+
+template <int HD, int V>
+void init_variant(int max_smem_bytes, bool* fits) {
+  constexpr TcVariant v = kVariants[V];
+  using C = TcShape<HD, v.warps, v.m_tiles, v.stages>;
+  fits[V] = C::kSmem <= static_cast<size_t>(max_smem_bytes);
+  if (fits[V]) {
+    TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_tc_kernel<HD, v.warps, v.m_tiles, v.stages, v.min_blocks>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::kSmem)));
+  }
+}
+
+// Which variants fit the device's shared memory (init_attention_tc; the last device set up wins,
+// which only matters for mixed GPUs of different shared-memory sizes).
+bool g_fits[2][kNumVariants];
+
+template <int HD>
+void launch_hd(const AttentionArgs& a, const LaunchEnv& env) {
+  int v = a.tc_variant >= 0 && a.tc_variant < kNumVariants ? a.tc_variant : 0;
+  if (!g_fits[HD == 128][v]) v = g_fits[HD == 128][0] ? 0 : kSmallVariant;
+  switch (v) {
+    case 1: launch_variant<HD, 1>(a, env); break;
+    case 2: launch_variant<HD, 2>(a, env); break;
+    case 3: launch_variant<HD, 3>(a, env); break;
+    case 4: launch_variant<HD, 4>(a, env); break;
+    case 5: launch_variant<HD, 5>(a, env); break;
+    default: launch_variant<HD, 0>(a, env); break;
+  }
+}
+
+template <int HD>
+void init_hd(int max_smem_bytes, bool* fits) {
+  init_variant<HD, 0>(max_smem_bytes, fits);
+  init_variant<HD, 1>(max_smem_bytes, fits);
+  init_variant<HD, 2>(max_smem_bytes, fits);
+  init_variant<HD, 3>(max_smem_bytes, fits);
+  init_variant<HD, 4>(max_smem_bytes, fits);
+  init_variant<HD, 5>(max_smem_bytes, fits);
+}
+static_assert(kNumVariants == 6, "launch_hd and init_hd list every variant");
 
 }  // namespace
 
@@ -297,25 +459,22 @@ bool attention_tc_supports(const AttentionArgs& a) {
          reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
 }
 
+int attention_tc_variants() { return kNumVariants; }
+
 void launch_attention_tc(const AttentionArgs& a, const LaunchEnv& env) {
-  const int group = a.n_heads / a.n_kv_heads;
-  const int hpb = group < kMaxWarps ? group : kMaxWarps;
-  const int n_slices = (group + hpb - 1) / hpb;
-  const dim3 grid(static_cast<unsigned>(a.plan.n_tc_tiles), static_cast<unsigned>(a.n_kv_heads * n_slices));
-  const dim3 block(static_cast<unsigned>(32 * hpb));
   if (a.head_dim == 64) {
-    launch_kernel(env, attention_tc_kernel<64>, grid, block, kSmemBytes<64>, a);
+    launch_hd<64>(a, env);
   } else {
-    launch_kernel(env, attention_tc_kernel<128>, grid, block, kSmemBytes<128>, a);
+    launch_hd<128>(a, env);
   }
 }
 
 void init_attention_tc(int max_smem_bytes) {
-  (void)max_smem_bytes;  // both instances need less than any sm_80+ device's opt-in limit
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kSmemBytes<64>)));
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kSmemBytes<128>)));
+  init_hd<64>(max_smem_bytes, g_fits[0]);
+  init_hd<128>(max_smem_bytes, g_fits[1]);
+  // Every variant fits sm_80 / sm_90 (163 / 227 KiB); sm_86 / sm_89 (99 KiB) take the small tile
+  // where the default does not fit.
+  TERN_CHECK_MSG(g_fits[0][kSmallVariant] && g_fits[1][kSmallVariant], "attention_tc: no tile fits shared memory");
 }
 
 }  // namespace tern::cuda

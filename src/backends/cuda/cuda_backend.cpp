@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backends/cuda/attention.h"
+#include "backends/cuda/attention_tc.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_plan.h"
 #include "backends/cuda/host_staging.h"
@@ -74,10 +75,18 @@ bool use_tc_attention(const CudaBackendOptions& options) {
 }
 
 // Attention K/V copies with one block-table lookup per row (attention.cu issue_chunk_rows,
-// attention_tc.cu load_tile_rows): TERN_CUDA_ATTN_ROW_COPY=1. Off: measured no faster.
+// the tensor-core kernel always does): TERN_CUDA_ATTN_ROW_COPY=1. Off: measured no faster.
 bool use_attention_row_copy() {
   const char* env = std::getenv("TERN_CUDA_ATTN_ROW_COPY");
   return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
+// The tensor-core attention's block shape (attention_tc.h, A/B timing):
+// TERN_CUDA_ATTN_TC_VARIANT=0..attention_tc_variants()-1; 0 (the default) otherwise.
+int attention_tc_variant() {
+  const char* env = std::getenv("TERN_CUDA_ATTN_TC_VARIANT");
+  const int v = env != nullptr ? std::atoi(env) : 0;
+  return v >= 0 && v < attention_tc_variants() ? v : 0;
 }
 
 // The GEMV kernel family: TERN_CUDA_GEMV (legacy / default / rows) overrides the options; bulk
@@ -154,6 +163,7 @@ class CudaBackend final : public Backend {
         tc_gemm_(std::move(tc_gemm)),
         tc_attention_(tc_gemm_ != nullptr && use_tc_attention(options)),
         attention_row_copy_(use_attention_row_copy()),
+        attention_tc_variant_(attention_tc_variant()),
         attention_span_(attention_span_kernel(options)),
         attention_span_stages_(attention_span_stages()) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
@@ -592,6 +602,7 @@ class CudaBackend final : public Backend {
     a.sliding_window = p.sliding_window;
     a.softcap = p.logit_softcap;
     a.row_copy = attention_row_copy_ ? 1 : 0;
+    a.tc_variant = attention_tc_variant_;
     a.plan = plan_;
   }
 
@@ -615,6 +626,7 @@ class CudaBackend final : public Backend {
   int64_t tc_attentions_ = 0;
   int64_t fused_kv_writes_ = 0;  // kv_writes that joined the rope's launch
   bool attention_row_copy_ = false;  // TERN_CUDA_ATTN_ROW_COPY=1
+  int attention_tc_variant_ = 0;     // TERN_CUDA_ATTN_TC_VARIANT (attention_tc.h)
   int attention_span_ = 1;           // split-mode kernel: 0 chunk, 1 span, 2 two-chunk span
   int attention_span_stages_ = 3;    // TERN_CUDA_ATTN_SPAN_STAGES
   PackedPlanLayout layout_;

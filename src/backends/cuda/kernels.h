@@ -187,6 +187,7 @@ struct AttentionArgs {
   int row_copy;     // 1: one block-table lookup per K/V row (TERN_CUDA_ATTN_ROW_COPY=1)
   int span_kernel;  // split mode: 1: the span kernel and its merge (attention.h), 0: the chunk kernel
   int heads_per_block;  // span kernel: q heads of a GQA group per block (plan_attention_span)
+  int tc_variant;       // tensor-core kernel: block shape (attention_tc.h; TERN_CUDA_ATTN_TC_VARIANT)
   float* partials;  // split mode: [n_partials, n_heads, head_dim + 2]
   DevicePlan plan;
 };
@@ -197,7 +198,7 @@ constexpr int kAttnSpanChunks = 4;                                  // chunks pe
 constexpr int kAttnSpanTokens = kAttnChunkTokens * kAttnSpanChunks;  // positions per span
 constexpr int kAttnTileTokens = 8;                                  // query tokens per tile
 constexpr int kAttnMaxHeadDim = 256;                                // and head_dim % 8 == 0
-constexpr int kAttnTcTileTokens = 16;                               // tensor-core prefill tiles
+constexpr int kAttnTcTileTokens = 128;                              // tensor-core prefill tiles
 
 // Bytes of attention partials a split launch needs.
 size_t attention_partials_bytes(const AttentionArgs& a);
