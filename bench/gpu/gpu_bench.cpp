@@ -2,7 +2,7 @@
 //
 //   gpu_bench [--model FILE | --preset NAME --mix MIX] [--ctx 1024,32768] [--decode-steps 64]
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
-//             [--tc-prefill] [--append 30720+2048]
+//             [--tc-prefill] [--append 30720+2048] [--full-logits]
 //   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
 //   gpu_bench --gemv [--gemv-filter STR] [--gemv-n 1] [--gemv-iters 50] [--gemv-stage-bytes 8192,16384]
 //             [--gemv-no-legacy] [--gemv-rows auto,2x1,4x1,1x2,1x4 | none]
@@ -23,7 +23,9 @@
 //            % of copy bandwidth, previous vs default kernels, then the multi-row / split-row
 //            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape (gemv_bench.h)
 //   attn     (--attn, instead of the model) the attention op alone (attention_bench.h)
-// A forward's time includes its logits copy to the host (the sync point), as the engine's does.
+// A forward's time includes its sync point: the copy of each logit row's argmax to the host
+// (greedy sampling on the device, as the engine's greedy steps do), or with --full-logits the
+// whole rows (as steps that sample from the logits do).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -57,6 +59,7 @@ struct Options {
   int chunk = 512;
   bool graphs = true;
   bool tc_prefill = false;
+  bool full_logits = false;  // copy whole logit rows to the host, not just their argmax
   bool attn = false;
   AttentionBenchOptions attn_options;
   bool gemv = false;
@@ -115,6 +118,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--chunk") o.chunk = std::atoi(next());
     else if (a == "--no-graphs") o.graphs = false;
     else if (a == "--tc-prefill") o.tc_prefill = true;
+    else if (a == "--full-logits") o.full_logits = true;
     else if (a == "--append") o.append = parse_pairs(next());
     else if (a == "--attn") o.attn = true;
     else if (a == "--attn-ctx") o.attn_options.decode_ctx = parse_list(next());
@@ -144,6 +148,8 @@ struct Engine {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
   std::unique_ptr<KvPool> kv;
+  bool full_logits = false;     // Options::full_logits
+  std::vector<int32_t> argmax;  // the last forward's argmax per logit row
 };
 
 // Runs one forward of `ids` for each sequence (tokens of sequence s at its next positions);
@@ -169,8 +175,9 @@ void forward(Engine& e, const std::vector<KvSequence*>& seqs, const std::vector<
     p.block_ids.insert(p.block_ids.end(), q.blocks().begin(), q.blocks().end());
     p.block_offsets.push_back(static_cast<int32_t>(p.block_ids.size()));
   }
-  logits.resize(p.logit_rows.size() * static_cast<size_t>(e.model->config().n_vocab));
-  e.model->forward(p, *e.kv, logits.data());
+  e.argmax.resize(p.logit_rows.size());
+  logits.resize(e.full_logits ? p.logit_rows.size() * static_cast<size_t>(e.model->config().n_vocab) : 0);
+  e.model->forward(p, *e.kv, Model::Outputs{e.full_logits ? logits.data() : nullptr, e.argmax.data()});
   for (size_t s = 0; s < seqs.size(); ++s) seqs[s]->set_n_tokens(seqs[s]->n_tokens() + static_cast<int>(ids[s].size()));
 }
 
@@ -204,6 +211,7 @@ int run(const Options& o) {
               info->name.c_str(), info->sm_count, info->memory_bytes / double(1 << 30), copy_gbs);
 
   Engine e;
+  e.full_logits = o.full_logits;
   std::string path = o.model;
   if (path.empty()) {
     path = (std::filesystem::temp_directory_path() / ("tern_bench_" + o.preset + "_" + o.mix + ".gguf")).string();
@@ -299,7 +307,7 @@ int run(const Options& o) {
       const double t0 = now_s();
       forward(e, seqs, {{next}}, logits);
       times.push_back(now_s() - t0);
-      next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      next = e.argmax[0];
     }
     std::sort(times.begin(), times.end());
     const double median = times[times.size() / 2];

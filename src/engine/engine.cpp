@@ -394,15 +394,19 @@ void Engine::step() {
   if (plan_prefills(n_decoding)) progressed = true;
 
   if (plan_.n_tokens() > 0) {
-    logits_.resize(plan_.logit_rows.size() * static_cast<size_t>(model_->config().n_vocab));
-    model_->forward(plan_, *pool_, logits_.data());
+    // Only each row's argmax crosses to the host unless some runner samples from the logits.
+    bool full = false;
+    for (const auto& ap : running_) full = full || (ap->planned && ap->runner.needs_logits());
+    logits_.resize(full ? plan_.logit_rows.size() * static_cast<size_t>(model_->config().n_vocab) : 0);
+    argmax_.resize(plan_.logit_rows.size());
+    model_->forward(plan_, *pool_, Model::Outputs{full ? logits_.data() : nullptr, argmax_.data()});
     ++metrics_.steps;
     metrics_.step_tokens += plan_.n_tokens();
     for (auto& ap : running_) {
       Active& a = *ap;
       if (!a.planned) continue;
       a.planned = false;
-      Status s = a.runner.consume(logits_);
+      Status s = a.runner.consume(logits_, argmax_);
       if (!s.is_ok()) {
         fail(a, s);
       } else if (a.runner.done()) {

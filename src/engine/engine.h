@@ -166,6 +166,7 @@ class Engine {
   uint64_t next_rank_ = 0;
   BatchPlan plan_;
   std::vector<float> logits_;  // [plan_.logit_rows.size(), n_vocab]
+  std::vector<int32_t> argmax_;  // [plan_.logit_rows.size()]: each logit row's argmax
 
   std::thread thread_;
 };

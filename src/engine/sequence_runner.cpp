@@ -47,8 +47,12 @@ int SequenceRunner::tokens_to_prefill() const {
   return 0;
 }
 
-std::span<const float> SequenceRunner::row(std::span<const float> logits, int i) const {
-  return logits.subspan(static_cast<size_t>(first_logit_row_ + i) * n_vocab_, n_vocab_);
+LogitRow SequenceRunner::row(std::span<const float> logits, std::span<const int32_t> argmax, int i) const {
+  const int r = first_logit_row_ + i;
+  LogitRow out;
+  if (!logits.empty()) out.logits = logits.subspan(static_cast<size_t>(r) * n_vocab_, n_vocab_);
+  if (!argmax.empty()) out.argmax = argmax[r];
+  return out;
 }
 
 Status SequenceRunner::sync() {
@@ -63,7 +67,7 @@ Status SequenceRunner::sync() {
     if (!options_->reuse_prefix) s.reset();
   }
   const std::span<const int32_t> want = target();
-  const size_t cached = s.match_prefix(want, options_->reuse_prefix);
+  const size_t cached = s.match_prefix(want, options_->reuse_prefix, needs_logits());
   // A resumed sequence reports the cache hits of its first sync: that is what the client saw.
   // Progress counts against the first sync too: a re-prefill after a preemption of the prompt's
   // prefill carries on from where the client was told it stood.
@@ -141,12 +145,14 @@ Result<SequenceRunner::DecodePlan> SequenceRunner::plan_decode(BatchPlan& plan, 
   return DecodePlan::kPlanned;
 }
 
-Status SequenceRunner::consume(std::span<const float> logits) {
+Status SequenceRunner::consume(std::span<const float> logits, std::span<const int32_t> argmax) {
   TERN_CHECK(planned_rows_ > 0);
-  TERN_CHECK(logits.size() >= static_cast<size_t>(first_logit_row_ + n_logit_rows_) * n_vocab_);
+  const size_t rows = static_cast<size_t>(first_logit_row_ + n_logit_rows_);
+  TERN_CHECK(argmax.size() >= rows);
+  TERN_CHECK(logits.size() >= rows * n_vocab_ || (logits.empty() && !needs_logits()));
   Session& s = *session_;
   planned_rows_ = 0;
-  s.commit_rows(feed_, row(logits, n_logit_rows_ - 1));
+  s.commit_rows(feed_, row(logits, argmax, n_logit_rows_ - 1));
   ++result_.stats.forwards;
 
   if (phase_ == Phase::kPrefill) {
@@ -168,9 +174,9 @@ Status SequenceRunner::consume(std::span<const float> logits) {
     n_accepted = k;
     std::vector<int32_t> h = history_;
     h.insert(h.end(), draft_.tokens.begin(), draft_.tokens.end());
-    next = sampler_.sample(s.last_logits_, h);
+    next = sampler_.sample(s.last_row(), h);
   } else if (k > 0) {
-    const VerifyOutcome v = verify_draft(draft_, [&](int i) { return row(logits, i); }, sampler_, history_);
+    const VerifyOutcome v = verify_draft(draft_, [&](int i) { return row(logits, argmax, i); }, sampler_, history_);
     n_accepted = v.n_accepted;
     next = v.next;
     result_.stats.drafts_proposed += k;
@@ -178,12 +184,13 @@ Status SequenceRunner::consume(std::span<const float> logits) {
     o.drafter->commit(k, n_accepted);
     if (n_accepted < k) {
       s.truncate(base_ + 1 + n_accepted);  // drop the rejected drafts' KV
-      const std::span<const float> r = row(logits, n_accepted);
-      s.last_logits_.assign(r.begin(), r.end());
+      const LogitRow r = row(logits, argmax, n_accepted);
+      s.last_logits_.assign(r.logits.begin(), r.logits.end());
+      s.last_argmax_ = r.argmax;
       s.last_logits_valid_ = true;
     }
   } else {
-    next = sampler_.sample(s.last_logits_, history_);
+    next = sampler_.sample(s.last_row(), history_);
     if (o.drafter != nullptr) o.drafter->commit(0, 0);
   }
   s.register_full_blocks();
@@ -239,7 +246,7 @@ void SequenceRunner::start_decode() {
     end_generation();
     return;
   }
-  pending_ = sampler_.sample(session_->last_logits_, history_);
+  pending_ = sampler_.sample(session_->last_row(), history_);
   result_.stats.time_to_first_token_seconds = now_seconds() - t_start_;
 }
 

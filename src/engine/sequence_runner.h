@@ -76,9 +76,14 @@ class SequenceRunner {
   // anyway: verifying drafts next to a prefill chunk costs their full compute). Greedy output is
   // the same either way.
   Result<DecodePlan> plan_decode(BatchPlan& plan, bool allow_draft = true);
-  // Applies the forward of a plan this runner appended rows to. logits: every logit row of that
-  // plan, [plan.logit_rows.size(), n_vocab].
-  Status consume(std::span<const float> logits);
+  // Applies the forward of a plan this runner appended rows to. argmax: every logit row's argmax
+  // (Model::Outputs), [plan.logit_rows.size()]; logits: the rows themselves,
+  // [plan.logit_rows.size(), n_vocab], which may be empty when needs_logits() is false.
+  Status consume(std::span<const float> logits, std::span<const int32_t> argmax);
+  // Whether consume() needs the logits, not just their argmax: sampling, penalties, or a prefill
+  // whose caller wants the last logits (Mode::kPrefillOnly). The driver skips the logits' copy
+  // when no runner of the step needs them.
+  bool needs_logits() const { return mode_ == Mode::kPrefillOnly || !sampler_.argmax_only(); }
   // Releases the session's KV and returns to kSync; the generation resumes after the next sync().
   // Precondition: kPrefill or kDecode, no rows planned.
   void preempt();
@@ -106,7 +111,7 @@ class SequenceRunner {
   // Commits one generated token; false when generation must end (stop reason set).
   bool commit(int32_t token, bool forced);
   void end_generation();
-  std::span<const float> row(std::span<const float> logits, int i) const;
+  LogitRow row(std::span<const float> logits, std::span<const int32_t> argmax, int i) const;
 
   Session* session_;
   std::span<const int32_t> prompt_;

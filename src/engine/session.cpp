@@ -111,17 +111,20 @@ Status Session::plan_rows(std::span<const int32_t> ids, bool all_logits, BatchPl
   return Status::ok();
 }
 
-void Session::commit_rows(std::span<const int32_t> ids, std::span<const float> last_row) {
+void Session::commit_rows(std::span<const int32_t> ids, const LogitRow& last_row) {
   tokens_.insert(tokens_.end(), ids.begin(), ids.end());
   kv_.set_n_tokens(static_cast<int>(tokens_.size()));
-  last_logits_.assign(last_row.begin(), last_row.end());
+  last_logits_.assign(last_row.logits.begin(), last_row.logits.end());
+  last_argmax_ = last_row.argmax;
   last_logits_valid_ = true;
 }
 
-size_t Session::match_prefix(std::span<const int32_t> prompt, bool use_index) {
+size_t Session::match_prefix(std::span<const int32_t> prompt, bool use_index, bool need_logits) {
   restored_tokens_ = 0;
   size_t common = 0;
   while (common < tokens_.size() && common < prompt.size() && tokens_[common] == prompt[common]) ++common;
+  // The last result is reusable if it holds what this caller samples from.
+  if (last_logits_valid_ && need_logits && last_logits_.empty()) last_logits_valid_ = false;
   if (common == prompt.size() && common == tokens_.size() && last_logits_valid_) return common;
   // The last prompt token is always computed (its logits start the decode).
   truncate(std::min(common, prompt.size() - 1));
@@ -176,7 +179,7 @@ namespace {
 
 // Runs `runner` alone to completion: one forward per step.
 Status drive(SequenceRunner& runner, Model& model, KvPool& pool, BatchPlan& plan, std::vector<float>& logits,
-             const GenerateOptions& options) {
+             std::vector<int32_t>& argmax, const GenerateOptions& options) {
   TERN_RETURN_IF_ERROR(runner.sync());
   const int n_vocab = model.config().n_vocab;
   while (!runner.done()) {
@@ -198,9 +201,12 @@ Status drive(SequenceRunner& runner, Model& model, KvPool& pool, BatchPlan& plan
       if (d == SequenceRunner::DecodePlan::kNoRoom)
         return error("KV cache full: no free block for the next token in a pool of " + std::to_string(pool.n_blocks()));
     }
-    logits.resize(plan.logit_rows.size() * static_cast<size_t>(n_vocab));
-    model.forward(plan, pool, logits.data());
-    TERN_RETURN_IF_ERROR(runner.consume(logits));
+    // A greedy runner needs only each row's argmax: the logits stay on the device.
+    const bool full = runner.needs_logits();
+    logits.resize(full ? plan.logit_rows.size() * static_cast<size_t>(n_vocab) : 0);
+    argmax.resize(plan.logit_rows.size());
+    model.forward(plan, pool, Model::Outputs{full ? logits.data() : nullptr, argmax.data()});
+    TERN_RETURN_IF_ERROR(runner.consume(logits, argmax));
   }
   return Status::ok();
 }
@@ -210,14 +216,14 @@ Status drive(SequenceRunner& runner, Model& model, KvPool& pool, BatchPlan& plan
 Result<std::vector<float>> Session::prefill(std::span<const int32_t> prompt, const GenerateOptions& options,
                                             GenStats* stats) {
   SequenceRunner runner(*this, prompt, options, SequenceRunner::Mode::kPrefillOnly);
-  TERN_RETURN_IF_ERROR(drive(runner, *model_, kv_.pool(), plan_, logits_, options));
+  TERN_RETURN_IF_ERROR(drive(runner, *model_, kv_.pool(), plan_, logits_, argmax_, options));
   if (stats != nullptr) *stats = runner.stats();
   return last_logits_;
 }
 
 Result<GenResult> Session::generate(std::span<const int32_t> prompt, const GenerateOptions& options) {
   SequenceRunner runner(*this, prompt, options);
-  TERN_RETURN_IF_ERROR(drive(runner, *model_, kv_.pool(), plan_, logits_, options));
+  TERN_RETURN_IF_ERROR(drive(runner, *model_, kv_.pool(), plan_, logits_, argmax_, options));
   return std::move(runner.result());
 }
 

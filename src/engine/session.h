@@ -102,15 +102,19 @@ class Session {
   // their KV; logits for every row if all_logits, else for the last. Errors: a token outside the
   // vocabulary, the context or the KV pool overflowing (then nothing changes).
   Status plan_rows(std::span<const int32_t> ids, bool all_logits, BatchPlan& plan);
-  // After the forward: the rows planned by plan_rows are in KV; last_row = the last row's logits.
-  void commit_rows(std::span<const int32_t> ids, std::span<const float> last_row);
+  // After the forward: the rows planned by plan_rows are in KV; last_row = the last row's result
+  // (logits, or only their argmax when the step was argmax-only).
+  void commit_rows(std::span<const int32_t> ids, const LogitRow& last_row);
+  // The result after tokens_.back(). Precondition: last_logits_valid_.
+  LogitRow last_row() const { return LogitRow{last_logits_, last_argmax_}; }
   // Tokens that can be appended before the KV pool runs out (own spare slots + available blocks).
   int kv_room_tokens() const;
   // Trims to the longest prefix of `prompt` that is cached (own tokens, then the prefix index
   // when use_index) and returns its length. All of it, with last_logits_ valid, when the
-  // session already holds exactly `prompt`; otherwise at most prompt.size() - 1 (the last
-  // token is always computed, for its logits).
-  size_t match_prefix(std::span<const int32_t> prompt, bool use_index);
+  // session already holds exactly `prompt` and its last result has what the caller needs (the
+  // logits when need_logits, else the argmax suffices); otherwise at most prompt.size() - 1 (the
+  // last token is always computed, for its logits).
+  size_t match_prefix(std::span<const int32_t> prompt, bool use_index, bool need_logits);
   // Drops tokens >= n (never leaves a shared/registered block to be written into).
   void truncate(size_t n);
   void register_full_blocks();
@@ -123,8 +127,10 @@ class Session {
   std::vector<int32_t> tokens_;
   std::vector<BlockHash> hashes_;   // chain hash of each full block of tokens_
   std::vector<float> logits_;       // [rows, n_vocab] from generate()'s last forward
-  std::vector<float> last_logits_;  // the logits after tokens_.back(), when valid
-  bool last_logits_valid_ = false;
+  std::vector<float> last_logits_;  // the logits after tokens_.back() (empty: only the argmax)
+  int32_t last_argmax_ = -1;        // their argmax, when computed
+  bool last_logits_valid_ = false;  // last_logits_ / last_argmax_ describe tokens_.back()
+  std::vector<int32_t> argmax_;     // [rows] from generate()'s last forward
   int restored_tokens_ = 0;         // of match_prefix's result, tokens restored from a KV tier
   BatchPlan plan_;                  // generate()'s step
 };

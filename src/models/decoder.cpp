@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/argmax.h"
 #include "core/quant_ref.h"
 #include "models/rope_table.h"
 
@@ -94,7 +95,7 @@ void DecoderModel::ensure_workspace(int n_tokens, int n_logit_rows) {
   }
 }
 
-void DecoderModel::forward(const BatchPlan& plan, KvPool& kv, float* logits) {
+void DecoderModel::forward(const BatchPlan& plan, KvPool& kv, const Outputs& outputs) {
   const int n = plan.n_tokens();
   const int m = static_cast<int>(plan.logit_rows.size());
   TERN_CHECK(n > 0 && plan.positions.size() == static_cast<size_t>(n) && plan.kv_slots.size() == static_cast<size_t>(n));
@@ -112,7 +113,16 @@ void DecoderModel::forward(const BatchPlan& plan, KvPool& kv, float* logits) {
   ops::rms_norm(b, hidden, output_norm_, config_.rms_eps, hidden);
   Tensor out = ws_.logits.slice_rows(0, m);
   ops::matmul(b, output_, hidden, out);
-  b.copy_to_host(out, logits);
+  if (outputs.logits != nullptr) {
+    b.copy_to_host(out, outputs.logits);
+    if (outputs.argmax != nullptr) {
+      for (int r = 0; r < m; ++r) {
+        outputs.argmax[r] = first_argmax(outputs.logits + static_cast<size_t>(r) * config_.n_vocab, config_.n_vocab);
+      }
+    }
+  } else if (outputs.argmax != nullptr) {
+    ops::argmax_rows(b, out, outputs.argmax);
+  }
 }
 
 }  // namespace tern

@@ -15,7 +15,8 @@ namespace tern {
 
 class DecoderModel : public Model {
  public:
-  void forward(const BatchPlan& plan, KvPool& kv, float* logits) final;
+  using Model::forward;
+  void forward(const BatchPlan& plan, KvPool& kv, const Outputs& out) final;
 
  protected:
   DecoderModel(std::shared_ptr<const gguf::File> file, Backend& backend) : file_(std::move(file)), backend_(&backend) {}

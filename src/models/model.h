@@ -53,10 +53,17 @@ class Model {
   // Bytes of weights read by one forward pass (all tensors once).
   uint64_t weight_bytes() const { return weight_bytes_; }
 
-  // Runs the plan: writes the K/V of every token into `kv`, and logits [plan.logit_rows.size(),
-  // n_vocab] into `logits` (host memory). Preconditions: every kv_slot belongs to its sequence's
-  // blocks, and positions [0, p) of each sequence were written by earlier forwards.
-  virtual void forward(const BatchPlan& plan, KvPool& kv, float* logits) = 0;
+  // Where a forward's results go, in host memory, one entry per plan.logit_rows row.
+  struct Outputs {
+    float* logits = nullptr;    // [rows, n_vocab], or null: not needed
+    int32_t* argmax = nullptr;  // [rows] first_argmax of each row (core/argmax.h), or null
+  };
+  // Runs the plan: writes the K/V of every token into `kv`, and the logit rows' results into
+  // `out`. With argmax alone (greedy sampling) a device backend reduces the rows on the device and
+  // copies one int per row instead of the vocabulary. Preconditions: every kv_slot belongs to its
+  // sequence's blocks, and positions [0, p) of each sequence were written by earlier forwards.
+  virtual void forward(const BatchPlan& plan, KvPool& kv, const Outputs& out) = 0;
+  void forward(const BatchPlan& plan, KvPool& kv, float* logits) { forward(plan, kv, Outputs{logits, nullptr}); }
 
  protected:
   ModelConfig config_;

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/argmax.h"
 #include "core/tensor.h"
 #include "ops/batch_plan.h"
 
@@ -123,6 +124,18 @@ class Backend {
   virtual void attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, Tensor& out) = 0;
   // out[i, :] = x[plan.logit_rows[i], :]
   virtual void gather_logit_rows(const Tensor& x, Tensor& out) = 0;
+
+  // host_ids[r] = first_argmax(x[r, :]) (core/argmax.h: the host sampler's greedy pick, bit for
+  // bit). Waits for prior work, like copy_to_host. Greedy decoding needs only these ids, so a
+  // device backend reduces the rows where they are and moves one int per row instead of the whole
+  // vocabulary. The default copies the rows to the host and scans them there.
+  virtual void argmax_rows(const Tensor& x, int32_t* host_ids) {
+    std::vector<float> rows(static_cast<size_t>(x.rows * x.cols));
+    copy_to_host(x, rows.data());
+    for (int64_t r = 0; r < x.rows; ++r) {
+      host_ids[r] = first_argmax(rows.data() + r * x.cols, static_cast<size_t>(x.cols));
+    }
+  }
 };
 
 }  // namespace tern

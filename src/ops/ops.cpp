@@ -77,4 +77,9 @@ void gather_logit_rows(Backend& b, const Tensor& x, Tensor& out) {
   b.gather_logit_rows(x, out);
 }
 
+void argmax_rows(Backend& b, const Tensor& x, int32_t* host_ids) {
+  TERN_CHECK(is_f32(x) && x.cols > 0 && host_ids != nullptr);
+  b.argmax_rows(x, host_ids);
+}
+
 }  // namespace tern::ops

@@ -24,5 +24,7 @@ void rope(Backend& b, Tensor& x, int n_heads, int head_dim, const RopeParams& ro
 void kv_write(Backend& b, const Tensor& k, const Tensor& v, KvLayerView& kv);
 void attention(Backend& b, const Tensor& q, const KvLayerView& kv, const AttentionParams& p, Tensor& out);
 void gather_logit_rows(Backend& b, const Tensor& x, Tensor& out);
+// host_ids[r] = first index of the largest value of x[r, :] (core/argmax.h); waits for the step.
+void argmax_rows(Backend& b, const Tensor& x, int32_t* host_ids);
 
 }  // namespace tern::ops

@@ -5,6 +5,9 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "core/argmax.h"
+#include "core/check.h"
+
 namespace tern {
 namespace {
 
@@ -98,12 +101,7 @@ void Candidates::sort_descending() {
   sorted = true;
 }
 
-int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
-  return best;
-}
+int32_t argmax(std::span<const float> logits) { return first_argmax(logits.data(), logits.size()); }
 
 Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) {
   if (params_.top_k > 0) stages_.push_back(std::make_unique<TopK>(params_.top_k));
@@ -144,11 +142,20 @@ Candidates Sampler::distribution(std::span<const float> logits, std::span<const 
   return c;
 }
 
+bool Sampler::argmax_only() const {
+  return greedy() && params_.repeat_penalty == 1.0f && params_.presence_penalty == 0.0f &&
+         params_.frequency_penalty == 0.0f;
+}
+
+int32_t Sampler::sample(const LogitRow& row, std::span<const int32_t> history) {
+  if (argmax_only() && row.argmax >= 0) return row.argmax;
+  TERN_CHECK_MSG(!row.logits.empty(), "sampler: this sampler needs the logits, the step computed only the argmax");
+  return sample(row.logits, history);
+}
+
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
   if (greedy()) {
-    const bool penalise = params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
-                          params_.frequency_penalty != 0.0f;
-    if (!penalise) return argmax(logits);
+    if (argmax_only()) return argmax(logits);
     Candidates c;
     build(logits, history, c);
     return c.ids[argmax(c.logits)];

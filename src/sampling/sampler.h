@@ -39,14 +39,27 @@ class SamplerStage {
   virtual void apply(Candidates& c) = 0;
 };
 
+// One forward result for one position: its logits, or only their argmax when the step skipped the
+// logits because every sampler in it was argmax_only() (Model::Outputs).
+struct LogitRow {
+  std::span<const float> logits;  // [n_vocab], or empty: argmax only
+  int32_t argmax = -1;            // first_argmax(logits) (core/argmax.h), or -1: not computed
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplerParams& params);
   const SamplerParams& params() const { return params_; }
   bool greedy() const { return params_.temperature <= 0.0f; }
+  // Greedy with no penalties: the pick is the argmax of the raw logits, so the host needs no
+  // logits at all (the device reduces them).
+  bool argmax_only() const;
 
   // Picks the next token from logits [n_vocab]; history = prompt + generated tokens (penalties).
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // The same pick from a forward's row: an argmax_only() sampler takes row.argmax when it is
+  // known; every other sampler needs row.logits (a precondition).
+  int32_t sample(const LogitRow& row, std::span<const int32_t> history);
   // The probability distribution after penalties and truncation (for speculative sampling and
   // tests); returns the candidates with logits replaced by probabilities.
   Candidates distribution(std::span<const float> logits, std::span<const int32_t> history);

@@ -23,8 +23,8 @@ Candidates residual(const Candidates& p, const Candidates* q_dist, int32_t draft
 
 }  // namespace
 
-VerifyOutcome verify_draft(const Draft& draft, const std::function<std::span<const float>(int)>& row,
-                           Sampler& sampler, std::vector<int32_t>& history) {
+VerifyOutcome verify_draft(const Draft& draft, const std::function<LogitRow(int)>& row, Sampler& sampler,
+                           std::vector<int32_t>& history) {
   const size_t base = history.size();
   const int k = static_cast<int>(draft.tokens.size());
   VerifyOutcome out;
@@ -37,7 +37,7 @@ VerifyOutcome verify_draft(const Draft& draft, const std::function<std::span<con
         break;
       }
     } else {
-      const Candidates p = sampler.distribution(row(i), history);
+      const Candidates p = sampler.distribution(row(i).logits, history);
       const Candidates* q = draft.probs.empty() ? nullptr : &draft.probs[i];
       const float pd = prob_of(p, d);
       const float qd = q ? prob_of(*q, d) : 1.0f;

@@ -20,9 +20,10 @@ struct VerifyOutcome {
   int32_t next = -1;   // the target's token after them (becomes the pending token)
 };
 
-// row(i): target logits after feed[i], where feed = [pending] + draft.tokens (k + 1 rows).
+// row(i): the target's result after feed[i], where feed = [pending] + draft.tokens (k + 1 rows);
+// logits, or only the argmax when the sampler is argmax_only().
 // history: every token before the draft (prompt + generated + pending); left as it was.
-VerifyOutcome verify_draft(const Draft& draft, const std::function<std::span<const float>(int)>& row,
-                           Sampler& sampler, std::vector<int32_t>& history);
+VerifyOutcome verify_draft(const Draft& draft, const std::function<LogitRow(int)>& row, Sampler& sampler,
+                           std::vector<int32_t>& history);
 
 }  // namespace tern

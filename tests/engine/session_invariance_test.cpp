@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "../common/model_fixture.h"
+#include "core/argmax.h"
 #include "engine/session.h"
 
 namespace tern {
@@ -93,6 +94,40 @@ TEST_F(SessionInvariance, ReusedPrefixIsBitIdentical) {
   auto lc = cold2.prefill(branch, o);
   ASSERT_TRUE(lw.is_ok() && lc.is_ok());
   EXPECT_TRUE(bitwise_equal(lw.value(), lc.value()));
+}
+
+// Greedy decoding moves only each row's argmax to the host (Model::Outputs). Its picks must be the
+// argmax of the logits a full forward returns, and a session left holding only an argmax must
+// recompute the last logits for a request that samples from them.
+TEST_F(SessionInvariance, GreedyWithoutLogitsPicksTheirArgmax) {
+  const auto prompt = prompt_ids(40, 7);
+  GenerateOptions o;
+  o.max_tokens = 8;
+  Session full(*m_.model, *m_.kv);
+  auto logits = full.prefill(prompt, o);  // prefill-only: the logits cross to the host
+  ASSERT_TRUE(logits.is_ok()) << logits.status().message();
+  Session greedy(*m_.model, *m_.kv);
+  auto g = greedy.generate(prompt, o);
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  ASSERT_FALSE(g.value().tokens.empty());
+  EXPECT_EQ(g.value().tokens.front(), first_argmax(logits.value().data(), logits.value().size()));
+
+  // Exactly the held tokens again: greedy reuses the held argmax, sampling recomputes the logits;
+  // both match a fresh session.
+  const std::vector<int32_t> held = greedy.tokens();
+  GenerateOptions warm = o;
+  warm.sampling.temperature = 0.8f;
+  warm.sampling.seed = 42;
+  for (const GenerateOptions& opt : {o, warm}) {
+    Session reuse(*m_.model, *m_.kv);
+    ASSERT_TRUE(reuse.generate(held, o).is_ok());  // leaves an argmax-only last result
+    const std::vector<int32_t> now = reuse.tokens();
+    auto again = reuse.generate(now, opt);
+    Session fresh(*m_.model, *m_.kv);
+    auto ref = fresh.generate(now, opt);
+    ASSERT_TRUE(again.is_ok() && ref.is_ok());
+    EXPECT_EQ(again.value().tokens, ref.value().tokens) << "temperature " << opt.sampling.temperature;
+  }
 }
 
 TEST(SessionThreads, OneAndTwoThreadsAreBitIdentical) {

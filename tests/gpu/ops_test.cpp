@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "backends/cpu/ops_ref.h"
+#include "core/argmax.h"
 #include "core/fp16.h"
 #include "gpu_test_util.h"
 
@@ -271,6 +272,51 @@ TEST_F(GpuOps, RopeWithFusedKvWriteEqualsSeparateOps) {
         }
       }
     }
+  }
+}
+
+// Greedy sampling on the device picks what the host scan (core/argmax.h) picks: random rows of
+// vocabulary sizes around the blocks' 4096-element shares, ties, NaNs (leading and not), infinities
+// and all-equal rows, several rows per call.
+TEST_F(GpuOps, ArgmaxRowsPicksTheHostArgmax) {
+  Backend& b = *backend_;
+  const float nan = std::nanf(""), inf = INFINITY;
+  for (const int64_t cols : {int64_t{1}, int64_t{7}, int64_t{4096}, int64_t{4097}, int64_t{49152}, int64_t{128256},
+                             int64_t{600000}}) {
+    SCOPED_TRACE(testing::Message() << "cols " << cols);
+    const int rows = 9;
+    std::vector<float> x = gputest::random_floats(static_cast<size_t>(rows * cols), 40 + static_cast<uint32_t>(cols));
+    auto at = [&](int r, int64_t c) -> float& { return x[static_cast<size_t>(r * cols + c % cols)]; };
+    // Row 1: the max twice (the lower index wins); row 2: a leading NaN; row 3: NaNs elsewhere
+    // and +inf; row 4: all -inf; row 5: all equal; row 6: the max at the last element; row 7:
+    // NaN everywhere; row 8: -0 and +0 as the max.
+    at(1, cols / 3) = 50.0f;
+    at(1, cols / 2) = 50.0f;
+    at(2, 0) = nan;
+    at(2, cols - 1) = 60.0f;
+    at(3, cols / 5) = nan;
+    at(3, cols / 4) = inf;
+    at(3, cols - 1) = nan;
+    for (int64_t c = 0; c < cols; ++c) {
+      at(4, c) = -inf;
+      at(5, c) = 1.25f;
+      at(7, c) = nan;
+      at(8, c) = -1.0f;
+    }
+    at(6, cols - 1) = 70.0f;
+    at(8, cols / 2) = -0.0f;
+    at(8, cols - 1) = 0.0f;
+    DeviceTensor dx = gputest::device_copy(b, gputest::host_f32(x, rows, cols).t);
+    std::vector<int32_t> got(rows, -2);
+    b.argmax_rows(dx.t, got.data());
+    for (int r = 0; r < rows; ++r) {
+      EXPECT_EQ(got[r], first_argmax(x.data() + r * cols, static_cast<size_t>(cols))) << "row " << r;
+    }
+    // A row range of a larger tensor (the logits workspace is sliced per step).
+    std::vector<int32_t> two(2, -2);
+    b.argmax_rows(dx.t.slice_rows(3, 2), two.data());
+    EXPECT_EQ(two[0], got[3]);
+    EXPECT_EQ(two[1], got[4]);
   }
 }
 

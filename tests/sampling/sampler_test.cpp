@@ -5,6 +5,8 @@
 #include <cmath>
 #include <map>
 
+#include "core/argmax.h"
+
 namespace tern {
 namespace {
 
@@ -12,6 +14,45 @@ TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
   Sampler s(SamplerParams{});
   const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f};
   EXPECT_EQ(s.sample(logits, {}), 1);
+}
+
+// core/argmax.h is the one definition of the greedy pick (host sampler and every backend's
+// argmax_rows): a left-to-right scan with a strict '>'.
+TEST(Sampler, FirstArgmaxEdgeCases) {
+  const float nan = std::nanf(""), inf = INFINITY;
+  auto pick = [](std::vector<float> v) { return first_argmax(v.data(), v.size()); };
+  EXPECT_EQ(pick({1.0f, 3.0f, 3.0f, 2.0f}), 1);      // ties: the lowest index
+  EXPECT_EQ(pick({nan, 5.0f, 7.0f}), 0);             // a leading NaN is never replaced
+  EXPECT_EQ(pick({1.0f, nan, 0.5f, nan}), 0);        // other NaNs never win
+  EXPECT_EQ(pick({-1.0f, nan, 2.0f}), 2);
+  EXPECT_EQ(pick({-inf, -inf, -inf}), 0);            // all equal: index 0
+  EXPECT_EQ(pick({-inf, -3.0f, inf, inf}), 2);
+  EXPECT_EQ(pick({-0.0f, 0.0f}), 0);                 // -0 == +0: a tie
+  EXPECT_EQ(pick({4.0f}), 0);
+}
+
+// A step that computed only each row's argmax serves an argmax_only sampler; a sampler that
+// needs the logits (penalties, temperature) never sees an argmax-only row (the driver asks for
+// the logits), and given logits it ignores the argmax.
+TEST(Sampler, LogitRowServesArgmaxOnlySamplers) {
+  Sampler greedy(SamplerParams{});
+  EXPECT_TRUE(greedy.argmax_only());
+  EXPECT_EQ(greedy.sample(LogitRow{{}, 7}, {}), 7);
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f};
+  EXPECT_EQ(greedy.sample(LogitRow{logits, 1}, {}), 1);
+  EXPECT_EQ(greedy.sample(LogitRow{logits, -1}, {}), 1);  // argmax not computed: from the logits
+
+  SamplerParams penalised;
+  penalised.repeat_penalty = 4.0f;
+  Sampler p(penalised);
+  EXPECT_FALSE(p.argmax_only());
+  EXPECT_EQ(p.sample(LogitRow{logits, 1}, std::vector<int32_t>{1}), 0);  // 2.0 / 4 < 0.5
+  SamplerParams warm;
+  warm.temperature = 0.7f;
+  EXPECT_FALSE(Sampler(warm).argmax_only());
+  SamplerParams presence;
+  presence.presence_penalty = 0.1f;
+  EXPECT_FALSE(Sampler(presence).argmax_only());
 }
 
 TEST(Sampler, RepeatPenaltyChangesGreedyChoice) {

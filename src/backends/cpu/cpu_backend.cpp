@@ -7,6 +7,7 @@
 #include "backends/cpu/elementwise.h"
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/ops_ref.h"
+#include "core/argmax.h"
 #include "core/check.h"
 
 namespace tern::cpu {
@@ -157,5 +158,9 @@ void CpuBackend::attention(const Tensor& q, const KvLayerView& kv, const Attenti
 }
 
 void CpuBackend::gather_logit_rows(const Tensor& x, Tensor& out) { ref::gather_logit_rows(x, plan_, out); }
+
+void CpuBackend::argmax_rows(const Tensor& x, int32_t* host_ids) {
+  for (int64_t r = 0; r < x.rows; ++r) host_ids[r] = first_argmax(x.row<float>(r), static_cast<size_t>(x.cols));
+}
 
 }  // namespace tern::cpu

@@ -59,6 +59,7 @@ class CpuBackend final : public Backend {
   void kv_write(const Tensor& k, const Tensor& v, KvLayerView& kv) override;
   void attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
+  void argmax_rows(const Tensor& x, int32_t* host_ids) override;  // in place: the rows are host memory
 
  private:
   CpuBackendOptions options_;

@@ -503,6 +503,28 @@ class CudaBackend final : public Backend {
     std::memcpy(&rec, &a, sizeof(a));
   }
 
+  // Greedy sampling on the device (argmax.cu): two small kernels reduce the rows to one 64-bit key
+  // each, and only the keys cross to the host.
+  void argmax_rows(const Tensor& x, int32_t* host_ids) override {
+    TERN_CHECK_MSG(is_device(x), "argmax_rows: tensor must be on the CUDA device");
+    TERN_CHECK(x.dtype == DType::F32 && x.rows > 0 && x.cols > 0);
+    const int rows = static_cast<int>(x.rows), blocks = argmax_blocks_per_row(x.cols);
+    // Reserving first: growing the buffer flushes records that still point into the old one.
+    reserve(argmax_keys_, sizeof(unsigned long long) * static_cast<size_t>(rows) * (blocks + 1));
+    auto* keys = static_cast<unsigned long long*>(argmax_keys_->data());
+    ArgmaxArgs& a = queue_->push<ArgmaxArgs>(OpKind::kArgmaxRows);
+    a.x = x.f32();
+    a.x_stride = f32_stride(x);
+    a.cols = x.cols;
+    a.rows = rows;
+    a.blocks_per_row = blocks;
+    a.keys = keys;
+    a.partials = keys + rows;
+    std::vector<unsigned long long> host(static_cast<size_t>(rows));
+    copy_to_host(Tensor::view(keys, DType::I32, 1, 2 * int64_t{rows}, Device::kCuda), host.data());
+    for (int r = 0; r < rows; ++r) host_ids[r] = decode_argmax_key(host[r]);
+  }
+
   void gather_logit_rows(const Tensor& x, Tensor& out) override {
     require_plan("gather_logit_rows");
     TERN_CHECK_MSG(is_device(x) && is_device(out), "gather_logit_rows: tensors must be on the CUDA device");
@@ -624,6 +646,7 @@ class CudaBackend final : public Backend {
   int64_t tc_matmuls_ = 0;
   bool tc_attention_ = false;  // tensor-core prefill attention on (with tc_gemm_)
   int64_t tc_attentions_ = 0;
+  std::unique_ptr<Buffer> argmax_keys_;  // argmax_rows: [rows] keys, then [rows, blocks] partials
   int64_t fused_kv_writes_ = 0;  // kv_writes that joined the rope's launch
   bool attention_row_copy_ = false;  // TERN_CUDA_ATTN_ROW_COPY=1
   int attention_tc_variant_ = 0;     // TERN_CUDA_ATTN_TC_VARIANT (attention_tc.h)

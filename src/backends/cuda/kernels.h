@@ -122,6 +122,20 @@ struct RopeArgs {
   KvWriteArgs kv;    // kv.cols == 0: no fused cache write
 };
 
+// Greedy sampling on the device (argmax.cu): keys[r] = the largest key (argmax.cu) over row r's
+// elements; the host decodes the winning index from it (decode_argmax_key). Two launches: each
+// of blocks_per_row blocks writes its share's key to partials, then one warp per row takes the max.
+struct ArgmaxArgs {
+  const float* x;
+  int64_t x_stride;
+  int64_t cols;
+  int rows;
+  int blocks_per_row;            // argmax_blocks_per_row(cols)
+  unsigned long long* partials;  // [rows, blocks_per_row]
+  unsigned long long* keys;      // [rows]
+};
+int argmax_blocks_per_row(int64_t cols);
+
 struct GatherRowsArgs {
   const float* x;
   int64_t x_stride;
@@ -240,6 +254,9 @@ void launch_elementwise(const ElementwiseArgs& a, const LaunchEnv& env);
 void launch_rope(const RopeArgs& a, const LaunchEnv& env);
 void launch_kv_write(const KvWriteArgs& a, const LaunchEnv& env);
 void launch_gather_rows(const GatherRowsArgs& a, const LaunchEnv& env);
+void launch_argmax_rows(const ArgmaxArgs& a, const LaunchEnv& env);
+// The index a row's winning key (ArgmaxArgs) stands for.
+inline int32_t decode_argmax_key(unsigned long long key) { return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key)); }
 // One block per item; 16-byte copies when every address and size of the item allows, else
 // 4-byte, else bytes. Bit-exact whatever the path (kv_copy.cu).
 void launch_packed_copy(const PackedCopyArgs& a, const LaunchEnv& env);

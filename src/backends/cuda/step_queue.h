@@ -24,7 +24,7 @@
 namespace tern::cuda {
 
 enum class OpKind : uint32_t {
-  kEmbed, kRmsNorm, kElementwise, kRope, kKvWrite, kGatherRows, kMatmul, kAttention, kMatmulTc
+  kEmbed, kRmsNorm, kElementwise, kRope, kKvWrite, kGatherRows, kMatmul, kAttention, kMatmulTc, kArgmaxRows
 };
 
 struct OpRecord {
