@@ -9,7 +9,8 @@
 // attended in a large prefill step and alone in a decode step; the two K/V copy loops
 // (TERN_CUDA_ATTN_ROW_COPY), which move the same bytes; the span decode kernel
 // (TERN_CUDA_ATTN_SPAN) against the chunk kernel at every stage count and head split, and the
-// two-chunk span kernel against both.
+// two-chunk span kernel against both; the folded span merge against the merge kernel, including
+// repeated steps under CUDA graphs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -275,6 +276,162 @@ TEST_F(GpuAttention, PairSpanKernelEqualsSpanKernelBitwise) {
     pair3.push_back(gputest::make_cuda(pair_opts));
   }
   expect_split_kernels_equal(*chunk, pair3, 1100);
+}
+
+// Backends of the folded-merge tests: split mode, span kernel `kernel`, fold_merge `fold`.
+std::unique_ptr<Backend> make_span(int kernel, int fold) {
+  cuda::CudaBackendOptions o;
+  o.attention_split = cuda::AttentionSplit::kAlways;
+  o.attention_span_kernel = kernel;
+  o.attention_fold_merge = fold;
+  return gputest::make_cuda(o);
+}
+
+// Runs `plans` (built on caches[0]'s block tables; every cache has the same contents and tables)
+// on want and on every backend of got; expects bit-for-bit equal results.
+void expect_plans_equal(Backend& want, const std::vector<std::unique_ptr<Backend>>& got,
+                        std::vector<std::unique_ptr<Cache>>& caches, const Shape& s, const std::vector<BatchPlan>& plans,
+                        uint32_t seed) {
+  for (size_t pi = 0; pi < plans.size(); ++pi) {
+    SCOPED_TRACE("plan " + std::to_string(pi) + " (" + std::to_string(plans[pi].n_tokens()) + " tokens, last position " +
+                 std::to_string(plans[pi].positions.back()) + ")");
+    const HostTensor q = random_q(plans[pi].n_tokens(), s, seed + static_cast<uint32_t>(pi));
+    const auto want_out = run_gpu(want, plans[pi], *caches[0], s, q);
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE("backend " + std::to_string(i));
+      EXPECT_TRUE(gputest::bitwise_equal(run_gpu(*got[i], plans[pi], *caches[i + 1], s, q), want_out));
+    }
+  }
+}
+
+// One cache per backend (want first), all from `seed`; take() hands out the same block tables.
+struct Caches {
+  std::vector<std::unique_ptr<Cache>> all;
+  Caches(Backend& want, const std::vector<std::unique_ptr<Backend>>& got, const Shape& s, int n_blocks, uint32_t seed) {
+    all.push_back(std::make_unique<Cache>(want, s, n_blocks, seed));
+    for (const auto& b : got) all.push_back(std::make_unique<Cache>(*b, s, n_blocks, seed));
+  }
+  std::vector<int32_t> take(int n_tokens) {
+    const std::vector<int32_t> blocks = all[0]->take_blocks(n_tokens);
+    for (size_t i = 1; i < all.size(); ++i) EXPECT_EQ(all[i]->take_blocks(n_tokens), blocks);
+    return blocks;
+  }
+};
+
+// The folded merge (attention_span_merge.cuh: the last span block of a tile merges it; a tile
+// of one span merges from shared memory) against the merge kernel, bit for bit, for both span
+// kernels: decodes alone at contexts on both sides of the chunk and span boundaries (one tile:
+// the one-span path, then the counter), a step of several sequences (decodes, a verify tile,
+// prefill chunks crossing span boundaries: several tokens per tile), over kShapes (GQA groups,
+// head_dim 64 to 256, f16 / f32 caches, softcap, window). fold 2 folds every step, fold 1 where
+// the backend's plan picks it.
+TEST_F(GpuAttention, FoldedMergeEqualsMergeKernelBitwise) {
+  uint32_t seed = 1300;
+  for (int kernel : {2, 1}) {
+    SCOPED_TRACE("span kernel " + std::to_string(kernel));
+    auto want = make_span(kernel, 0);
+    std::vector<std::unique_ptr<Backend>> got;
+    got.push_back(make_span(kernel, 2));
+    got.push_back(make_span(kernel, 1));
+    ASSERT_TRUE(want != nullptr && got[0] != nullptr && got[1] != nullptr);
+    for (const Shape& s : kShapes) {
+      SCOPED_TRACE(describe(s));
+      Caches c(*want, got, s, 520, seed);
+      std::vector<BatchPlan> plans;
+      for (int pos : {0, 62, 63, 64, 255, 256, 999, 4095}) {
+        plans.emplace_back();
+        add_sequence(plans.back(), pos, 1, c.take(pos + 1));
+      }
+      plans.emplace_back();
+      BatchPlan& mixed = plans.back();
+      add_sequence(mixed, 700, 1, c.take(701));
+      add_sequence(mixed, 130, 3, c.take(133));    // a speculative verify of 3
+      add_sequence(mixed, 490, 40, c.take(530));   // crosses the span boundary at 512: 5 tiles
+      add_sequence(mixed, 10, 20, c.take(30));     // a prefill chunk inside span 0
+      add_sequence(mixed, 2, 1, c.take(3));
+      const int64_t before = cuda::backend_stats(*got[0]).folded_merges;
+      expect_plans_equal(*want, got, c.all, s, plans, seed + 1);
+      EXPECT_EQ(cuda::backend_stats(*got[0]).folded_merges, before + static_cast<int64_t>(plans.size()));
+      EXPECT_EQ(cuda::backend_stats(*want).folded_merges, 0);
+      seed += 2;
+    }
+  }
+}
+
+// Long contexts (128+ spans per tile: the in-block merge takes several batches of the block's
+// free shared memory) with the merge folded, against the merge kernel.
+TEST_F(GpuAttention, FoldedMergeLongContextBitwise) {
+  const Shape shapes[] = {{32, 8, 128, DType::F16}, {9, 3, 64, DType::F16}, {8, 2, 128, DType::F32}};
+  uint32_t seed = 1500;
+  for (int kernel : {2, 1}) {
+    SCOPED_TRACE("span kernel " + std::to_string(kernel));
+    auto want = make_span(kernel, 0);
+    std::vector<std::unique_ptr<Backend>> got;
+    got.push_back(make_span(kernel, 2));
+    ASSERT_TRUE(want != nullptr && got[0] != nullptr);
+    for (const Shape& s : shapes) {
+      SCOPED_TRACE(describe(s));
+      Caches c(*want, got, s, 2100, seed);
+      std::vector<BatchPlan> plans(2);
+      const auto blocks = c.take(33001);
+      add_sequence(plans[0], 32768, 1, blocks);
+      add_sequence(plans[1], 33000, 1, blocks);
+      add_sequence(plans[1], 4000, 4, blocks);  // the same sequence again: a verify tile, 16 spans
+      add_sequence(plans[1], 30, 1, blocks);
+      expect_plans_equal(*want, got, c.all, s, plans, seed + 1);
+      seed += 2;
+    }
+  }
+}
+
+// The folded merge's counters must be back at zero after every launch: the same step (two
+// attention ops sharing the counters, as layers do) run several times with the same buffers, so
+// the backend replays it as a CUDA graph, equals the merge kernel's results every time.
+TEST_F(GpuAttention, FoldedMergeRepeatsUnderGraphs) {
+  const Shape s{32, 8, 128, DType::F16};
+  for (int kernel : {2, 1}) {
+    SCOPED_TRACE("span kernel " + std::to_string(kernel));
+    auto want = make_span(kernel, 0);
+    std::vector<std::unique_ptr<Backend>> got;
+    got.push_back(make_span(kernel, 2));
+    got.push_back(make_span(kernel, 1));
+    ASSERT_TRUE(want != nullptr && got[0] != nullptr && got[1] != nullptr);
+    Caches c(*want, got, s, 300, 1700 + kernel);
+    BatchPlan plan;
+    add_sequence(plan, 1000, 1, c.take(1001));
+    add_sequence(plan, 300, 9, c.take(309));  // two tiles of 2 spans
+    add_sequence(plan, 40, 1, c.take(41));    // one span
+    const HostTensor q0 = random_q(plan.n_tokens(), s, 1710), q1 = random_q(plan.n_tokens(), s, 1711);
+    const int64_t cols = q0.t.cols;
+    auto run_steps = [&](Backend& b, Cache& cache, int n_steps) {
+      gputest::DeviceTensor dq0 = gputest::device_copy(b, q0.t), dq1 = gputest::device_copy(b, q1.t);
+      gputest::DeviceTensor out0 = gputest::device_empty(b, DType::F32, plan.n_tokens(), cols);
+      gputest::DeviceTensor out1 = gputest::device_empty(b, DType::F32, plan.n_tokens(), cols);
+      std::vector<std::vector<float>> outs;
+      for (int step = 0; step < n_steps; ++step) {
+        b.begin_step(plan);
+        b.attention(dq0.t, cache.dev_view(), params_of(s), out0.t);
+        b.attention(dq1.t, cache.dev_view(), params_of(s), out1.t);
+        outs.push_back(gputest::download(b, out0.t));
+        outs.push_back(gputest::download(b, out1.t));
+      }
+      return outs;
+    };
+    const auto want_outs = run_steps(*want, *c.all[0], 1);
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE("backend " + std::to_string(i));
+      const int64_t graphs_before = cuda::backend_stats(*got[i]).steps_graph;
+      const auto outs = run_steps(*got[i], *c.all[i + 1], 5);
+      for (size_t k = 0; k < outs.size(); ++k) {
+        SCOPED_TRACE("step " + std::to_string(k / 2) + " op " + std::to_string(k % 2));
+        EXPECT_TRUE(gputest::bitwise_equal(outs[k], want_outs[k % 2]));
+      }
+      EXPECT_GE(cuda::backend_stats(*got[i]).steps_graph, graphs_before + 2) << "the steps were not replayed as graphs";
+      if (i == 0) {
+        EXPECT_GT(cuda::backend_stats(*got[i]).folded_merges, 0);  // fold 2: the counters ran
+      }
+    }
+  }
 }
 
 }  // namespace

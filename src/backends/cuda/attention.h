@@ -46,6 +46,17 @@
 // on the H200 it passed every attention and model test bit for bit and a 32k decode took 129.6
 // instead of 155.9 us/layer.
 //
+// Folded merge (span kernels, AttentionArgs::fold_merge; attention_span_merge.cuh): instead of the
+// merge kernel, the last span block of each (tile, KV head, head slice) to finish (an atomic
+// counter per (tile, blockIdx.y), left at zero for the next launch) merges the tile's tokens x
+// heads with the merge kernel's fold sequence; a one-span tile merges its partial straight from
+// shared memory. Same bits; it saves a launch per layer. By default the backend folds only plans
+// whose tiles all have one span (contexts up to 256: measured faster on the H200); with several
+// spans the counter, fences and reload behind the last block measured slower than the merge
+// kernel, which keeps those. TERN_CUDA_ATTN_FOLD_MERGE=0 / 2 (CudaBackendOptions::
+// attention_fold_merge) turns it off / on everywhere, TERN_CUDA_ATTN_FOLD_MAX_SPANS=n folds up
+// to n spans per tile.
+//
 // Chunk kernel K/V copies: by default each 16-byte piece looks its row up in the block table (a
 // dependent global load per cp.async); TERN_CUDA_ATTN_ROW_COPY=1 (AttentionArgs::row_copy) looks
 // each row up once, all rows of a chunk in flight together, in this kernel and in

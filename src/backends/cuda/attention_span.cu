@@ -26,6 +26,7 @@
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_chunk.cuh"
 #include "backends/cuda/attention_span.cuh"
+#include "backends/cuda/attention_span_merge.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/launch.cuh"
@@ -46,11 +47,12 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_kernel(AttentionAr
   const SpanShape sh = span_shape_of(a);
   const DevicePlan& P = a.plan;
   const int tid = threadIdx.x, hd = a.head_dim;
-  const int tile = P.split_tile[blockIdx.x], span = P.split_span[blockIdx.x];
+  const SpanItem it = span_item_of(a);
+  const int tile = it.tile, span = it.span;
   const int g = blockIdx.y / sh.n_slices, slice = blockIdx.y % sh.n_slices;
   const int h0 = g * sh.group + slice * sh.hpb;
   const int nh = min(sh.hpb, sh.group - slice * sh.hpb);
-  const int t0 = P.tile_token_begin[tile], nt = P.tile_n_tokens[tile];
+  const int t0 = it.t0, nt = it.nt, n_tile_spans = it.n_tile_spans;
   const int nq = nt * nh;
 
   const SpanSmem L = span_smem(a, sh, kStages);
@@ -61,6 +63,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_kernel(AttentionAr
   const int na = sh.nq_alloc;
   int* tok_pos = reinterpret_cast<int*>(sm + L.tok);
   int* tok_first = tok_pos + kAttnTileTokens;
+  int* tok_partial = tok_first + kAttnTileTokens;  // the folded merge's partial_begin of each token
   int* slots = reinterpret_cast<int*>(sm + L.slots);
   T* kv_s = reinterpret_cast<T*>(sm + L.kv);
   const attn::Queries Q{nq,          nh,           hd,         attn::seg_lanes_of(hd), q_s,       p_s,
@@ -73,6 +76,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_kernel(AttentionAr
     const int pos = P.positions[t0 + tid];
     tok_pos[tid] = pos;
     tok_first[tid] = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
+    if (n_tile_spans > 1) tok_partial[tid] = P.token_partial_begin[t0 + tid];
   }
   const int32_t* blocks = P.block_ids + P.block_offsets[P.seq_index[t0]];
   __syncthreads();
@@ -117,94 +121,24 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_kernel(AttentionAr
     attn::chunk_values<kThreads, 2>(Q, k_s + C * hd, j0);
     __syncthreads();  // stage i, p_s and the statistics are free for the next chunk
   }
-  attn::store_span_partial<kThreads>(Q, a, t0, h0, span);
+  span_merge::finish_span<kThreads>(Q, a, tile, n_tile_spans, tok_partial, t0, nt, h0, nh, span, sm + L.kv,
+                                    L.total - L.kv);
 }
 
 constexpr int kMergeThreads = 128;
 constexpr int kMergePerThread = kAttnMaxHeadDim / kMergeThreads;
 
-// Spans per merge batch: 64 KB of partial A values at most.
-__host__ __device__ inline int merge_batch_spans(int head_dim) { return min(128, max(32, 16384 / head_dim)); }
 inline size_t merge_smem_bytes(int head_dim) {
-  const size_t batch = merge_batch_spans(head_dim);
-  return sizeof(float) * (batch * head_dim + 4 * batch);
+  return span_merge::batch_bytes(head_dim, span_merge::batch_spans(head_dim));
 }
 
 // Folds a (token, head)'s span partials in span order (the same fold_stats / fold_acc sequence
-// as attention.cu's merge and the fused mode). One block per (token, head).
+// as attention.cu's merge and the fused mode; attention_span_merge.cuh, shared with the folded
+// merge). One block per (token, head).
 __global__ void __launch_bounds__(kMergeThreads) attention_span_merge_kernel(AttentionArgs a) {
   extern __shared__ __align__(16) unsigned char sm[];
-  const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim, tid = threadIdx.x, lane = tid & 31;
-  const int batch = merge_batch_spans(hd);
-  float* a_s = reinterpret_cast<float*>(sm);  // [batch][hd] partial A
-  float* m_s = a_s + batch * hd;              // [batch] partial max
-  float* l_s = m_s + batch;                   // [batch] partial sum
-  float* sa_s = l_s + batch;                  // [batch] fold scales
-  float* sb_s = sa_s + batch;
-  const DevicePlan& P = a.plan;
-  const int n_spans = P.positions[t] / kAttnSpanTokens + 1;
-  const int64_t first = int64_t{P.token_partial_begin[t]};
-  const int64_t rec_stride = int64_t{a.n_heads} * (hd + 2);
-  pdl_enter();
-  float carry = -INFINITY;  // warp 0: the running max after the spans of earlier batches
-  float L = 0.0f;
-  float A[kMergePerThread];
-#pragma unroll
-  for (int k = 0; k < kMergePerThread; ++k) A[k] = 0.0f;
-  for (int s0 = 0; s0 < n_spans; s0 += batch) {
-    const int nb = min(batch, n_spans - s0);
-    const float* rec0 = a.partials + ((first + s0) * a.n_heads + h) * (hd + 2);
-    const int half = hd / 2;  // hd + 2 is even, so every record's A starts 8-byte aligned
-    for (int i = tid; i < nb * half; i += kMergeThreads) {
-      const int s = i / half, e = (i - s * half) * 2;
-      cp_async8(a_s + s * hd + e, rec0 + s * rec_stride + 2 + e);
-    }
-    cp_async_commit();
-    for (int s = tid; s < nb; s += kMergeThreads) {
-      m_s[s] = rec0[s * rec_stride];
-      l_s[s] = rec0[s * rec_stride + 1];
-    }
-    __syncthreads();
-    if (tid < 32) {  // warp 0: running maxima (prefix max over the lanes' runs), then fold scales
-      const int per = (nb + 31) / 32, sbeg = min(nb, lane * per), send = min(nb, sbeg + per);
-      float local = -INFINITY;
-      for (int s = sbeg; s < send; ++s) local = fmaxf(local, m_s[s]);
-      float incl = local;
-      for (int off = 1; off < 32; off <<= 1) {
-        const float o = __shfl_up_sync(kFullMask, incl, off);
-        if (lane >= off) incl = fmaxf(incl, o);
-      }
-      const float excl = __shfl_up_sync(kFullMask, incl, 1);
-      float run = fmaxf(carry, lane == 0 ? -INFINITY : excl);  // the max before span sbeg
-      for (int s = sbeg; s < send; ++s) {
-        const float m = m_s[s];
-        if (m == -INFINITY) continue;  // an empty span is skipped by the fold
-        const float m_new = fmaxf(run, m);
-        sa_s[s] = __expf(__fsub_rn(run, m_new));
-        sb_s[s] = __expf(__fsub_rn(m, m_new));
-        run = m_new;
-      }
-      carry = fmaxf(carry, __shfl_sync(kFullMask, incl, 31));
-    }
-    cp_async_wait<0>();
-    __syncthreads();
-    for (int s = 0; s < nb; ++s) {
-      if (m_s[s] == -INFINITY) continue;
-      const attn::FoldScales f{sa_s[s], sb_s[s]};
-      L = __fadd_rn(__fmul_rn(L, f.sa), __fmul_rn(l_s[s], f.sb));
-#pragma unroll
-      for (int k = 0; k < kMergePerThread; ++k) {
-        const int d = tid + k * kMergeThreads;
-        if (d < hd) A[k] = attn::fold_acc(A[k], a_s[s * hd + d], f);
-      }
-    }
-    __syncthreads();  // the batch's shared memory is free
-  }
-#pragma unroll
-  for (int k = 0; k < kMergePerThread; ++k) {
-    const int d = tid + k * kMergeThreads;
-    if (d < hd) a.out[t * a.out_stride + int64_t{h} * hd + d] = __fdiv_rn(A[k], L);
-  }
+  span_merge::merge_token_head<kMergeThreads, kMergePerThread, false, true>(
+      a, blockIdx.x, blockIdx.y, reinterpret_cast<float*>(sm), span_merge::batch_spans(a.head_dim));
 }
 
 template <typename T, int kStages>
@@ -260,6 +194,7 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
   } else {
     launch_span<float>(a, env, grid, span_smem(a, sh, a.kv_stages).total);
   }
+  if (a.fold_merge) return;  // the span blocks merged (attention_span_merge.cuh)
   launch_kernel(env, attention_span_merge_kernel,
                 dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads,
                 merge_smem_bytes(a.head_dim), a);

@@ -26,6 +26,34 @@ __host__ __device__ inline SpanShape span_shape_of(const AttentionArgs& a) {
   return s;
 }
 
+// A span block's work item: split item blockIdx.x is span `span` of tile `tile`, tokens
+// [t0, t0 + nt); n_tile_spans (with fold_merge only, else 0) is the tile's span count. A plan of
+// one tile (one sequence's tokens: a decode, a verify) has items (0, 0), (0, 1), ... and its tile
+// is every token, so its blocks skip the work-list loads: those were the first links of a chain
+// of dependent loads (item -> tile -> positions and block table -> block ids) that runs ahead of
+// the PDL wait, and that a short previous kernel (the rope) does not cover.
+struct SpanItem {
+  int tile, span, t0, nt, n_tile_spans;
+};
+__device__ __forceinline__ SpanItem span_item_of(const AttentionArgs& a) {
+  const DevicePlan& P = a.plan;
+  SpanItem it;
+  if (P.n_tiles == 1) {
+    it.tile = 0;
+    it.span = blockIdx.x;
+    it.t0 = 0;
+    it.nt = P.n_tokens;
+    it.n_tile_spans = a.fold_merge ? P.n_split_items : 0;
+  } else {
+    it.tile = P.split_tile[blockIdx.x];
+    it.span = P.split_span[blockIdx.x];
+    it.t0 = P.tile_token_begin[it.tile];
+    it.nt = P.tile_n_tokens[it.tile];
+    it.n_tile_spans = a.fold_merge ? P.tile_n_spans[it.tile] : 0;
+  }
+  return it;
+}
+
 // Shared memory of one block, in bytes: floats, then ints, then the K/V stages. A kernel that
 // computes chunks_per_step chunks between two barriers keeps that many chunks' scores and
 // statistics (per chunk: max, sum and the two fold scales; plus the span's max and sum).
@@ -41,8 +69,9 @@ __host__ __device__ inline SpanSmem span_smem(const AttentionArgs& a, const Span
   l.span_a = l.q + 4 * nq * hd;                      // [nq][hd] running span A
   l.p = l.span_a + 4 * nq * hd;                      // [nq][cps * C] scores, then probabilities
   l.stats = l.p + 4 * nq * cps * kAttnChunkTokens;   // [4 cps + 2][nq] statistics, fold scales
-  l.tok = l.stats + 4 * (4 * cps + 2) * nq;          // [2][kAttnTileTokens] positions, first positions
-  l.slots = l.tok + 4 * 2 * kAttnTileTokens;         // [kAttnSpanTokens] cache slot of each span row
+  l.tok = l.stats + 4 * (4 * cps + 2) * nq;          // [3][kAttnTileTokens] positions, first positions,
+                                                     // first partial slots
+  l.slots = l.tok + 4 * 3 * kAttnTileTokens;         // [kAttnSpanTokens] cache slot of each span row
   l.kv = (l.slots + 4 * kAttnSpanTokens + 15) / 16 * 16;  // [stages][K, V][C][hd]
   l.total = l.kv + static_cast<size_t>(stages) * 2 * kAttnChunkTokens * hd * elem;
   return l;

@@ -28,6 +28,7 @@
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_chunk.cuh"
 #include "backends/cuda/attention_span.cuh"
+#include "backends/cuda/attention_span_merge.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/launch.cuh"
@@ -255,11 +256,12 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
   const SpanShape sh = span_shape_of(a);
   const DevicePlan& P = a.plan;
   const int tid = threadIdx.x, hd = a.head_dim;
-  const int tile = P.split_tile[blockIdx.x], span = P.split_span[blockIdx.x];
+  const SpanItem it = span_item_of(a);
+  const int tile = it.tile, span = it.span;
   const int g = blockIdx.y / sh.n_slices, slice = blockIdx.y % sh.n_slices;
   const int h0 = g * sh.group + slice * sh.hpb;
   const int nh = min(sh.hpb, sh.group - slice * sh.hpb);
-  const int t0 = P.tile_token_begin[tile], nt = P.tile_n_tokens[tile];
+  const int t0 = it.t0, nt = it.nt, n_tile_spans = it.n_tile_spans;
   const int nq = nt * nh;
 
   const SpanSmem L = span_smem(a, sh, kStages, kPair);
@@ -270,6 +272,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
   const int na = sh.nq_alloc;
   int* tok_pos = reinterpret_cast<int*>(sm + L.tok);
   int* tok_first = tok_pos + kAttnTileTokens;
+  int* tok_partial = tok_first + kAttnTileTokens;  // the folded merge's partial_begin of each token
   int* slots = reinterpret_cast<int*>(sm + L.slots);
   T* kv_s = reinterpret_cast<T*>(sm + L.kv);
   PairQueries Q;
@@ -284,6 +287,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
     const int pos = P.positions[t0 + tid];
     tok_pos[tid] = pos;
     tok_first[tid] = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
+    if (n_tile_spans > 1) tok_partial[tid] = P.token_partial_begin[t0 + tid];
   }
   const int32_t* blocks = P.block_ids + P.block_offsets[P.seq_index[t0]];
   __syncthreads();
@@ -336,7 +340,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
   }
   const attn::Queries out{nq,      nh,      hd,      Q.seg_lanes, q_s,      p_s,      Q.m_c,     Q.l_c,
                           Q.span_m, Q.span_l, span_a, Q.sa,       Q.sb,     tok_pos,  tok_first};
-  attn::store_span_partial<kThreads>(out, a, t0, h0, span);
+  span_merge::finish_span<kThreads>(out, a, tile, n_tile_spans, tok_partial, t0, nt, h0, nh, span, sm + L.kv,
+                                    L.total - L.kv);
 }
 
 template <typename T, int kStages>

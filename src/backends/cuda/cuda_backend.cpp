@@ -133,6 +133,22 @@ int attention_span_stages() {
   return n >= 1 && n <= 4 ? n : 3;
 }
 
+// The folded span merge (attention_span_merge.cuh): the option wins when set (0 never, 1 where
+// faster, 2 always), else TERN_CUDA_ATTN_FOLD_MERGE (same values), else 1.
+// TERN_CUDA_ATTN_FOLD_MAX_SPANS sets the most spans per tile that mode 1 folds (default 1: on the
+// H200 the folded merge of several spans measured slower than the merge kernel, bench/RESULTS.md).
+int attention_fold_merge(const CudaBackendOptions& options) {
+  if (options.attention_fold_merge >= 0) return options.attention_fold_merge;
+  const char* env = std::getenv("TERN_CUDA_ATTN_FOLD_MERGE");
+  if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "2") == 0)) return std::atoi(env);
+  return 1;
+}
+int attention_fold_max_spans() {
+  const char* env = std::getenv("TERN_CUDA_ATTN_FOLD_MAX_SPANS");
+  const int n = env != nullptr ? std::atoi(env) : 0;
+  return n >= 1 ? n : 1;
+}
+
 // True when the float rows [a + r * a_stride, + a_cols) and [b + r * b_stride, + b_cols),
 // r < rows, lie in address ranges that do not overlap.
 bool disjoint_rows(const float* a, int64_t a_stride, int64_t a_cols, const float* b, int64_t b_stride, int64_t b_cols,
@@ -165,7 +181,9 @@ class CudaBackend final : public Backend {
         attention_row_copy_(use_attention_row_copy()),
         attention_tc_variant_(attention_tc_variant()),
         attention_span_(attention_span_kernel(options)),
-        attention_span_stages_(attention_span_stages()) {
+        attention_span_stages_(attention_span_stages()),
+        attention_fold_merge_(attention_fold_merge(options)),
+        attention_fold_max_spans_(attention_fold_max_spans()) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
   }
   ~CudaBackend() override {
@@ -173,6 +191,7 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(stream_);
     plan_dev_.reset();
     partials_.reset();
+    merge_counters_.reset();
     tc_x16_.reset();
     tc_w16_.reset();
     tc_gemm_.reset();
@@ -187,6 +206,7 @@ class CudaBackend final : public Backend {
     CudaBackendStats s = queue_->stats();
     s.tc_matmuls = tc_matmuls_;
     s.tc_attentions = tc_attentions_;
+    s.folded_merges = folded_merges_;
     s.fused_kv_writes = fused_kv_writes_;
     s.gemv_path = static_cast<int>(gemv_path_);
     return s;
@@ -498,6 +518,7 @@ class CudaBackend final : public Backend {
         partials_ = alloc(std::max({need, 2 * (partials_ ? partials_->bytes() : 0), size_t{1} << 20}));
       }
       a.partials = static_cast<float*>(partials_->data());
+      if (a.span_kernel > 0 && fold_merge(a)) plan_fold_merge(a);
     }
     AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
     std::memcpy(&rec, &a, sizeof(a));
@@ -604,6 +625,31 @@ class CudaBackend final : public Backend {
     a.cols = x.cols;
   }
 
+  // Whether the span blocks merge their own partials (attention_span_merge.cuh) or the merge
+  // kernel does: same bits, so the choice may follow the batch. One span per tile: the block
+  // merges straight from shared memory, no counter, no round trip (H200, 8B shape at ctx 64:
+  // 10.1 -> 8.3 us/layer). Several spans: the counter, the fences and the reload put ~3 round
+  // trips behind the last block, which measured slower than the merge kernel's PDL hand-off
+  // (ctx 1k: 23.0 -> 25.0 us/layer), so mode 1 leaves those to the merge kernel unless
+  // TERN_CUDA_ATTN_FOLD_MAX_SPANS raises the limit (and then only for few queries per block).
+  bool fold_merge(const AttentionArgs& a) const {
+    if (attention_fold_merge_ == 0) return false;
+    if (attention_fold_merge_ == 2 || layout_.max_tile_spans == 1) return true;
+    return layout_.max_tile_spans <= attention_fold_max_spans_ && layout_.max_tile_tokens * a.heads_per_block <= 8;
+  }
+  void plan_fold_merge(AttentionArgs& a) {
+    const int group = a.n_heads / a.n_kv_heads;
+    const int n_slices = (group + a.heads_per_block - 1) / a.heads_per_block;
+    const size_t need = sizeof(int) * static_cast<size_t>(plan_.n_tiles) * a.n_kv_heads * n_slices;
+    // Zero-filled on allocation; every launch leaves its counters at zero again.
+    if (merge_counters_ == nullptr || merge_counters_->bytes() < need) {
+      merge_counters_ = alloc(std::max({need, 2 * (merge_counters_ ? merge_counters_->bytes() : 0), size_t{4096}}));
+    }
+    a.fold_merge = 1;
+    a.merge_counters = static_cast<int*>(merge_counters_->data());
+    ++folded_merges_;
+  }
+
   void fill_attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, const Tensor& out,
                       AttentionArgs& a) const {
     const size_t elem = kv.k.dtype == DType::F16 ? 2 : 4;
@@ -641,6 +687,7 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> plan_words_;
   PinnedBuffer plan_staging_, host_staging_;
   std::unique_ptr<Buffer> plan_dev_, partials_;
+  std::unique_ptr<Buffer> merge_counters_;  // the folded span merge's counters (attention_span_merge.cuh)
   std::unique_ptr<TcGemm> tc_gemm_;          // set when the tensor-core prefill is on
   std::unique_ptr<Buffer> tc_x16_, tc_w16_;  // its bf16 activations and weight tile (matmul_tc.h)
   int64_t tc_matmuls_ = 0;
@@ -652,6 +699,9 @@ class CudaBackend final : public Backend {
   int attention_tc_variant_ = 0;     // TERN_CUDA_ATTN_TC_VARIANT (attention_tc.h)
   int attention_span_ = 1;           // split-mode kernel: 0 chunk, 1 span, 2 two-chunk span
   int attention_span_stages_ = 3;    // TERN_CUDA_ATTN_SPAN_STAGES
+  int attention_fold_merge_ = 1;     // 0 never, 1 where faster, 2 always (attention_fold_merge)
+  int attention_fold_max_spans_ = 1;
+  int64_t folded_merges_ = 0;
   PackedPlanLayout layout_;
   DevicePlan plan_{};
   bool have_plan_ = false;

@@ -66,6 +66,11 @@ struct CudaBackendOptions {
   // Split-mode attention kernel, same bits for all (attention.h): 0 = chunk kernel, 1 = span
   // kernel, 2 = two-chunk span kernel; -1 = TERN_CUDA_ATTN_SPAN or else 2.
   int attention_span_kernel = -1;
+  // Span kernels: the last span block of each tile merges the tile's partials itself instead of
+  // a separate merge kernel (attention_span_merge.cuh; same bits). 0 = never, 1 = where measured
+  // faster (tiles of one span: contexts up to 256), 2 = always (tests, A/B);
+  // -1 = TERN_CUDA_ATTN_FOLD_MERGE (0 / 1 / 2) or else 1.
+  int attention_fold_merge = -1;
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).
@@ -82,6 +87,7 @@ struct CudaBackendStats {
   int64_t graphs_built = 0;      // graphs captured and instantiated (or updated)
   int64_t tc_matmuls = 0;        // products recorded for the tensor-core prefill path
   int64_t tc_attentions = 0;     // attention ops recorded for the tensor-core prefill kernel
+  int64_t folded_merges = 0;     // split attention ops whose span blocks merged (no merge kernel)
   int64_t fused_kv_writes = 0;   // kv_write ops that joined the preceding rope's launch
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
                                  // 0 default, 1 legacy, 2 multi-row / split-row)

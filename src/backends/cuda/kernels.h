@@ -201,6 +201,8 @@ struct AttentionArgs {
   int row_copy;     // 1: one block-table lookup per K/V row (TERN_CUDA_ATTN_ROW_COPY=1)
   int span_kernel;  // split mode: 1: the span kernel and its merge (attention.h), 0: the chunk kernel
   int heads_per_block;  // span kernel: q heads of a GQA group per block (plan_attention_span)
+  int fold_merge;       // span kernels: 1: the last span block of a tile merges it, no merge kernel
+  int* merge_counters;  // with fold_merge: [n_tiles][gridDim.y] zero between launches
   int tc_variant;       // tensor-core kernel: block shape (attention_tc.h; TERN_CUDA_ATTN_TC_VARIANT)
   float* partials;  // split mode: [n_partials, n_heads, head_dim + 2]
   DevicePlan plan;
