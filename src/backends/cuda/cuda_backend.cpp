@@ -9,11 +9,13 @@
 #include <new>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_tc.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_plan.h"
+#include "backends/cuda/gemv.h"
 #include "backends/cuda/host_staging.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kv_transfer.h"
@@ -72,6 +74,19 @@ bool use_tc_attention(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_TC_ATTENTION");
   if (env != nullptr && *env) return std::strcmp(env, "0") != 0;
   return options.tc_attention;
+}
+
+// GEMV fusion (CudaBackendOptions::fuse_gemv, fuse_swiglu): TERN_CUDA_FUSE=0 turns it off,
+// =swiglu / =noswiglu turn the SwiGLU prologue on / off.
+bool use_gemv_fusion(const CudaBackendOptions& options) {
+  const char* env = std::getenv("TERN_CUDA_FUSE");
+  return options.fuse_gemv && !(env != nullptr && std::strcmp(env, "0") == 0);
+}
+bool use_swiglu_fusion(const CudaBackendOptions& options) {
+  const char* env = std::getenv("TERN_CUDA_FUSE");
+  if (env != nullptr && std::strcmp(env, "swiglu") == 0) return true;
+  if (env != nullptr && std::strcmp(env, "noswiglu") == 0) return false;
+  return options.fuse_swiglu;
 }
 
 // Attention K/V copies with one block-table lookup per row (attention.cu issue_chunk_rows,
@@ -160,6 +175,21 @@ bool disjoint_rows(const float* a, int64_t a_stride, int64_t a_cols, const float
   return end_a <= begin_b || end_b <= begin_a;
 }
 
+// Rows of floats a fused GEMV launch reads or writes (kernels.h GemvFusion), for the peephole's
+// no-overlap checks.
+struct FloatRows {
+  const float* p;
+  int64_t stride, cols, rows;
+};
+// True when the address ranges the two cover do not overlap.
+bool disjoint(const FloatRows& a, const FloatRows& b) {
+  if (a.rows == 0 || b.rows == 0) return true;
+  const auto begin_a = reinterpret_cast<uintptr_t>(a.p), begin_b = reinterpret_cast<uintptr_t>(b.p);
+  const uintptr_t end_a = begin_a + sizeof(float) * static_cast<uintptr_t>((a.rows - 1) * a.stride + a.cols);
+  const uintptr_t end_b = begin_b + sizeof(float) * static_cast<uintptr_t>((b.rows - 1) * b.stride + b.cols);
+  return end_a <= begin_b || end_b <= begin_a;
+}
+
 bool is_device(const Tensor& t) { return t.device == Device::kCuda; }
 int64_t f32_stride(const Tensor& t) { return static_cast<int64_t>(t.row_stride / sizeof(float)); }
 
@@ -183,8 +213,11 @@ class CudaBackend final : public Backend {
         attention_span_(attention_span_kernel(options)),
         attention_span_stages_(attention_span_stages()),
         attention_fold_merge_(attention_fold_merge(options)),
-        attention_fold_max_spans_(attention_fold_max_spans()) {
+        attention_fold_max_spans_(attention_fold_max_spans()),
+        fuse_gemv_(use_gemv_fusion(options) && gemv_path_ == GemvPath::kAuto),
+        fuse_swiglu_(fuse_gemv_ && use_swiglu_fusion(options)) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
+    if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
   }
   ~CudaBackend() override {
     queue_->flush();
@@ -192,6 +225,7 @@ class CudaBackend final : public Backend {
     plan_dev_.reset();
     partials_.reset();
     merge_counters_.reset();
+    fusion_counter_.reset();
     tc_x16_.reset();
     tc_w16_.reset();
     tc_gemm_.reset();
@@ -207,6 +241,7 @@ class CudaBackend final : public Backend {
     s.tc_matmuls = tc_matmuls_;
     s.tc_attentions = tc_attentions_;
     s.folded_merges = folded_merges_;
+    s.gemv_fusions = gemv_fusions_;
     s.fused_kv_writes = fused_kv_writes_;
     s.gemv_path = static_cast<int>(gemv_path_);
     return s;
@@ -368,15 +403,21 @@ class CudaBackend final : public Backend {
     // separate launches give the same bits.
     if (MatmulArgs* prev = queue_->last_if<MatmulArgs>(OpKind::kMatmul); prev != nullptr &&
         prev->n_mats < kMaxFusedMatmuls && prev->dtype == w.dtype && prev->cols == w.cols && prev->x == x.f32() &&
-        prev->n == x.rows && aligned16(prev->w[0], prev->w_stride_bytes[0]) == aligned16(w.data, w.row_stride)) {
+        prev->n == x.rows && aligned16(prev->w[0], prev->w_stride_bytes[0]) == aligned16(w.data, w.row_stride) &&
+        prev->fuse.residual == nullptr) {
       bool distinct = true;
       for (int m = 0; m < prev->n_mats; ++m) distinct = distinct && prev->y[m] != out.f32();
+      // A fused prologue's inputs must stay untouched while the launch's blocks read them.
+      distinct = distinct && prologue_untouched(*prev, out_rows(out, x.rows));
       if (distinct) {
         add_matrix(*prev, w, out);
         return;
       }
     }
+    GemvFusion fuse{};
+    if (fuse_gemv_) fuse = take_prologue(w, x, out);
     MatmulArgs& a = queue_->push<MatmulArgs>(OpKind::kMatmul);
+    a.fuse = fuse;
     a.dtype = w.dtype;
     a.cols = w.cols;
     a.x = x.f32();
@@ -611,8 +652,116 @@ class CudaBackend final : public Backend {
     ++tc_matmuls_;
   }
 
+  // --- GEMV fusion (kernels.h GemvFusion) -----------------------------------------------------
+
+  static FloatRows out_rows(const Tensor& out, int64_t n) { return {out.f32(), out.cols, out.cols, n}; }
+  static FloatRows x_rows(const MatmulArgs& a) { return {a.x, a.cols, a.cols, a.n}; }
+  static std::vector<FloatRows> prologue_reads(const GemvFusion& f, int64_t n, int64_t cols) {
+    if (f.prologue == GemvPrologue::kRmsNorm) return {{f.src, f.src_stride, cols, n}, {f.src2, cols, cols, 1}};
+    if (f.prologue == GemvPrologue::kSwiglu) return {{f.src, f.src_stride, cols, n}, {f.src2, f.src2_stride, cols, n}};
+    return {};
+  }
+  // True when `rows`, written by a launch, overlaps neither the prologue's inputs nor x.
+  static bool prologue_untouched(const MatmulArgs& a, const FloatRows& rows) {
+    if (a.fuse.prologue == GemvPrologue::kNone) return true;
+    if (!disjoint(rows, x_rows(a))) return false;
+    for (const FloatRows& r : prologue_reads(a.fuse, a.n, a.cols)) {
+      if (!disjoint(rows, r)) return false;
+    }
+    return true;
+  }
+
+  // The prologue of a new product of x: the RMSNorm or SwiGLU record right before it that
+  // produced x (popped), or the RMSNorm that the previous product of the same x carried (q/k/v
+  // split into two launches by weight type). Only where the launch reads nothing the op writes
+  // except x itself, and its output y touches none of the op's inputs.
+  GemvFusion take_prologue(const Tensor& w, const Tensor& x, const Tensor& out) {
+    GemvFusion f{};
+    const int64_t n = x.rows, cols = w.cols;
+    const FloatRows xr{x.f32(), cols, cols, n}, yr = out_rows(out, n);
+    if (x.cols != cols || f32_stride(x) != cols || !disjoint(xr, yr)) return f;
+    if (const RmsNormArgs* norm = queue_->last_if<RmsNormArgs>(OpKind::kRmsNorm);
+        norm != nullptr && norm->add_a == nullptr && norm->out == x.f32() && norm->out_stride == cols &&
+        norm->rows == n && norm->cols == cols) {
+      const FloatRows src{norm->x, norm->x_stride, cols, n}, weight{norm->w, cols, cols, 1};
+      if (disjoint(src, xr) && disjoint(weight, xr) && disjoint(src, yr) && disjoint(weight, yr)) {
+        f.prologue = GemvPrologue::kRmsNorm;
+        f.write_x = 1;
+        f.src = norm->x;
+        f.src_stride = norm->x_stride;
+        f.src2 = norm->w;
+        f.eps = norm->eps;
+        queue_->pop();
+        ++gemv_fusions_;
+      }
+      return f;
+    }
+    if (const ElementwiseArgs* sw = queue_->last_if<ElementwiseArgs>(OpKind::kElementwise);
+        fuse_swiglu_ && sw != nullptr && sw->op == ElementwiseOp::kSwiglu && sw->out == x.f32() && sw->out_stride == cols &&
+        sw->rows == n && sw->cols == cols && n <= kGemvMaxXRows) {
+      // The output may be the gate or up itself (in place): the launch stores it after every
+      // block has read its inputs (gemv_fusion.cuh fused_store_after_readers).
+      const FloatRows gate{sw->a, sw->a_stride, cols, n}, up{sw->b, sw->b_stride, cols, n};
+      const bool gate_ok = (sw->a == sw->out && sw->a_stride == cols) || disjoint(gate, xr);
+      const bool up_ok = (sw->b == sw->out && sw->b_stride == cols) || disjoint(up, xr);
+      if (gate_ok && up_ok && disjoint(gate, yr) && disjoint(up, yr)) {
+        f.prologue = GemvPrologue::kSwiglu;
+        f.write_x = 1;
+        f.src = sw->a;
+        f.src_stride = sw->a_stride;
+        f.src2 = sw->b;
+        f.src2_stride = sw->b_stride;
+        f.done_blocks = static_cast<int*>(fusion_counter_->data());
+        queue_->pop();
+        ++gemv_fusions_;
+      }
+      return f;
+    }
+    if (const MatmulArgs* prev = queue_->last_if<MatmulArgs>(OpKind::kMatmul);
+        prev != nullptr && prev->fuse.prologue == GemvPrologue::kRmsNorm && prev->x == x.f32() && prev->n == n &&
+        prev->cols == cols) {
+      // The previous launch completes before this one starts; its outputs must leave the norm's
+      // inputs as they were.
+      bool untouched = prologue_untouched(*prev, yr);
+      for (int m = 0; m < prev->n_mats; ++m) {
+        const FloatRows ym{prev->y[m], prev->rows[m], prev->rows[m], n};
+        for (const FloatRows& r : prologue_reads(prev->fuse, n, cols)) untouched = untouched && disjoint(ym, r);
+      }
+      if (untouched && prev->fuse.residual == nullptr) {
+        f = prev->fuse;
+        f.write_x = 0;  // the previous launch stored x
+        ++gemv_fusions_;
+      }
+    }
+    return f;
+  }
+
+  // add(x, y, x) or add(y, x, x) right after the product that wrote y (one matrix): the product's
+  // launch adds each output to x as it stores it (same rounding; addition commutes).
+  bool take_residual_add(const Tensor& a, const Tensor& b, const Tensor& out) {
+    MatmulArgs* prev = queue_->last_if<MatmulArgs>(OpKind::kMatmul);
+    if (prev == nullptr || prev->n_mats != 1 || prev->fuse.residual != nullptr || prev->n != out.rows ||
+        prev->rows[0] != out.cols || a.rows != out.rows || a.cols != out.cols) {
+      return false;
+    }
+    const int64_t n = prev->n, rows = prev->rows[0];
+    auto is_y = [&](const Tensor& t) { return t.f32() == prev->y[0] && f32_stride(t) == rows; };
+    auto is_out = [&](const Tensor& t) { return t.f32() == out.f32() && f32_stride(t) == f32_stride(out); };
+    if (!((is_y(b) && is_out(a)) || (is_y(a) && is_out(b)))) return false;
+    const FloatRows res{out.f32(), f32_stride(out), rows, n};
+    if (!disjoint(res, {prev->y[0], rows, rows, n}) || !disjoint(res, x_rows(*prev)) ||
+        !prologue_untouched(*prev, res)) {
+      return false;
+    }
+    prev->fuse.residual = out.f32();
+    prev->fuse.residual_stride = f32_stride(out);
+    ++gemv_fusions_;
+    return true;
+  }
+
   void elementwise(ElementwiseOp op, const Tensor& x, const Tensor& y, const Tensor& out) {
     TERN_CHECK_MSG(is_device(x) && is_device(y) && is_device(out), "elementwise op: tensors must be on the CUDA device");
+    if (fuse_gemv_ && op == ElementwiseOp::kAdd && take_residual_add(x, y, out)) return;
     ElementwiseArgs& a = queue_->push<ElementwiseArgs>(OpKind::kElementwise);
     a.op = op;
     a.a = x.f32();
@@ -702,6 +851,10 @@ class CudaBackend final : public Backend {
   int attention_fold_merge_ = 1;     // 0 never, 1 where faster, 2 always (attention_fold_merge)
   int attention_fold_max_spans_ = 1;
   int64_t folded_merges_ = 0;
+  bool fuse_gemv_ = false;           // CudaBackendOptions::fuse_gemv on GemvPath::kAuto
+  bool fuse_swiglu_ = false;         // and CudaBackendOptions::fuse_swiglu
+  std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks
+  int64_t gemv_fusions_ = 0;
   PackedPlanLayout layout_;
   DevicePlan plan_{};
   bool have_plan_ = false;

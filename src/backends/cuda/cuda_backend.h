@@ -71,6 +71,16 @@ struct CudaBackendOptions {
   // faster (tiles of one span: contexts up to 256), 2 = always (tests, A/B);
   // -1 = TERN_CUDA_ATTN_FOLD_MERGE (0 / 1 / 2) or else 1.
   int attention_fold_merge = -1;
+  // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; GemvPath kAuto only):
+  // an RMSNorm or SwiGLU producing its activations, and the residual add of its output. Same
+  // bits as the separate ops; false, or TERN_CUDA_FUSE=0, keeps them separate (A/B, tests).
+  // fuse_swiglu adds the SwiGLU prologue (n <= 4). Off by default: every block of the down
+  // projection then evaluates silu over the whole row (an exp and a division per element, 14336
+  // per block at 8B) and one block stores the result at the end, which cost more than the
+  // elementwise launch it saves (H200, 8B Q4_K_M decode: 299 tok/s without it, 280 with it,
+  // 269 unfused). TERN_CUDA_FUSE=swiglu turns it on, =noswiglu off.
+  bool fuse_gemv = true;
+  bool fuse_swiglu = false;
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).
@@ -89,6 +99,7 @@ struct CudaBackendStats {
   int64_t tc_attentions = 0;     // attention ops recorded for the tensor-core prefill kernel
   int64_t folded_merges = 0;     // split attention ops whose span blocks merged (no merge kernel)
   int64_t fused_kv_writes = 0;   // kv_write ops that joined the preceding rope's launch
+  int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
                                  // 0 default, 1 legacy, 2 multi-row / split-row)
 };

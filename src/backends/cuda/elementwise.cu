@@ -4,6 +4,7 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/dequant.cuh"
+#include "backends/cuda/gemv_fusion.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 
@@ -30,22 +31,11 @@ __global__ void embed_kernel(EmbedArgs a) {
 // Columns per thread that rms_norm keeps in registers (rows up to 32 * kThreads = 8192 wide).
 constexpr int kNormRegs = 32;
 
-// The tree of rms_norm's per-thread sums: warp butterflies, then the warps' sums in warp order.
-// Returns 1 / rms(x) to every thread.
+// The tree of rms_norm's per-thread sums (gemv_fusion.cuh, shared with the GEMVs' fused norm):
+// warp butterflies, then the warps' sums in warp order. Returns 1 / rms(x) to every thread.
 __device__ __forceinline__ float rms_inv(double sum, int64_t cols, float eps) {
-  __shared__ double warp_sums[kThreads / 32];
-  __shared__ float inv_shared;
-  sum = warp_sum_tree(sum);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = warp_sums[0];
-    for (int w = 1; w < kThreads / 32; ++w) total = __dadd_rn(total, warp_sums[w]);
-    const float mean = static_cast<float>(__ddiv_rn(total, static_cast<double>(cols)));
-    inv_shared = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-  }
-  __syncthreads();
-  return inv_shared;
+  const double part[1] = {sum};
+  return rms_inv_combine<kThreads>(part, cols, eps);
 }
 
 // One block per row. Sum of squares in double like the reference: each thread adds its strided
@@ -82,7 +72,7 @@ __global__ void rms_norm_kernel(RmsNormArgs a) {
 #pragma unroll
     for (int k = 0; k < kNormRegs; ++k) {
       const int64_t c = threadIdx.x + int64_t{k} * kThreads;
-      if (c < a.cols) out[c] = __fmul_rn(__fmul_rn(v[k], inv), a.w[c]);
+      if (c < a.cols) out[c] = rms_norm_value(v[k], inv, a.w[c]);
     }
     return;
   }
@@ -95,7 +85,7 @@ __global__ void rms_norm_kernel(RmsNormArgs a) {
     sum = __dadd_rn(sum, __dmul_rn(v, v));
   }
   const float inv = rms_inv(sum, a.cols, a.eps);
-  for (int64_t c = threadIdx.x; c < a.cols; c += kThreads) out[c] = __fmul_rn(__fmul_rn(x[c], inv), a.w[c]);
+  for (int64_t c = threadIdx.x; c < a.cols; c += kThreads) out[c] = rms_norm_value(x[c], inv, a.w[c]);
 }
 
 __global__ void elementwise_kernel(ElementwiseArgs a) {
@@ -112,11 +102,9 @@ __global__ void elementwise_kernel(ElementwiseArgs a) {
       case ElementwiseOp::kAddBias:
         y = __fadd_rn(x, a.b[c]);
         break;
-      default: {  // kSwiglu: silu(gate) * up, as g / (1 + exp(-g)) * u
-        const float u = a.b[r * a.b_stride + c];
-        y = __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, expf(-x))), u);
+      default:  // kSwiglu: silu(gate) * up, as g / (1 + exp(-g)) * u
+        y = swiglu_value(x, a.b[r * a.b_stride + c]);
         break;
-      }
     }
     a.out[r * a.out_stride + c] = y;
   }

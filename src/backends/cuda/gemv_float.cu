@@ -19,6 +19,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gemv.h"
 #include "backends/cuda/gemv_bulk.cuh"
+#include "backends/cuda/gemv_fusion.cuh"
 #include "backends/cuda/launch.cuh"
 
 namespace tern::cuda {
@@ -156,7 +157,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kTile == 1 ? 3 : 2) gemv_floa
       for (int j = 0; j < kTile; ++j) {
         if (j < nt) {  // uniform across the warp
           const float sum = warp_sum_tree(acc[j]);
-          if (lane == 0) row.y[(x0 + j) * row.rows + row.r] = sum;
+          if (lane == 0) {
+            row.y[(x0 + j) * row.rows + row.r] = sum;
+            fused_residual(a, x0 + j, row.r, sum);
+          }
         }
         acc[j] = 0.0f;
       }

@@ -25,6 +25,7 @@
 #include "backends/cuda/gemv_items.cuh"
 #include "backends/cuda/gemv_tile.cuh"
 #include "backends/cuda/launch.cuh"
+#include "core/check.h"
 
 namespace tern::cuda {
 namespace {
@@ -196,8 +197,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
     if constexpr (!kBulk) cp_async_commit();
   }
   pdl_enter();  // x is the previous kernel's output
-  quantize_tile(a, x0, nt, l, xq, xd, xs, xh);
+  if (a.fuse.prologue != GemvPrologue::kNone) {
+    quantize_tile_fused(a, x0, nt, l, xq, xd, xs, xh);
+  } else {
+    quantize_tile(a, x0, nt, l, xq, xd, xs, xh);
+  }
   __syncthreads();
+  if (a.fuse.prologue == GemvPrologue::kSwiglu && a.fuse.write_x != 0) fused_store_after_readers(a);
   if (n_rows == 0) return;
   const XTile x{xq, xd, xs, xh, l.row_pitch, l.unit_pitch};
 
@@ -242,7 +248,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
 #pragma unroll
       for (int j = 0; j < kTile; ++j) {
         const float acc = counter_close(stack[j], n_steps);
-        if (seg_lane == 0 && j < nt) row.y[(x0 + j) * row.rows + row.r] = acc;
+        if (seg_lane == 0 && j < nt) {
+          row.y[(x0 + j) * row.rows + row.r] = acc;
+          fused_residual(a, x0 + j, row.r, acc);
+        }
       }
     }
     advance(out);
@@ -278,7 +287,9 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
   if ((a.n + kGemvMaxXRows - 1) / kGemvMaxXRows > (int64_t{1} << 31) - 1) return false;
   const int cols = static_cast<int>(a.cols);
   // Eligibility is judged at the full tile so that it cannot depend on n (batch invariance).
-  if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>()).total > a.max_smem_bytes) return false;
+  // The fused prologue's static shared memory comes out of the same per-block budget.
+  const int smem_limit = a.max_smem_bytes - kFusionStaticSmemBytes;
+  if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>()).total > smem_limit) return false;
   if (a.gemv_path == static_cast<int32_t>(GemvPath::kLegacy)) {
     launch_instance<T, false, kGemvMaxXRows>(a, env, stages<T>(), 1, 2);
     return true;
@@ -289,16 +300,18 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
   const bool bulk = bulk_eligible<T>(a);
   int seg_rows = segment_rows<T>(a);
   // A segmented step is at most a full step, so it fits the stages sized for full steps.
-  if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>(), seg_rows).total > a.max_smem_bytes) seg_rows = 1;
+  if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>(), seg_rows).total > smem_limit) seg_rows = 1;
   int n_stages = stages<T>();
   if (bulk) {
     // As many stages as fit the per-warp byte budget, fewer where the full tile would not fit.
     const int pitch = smem_layout<T>(cols, 1, 2, seg_rows).stage_pitch;
     const int budget = a.stage_bytes_per_warp > 0 ? a.stage_bytes_per_warp : kDefaultStageBytesPerWarp;
     n_stages = std::clamp(budget / pitch, 2, kMaxStages);
-    while (n_stages > 2 && smem_layout<T>(cols, kGemvMaxXRows, n_stages, seg_rows).total > a.max_smem_bytes) --n_stages;
+    while (n_stages > 2 && smem_layout<T>(cols, kGemvMaxXRows, n_stages, seg_rows).total > smem_limit) --n_stages;
   }
-  if (a.gemv_path == static_cast<int32_t>(GemvPath::kRows) && gemv_rows_supports(a)) {
+  // The rows kernel has no fused prologue or epilogue (the backend fuses only on kAuto).
+  if (a.gemv_path == static_cast<int32_t>(GemvPath::kRows) && gemv_rows_supports(a) &&
+      a.fuse.prologue == GemvPrologue::kNone && a.fuse.residual == nullptr) {
     launch_gemv_rows(a, env);
     return true;
   }
@@ -314,8 +327,12 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
 
 template <DType T, bool kBulk, int kTile>
 void allow_smem_instance(int max_smem_bytes) {
+  cudaFuncAttributes attr{};
+  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_quant_kernel<T, kBulk, kTile>));
+  TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
+                 "gemv: static shared memory exceeds kFusionStaticSmemBytes");
   TERN_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<T, kBulk, kTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       max_smem_bytes));
+                                       max_smem_bytes - kFusionStaticSmemBytes));
 }
 
 template <DType T>

@@ -6,6 +6,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/gemv.h"
+#include "backends/cuda/gemv_fusion.cuh"
 #include "backends/cuda/gemv_items.cuh"
 
 namespace tern::cuda::gemv_tile {
@@ -118,6 +119,68 @@ __device__ __forceinline__ void quantize_tile(const MatmulArgs& a, int64_t x0, i
     xs[j * l.unit_pitch + u] = half_sum[0] + half_sum[1];
     xh[j * 2 * l.unit_pitch + 2 * u] = half_sum[0];
     xh[j * 2 * l.unit_pitch + 2 * u + 1] = half_sum[1];
+  }
+}
+
+// Static shared memory the fused prologue adds to a quantized GEMV kernel (the norm tree's warp
+// sums, 1 / rms per row, the SwiGLU store's flag), reserved out of the device's per-block limit
+// (gemv_quant.cu checks the kernels against it at init).
+constexpr int kFusionStaticSmemBytes = 256;
+
+// quantize_tile with a fused prologue (a.fuse, gemv_fusion.cuh): the tile is formed from the op's
+// inputs instead of read from a.x, and the blocks of row group 0 store an RMSNorm's output to
+// a.x. Two threads per unit, 16 elements each (a unit's halves, as xh splits it), meeting for
+// amax in one shuffle: the extra loads and arithmetic of the prologue would otherwise push the
+// kernel's single-row tiles past their 64-80 registers. The values, amax and int sums are those
+// quantize_tile forms from the stored activations, so the tile is the same bit for bit.
+__device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t x0, int nt, const SmemLayout& l,
+                                                    uint8_t* xq, float* xd, int* xs, int* xh) {
+  __shared__ float row_inv[kGemvMaxXRows];  // RMSNorm: 1 / rms per activation row
+  if (a.fuse.prologue == GemvPrologue::kRmsNorm) fused_rms_inv_rows<kGemvWarps * 32>(a, x0, nt, row_inv);
+  const int cols = static_cast<int>(a.cols), n_units = cols / 32;
+  const bool store = a.fuse.write_x != 0 && a.fuse.prologue == GemvPrologue::kRmsNorm && blockIdx.y == 0;
+  const int lane = threadIdx.x & 31, total = 2 * nt * n_units;
+  // i - lane is uniform across the warp, so whole warps take part in the shuffle.
+  for (int i = threadIdx.x; i - lane < total; i += blockDim.x) {
+    const bool active = i < total;
+    const int half = i & 1, unit = active ? i >> 1 : 0;
+    const int j = unit / n_units, u = unit % n_units;
+    float v[16];
+    if (active) {
+      fused_x16(a, x0 + j, int64_t{u} * 32 + 16 * half, row_inv[j < kGemvMaxXRows ? j : 0], store, v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 16; ++k) v[k] = 0.0f;
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) amax = fmaxf(amax, fabsf(v[k]));
+    amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, 1));
+    const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    uint32_t packed[4];
+    int half_sum = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint32_t w = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int q = __float2int_rn(__fmul_rn(v[4 * k + b], inv));
+        half_sum += q;
+        w |= (static_cast<uint32_t>(q) & 0xffu) << (8 * b);
+      }
+      packed[k] = w;
+    }
+    const int other_sum = __shfl_xor_sync(kFullMask, half_sum, 1);
+    if (active) {
+      uint4* dst = reinterpret_cast<uint4*>(xq + j * l.row_pitch + (u / kItemUnits) * kGroupPitch +
+                                            (u % kItemUnits) * 32);
+      dst[half] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      xh[j * 2 * l.unit_pitch + 2 * u + half] = half_sum;
+      if (half == 0) {
+        xd[j * l.unit_pitch + u] = __fdiv_rn(amax, 127.0f);
+        xs[j * l.unit_pitch + u] = half_sum + other_sum;
+      }
+    }
   }
 }
 

@@ -157,6 +157,27 @@ enum class GemvPath : int32_t {
                 // step, rows split over warps, balanced grid (TERN_CUDA_GEMV=rows)
 };
 
+// Ops fused into a GEMV launch (cuda_backend.cpp's peephole; gemv_fusion.cuh has the shared
+// arithmetic, so fused and separate launches give the same bits). A prologue forms the product's
+// activations x itself instead of reading them: kRmsNorm x = rms_norm(src rows, weight src2),
+// kSwiglu x = swiglu(gate src, up src2). The residual epilogue adds each output to residual (the
+// add that followed the product). Kernels without a prologue of their own run the op's kernel
+// first (matmul.cu), so every GEMV path accepts a fused record.
+enum class GemvPrologue : int32_t { kNone = 0, kRmsNorm = 1, kSwiglu = 2 };
+struct GemvFusion {
+  GemvPrologue prologue;
+  int32_t write_x;     // 1: the launch also stores the activations it forms into MatmulArgs::x
+  const float* src;    // kRmsNorm: the norm's input rows [n, cols]; kSwiglu: gate rows
+  int64_t src_stride;
+  const float* src2;   // kRmsNorm: the norm weight [cols]; kSwiglu: up rows
+  int64_t src2_stride;
+  float eps;           // kRmsNorm
+  int32_t unused;
+  int* done_blocks;    // kSwiglu with write_x: the backend's block counter (zero between launches)
+  float* residual;     // epilogue (n_mats == 1): residual[i * residual_stride + r] += y[i, r]
+  int64_t residual_stride;
+};
+
 // y_m[n, rows_m] = x[n, cols] @ w_m^T for m < n_mats: up to three weights of one dtype and
 // width applied to the same activations (q/k/v, gate/up) in one launch. Weights in GGUF layout
 // (rows of w_stride_bytes); x, y contiguous. The rows of all matrices form one index space.
@@ -176,6 +197,7 @@ struct MatmulArgs {
   size_t w_stride_bytes[kMaxFusedMatmuls];
   int64_t rows[kMaxFusedMatmuls];
   float* y[kMaxFusedMatmuls];  // [n, rows_m]
+  GemvFusion fuse;             // all zero: a plain product
 
   TERN_HOST_DEVICE int64_t total_rows() const { return rows[0] + (n_mats > 1 ? rows[1] : 0) + (n_mats > 2 ? rows[2] : 0); }
 };

@@ -4,6 +4,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/gemv.h"
+#include "backends/cuda/gemv_fusion.cuh"
 #include "backends/cuda/launch.cuh"
 #include "core/check.h"
 
@@ -71,7 +72,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_float_kernel(MatmulArgs 
 #pragma unroll
   for (int j = 0; j < kGemvMaxXRows; ++j) {
     const float sum = warp_sum_tree(acc[j]);
-    if (lane == 0 && j < nt) row.y[(x0 + j) * row.rows + row.r] = sum;
+    if (lane == 0 && j < nt) {
+      row.y[(x0 + j) * row.rows + row.r] = sum;
+      fused_residual(a, x0 + j, row.r, sum);
+    }
   }
 }
 
@@ -97,7 +101,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_generic_kernel(MatmulArg
 #pragma unroll
   for (int j = 0; j < kGemvMaxXRows; ++j) {
     const float sum = warp_sum_tree(acc[j]);
-    if (lane == 0 && j < nt) row.y[(x0 + j) * row.rows + row.r] = sum;
+    if (lane == 0 && j < nt) {
+      row.y[(x0 + j) * row.rows + row.r] = sum;
+      fused_residual(a, x0 + j, row.r, sum);
+    }
   }
 }
 
@@ -119,15 +126,52 @@ bool float_bulk_measured_faster(const MatmulArgs& a) {
   return a.gemv_path != static_cast<int32_t>(GemvPath::kLegacy) && a.n == 1 && a.cols <= 4096;
 }
 
+// A fused prologue for the kernels below, which have none of their own: the op's kernel runs
+// first and stores x (a carried RMSNorm, write_x == 0, finds x stored by the launch before).
+void launch_prologue_op(const MatmulArgs& a, const LaunchEnv& env) {
+  const GemvFusion& f = a.fuse;
+  if (f.write_x == 0) return;
+  if (f.prologue == GemvPrologue::kRmsNorm) {
+    RmsNormArgs n{};
+    n.x = const_cast<float*>(f.src);
+    n.x_stride = f.src_stride;
+    n.w = f.src2;
+    n.out = const_cast<float*>(a.x);
+    n.out_stride = a.cols;
+    n.rows = a.n;
+    n.cols = a.cols;
+    n.eps = f.eps;
+    launch_rms_norm(n, env);
+  } else {
+    ElementwiseArgs e{};
+    e.op = ElementwiseOp::kSwiglu;
+    e.a = f.src;
+    e.a_stride = f.src_stride;
+    e.b = f.src2;
+    e.b_stride = f.src2_stride;
+    e.out = const_cast<float*>(a.x);
+    e.out_stride = a.cols;
+    e.rows = a.n;
+    e.cols = a.cols;
+    launch_elementwise(e, env);
+  }
+}
+
 }  // namespace
 
 bool matmul_supports(DType t) { return dequant_element_supports(t); }
 
-void launch_matmul(const MatmulArgs& a, const LaunchEnv& env) {
-  if (a.n == 0 || a.total_rows() == 0) return;
+void launch_matmul(const MatmulArgs& fused, const LaunchEnv& env) {
+  if (fused.n == 0 || fused.total_rows() == 0) return;
   // The kernel choice depends on the weight alone (dtype, shape, alignment), never on n: every
   // n takes the same arithmetic for a given row (batch invariance).
-  if (launch_gemv_quant(a, env)) return;
+  if (launch_gemv_quant(fused, env)) return;  // the quantized kernels take any fusion in-kernel
+  MatmulArgs a = fused;
+  if (a.fuse.prologue != GemvPrologue::kNone) {
+    launch_prologue_op(a, env);
+    a.fuse.prologue = GemvPrologue::kNone;
+    a.fuse.write_x = 0;
+  }
   const int64_t row_blocks = (a.total_rows() + kGemvWarps - 1) / kGemvWarps;
   const int64_t x_tiles = (a.n + kGemvMaxXRows - 1) / kGemvMaxXRows;
   TERN_CHECK_MSG(row_blocks <= 65535, "matmul: too many weight rows for one launch");

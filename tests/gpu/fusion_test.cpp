@@ -1,0 +1,206 @@
+// GEMV fusion (kernels.h GemvFusion, CudaBackendOptions::fuse_gemv): an RMSNorm or SwiGLU folded
+// into the product that consumes it, and the residual add folded into the product it follows,
+// must give the bits of the separate ops, for every weight type and GEMV kernel the fused records
+// reach (quantized kernels in-kernel; float and generic kernels through their fallback), odd
+// widths, n across the activation tiles, and whole models at prefill and decode.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "gpu_model_util.h"
+#include "gpu_test_util.h"
+
+namespace tern {
+namespace {
+
+using gputest::DeviceTensor;
+using gputest::HostTensor;
+
+class GpuFusion : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TERN_REQUIRE_GPU();
+    cuda::CudaBackendOptions on, off;
+    on.fuse_swiglu = true;  // off by default (cuda_backend.h); tested here all the same
+    off.fuse_gemv = false;
+    fused_ = gputest::make_cuda(on);
+    plain_ = gputest::make_cuda(off);
+    ASSERT_TRUE(fused_ && plain_);
+  }
+  std::unique_ptr<Backend> fused_, plain_;
+};
+
+bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+
+HostTensor weights(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  const auto v = gputest::random_floats(static_cast<size_t>(rows * cols), seed, 0.05f);
+  if (t == DType::F32) return gputest::host_f32(v, rows, cols);
+  return gputest::host_quantized(v, t, rows, cols);
+}
+
+// rms_norm(x) -> h; h @ W1, h @ W2 (one launch), h @ W3 (another weight type: a second launch
+// that carries the norm). Returns h, y1, y2, y3 and x, concatenated.
+std::vector<float> norm_then_products(Backend& b, const HostTensor& x, const HostTensor& g, const HostTensor& w1,
+                                      const HostTensor& w2, const HostTensor& w3) {
+  const int64_t n = x.t.rows, cols = x.t.cols;
+  DeviceTensor dx = gputest::device_copy(b, x.t), dg = gputest::device_copy(b, g.t);
+  DeviceTensor d1 = gputest::device_copy(b, w1.t), d2 = gputest::device_copy(b, w2.t), d3 = gputest::device_copy(b, w3.t);
+  DeviceTensor h = gputest::device_empty(b, DType::F32, n, cols);
+  DeviceTensor y1 = gputest::device_empty(b, DType::F32, n, w1.t.rows), y2 = gputest::device_empty(b, DType::F32, n, w2.t.rows),
+               y3 = gputest::device_empty(b, DType::F32, n, w3.t.rows);
+  b.rms_norm(dx.t, dg.t, 1e-5f, h.t);
+  b.matmul(d1.t, h.t, y1.t);
+  b.matmul(d2.t, h.t, y2.t);
+  b.matmul(d3.t, h.t, y3.t);
+  std::vector<float> all;
+  for (const DeviceTensor* t : {&h, &y1, &y2, &y3, &dx}) {
+    const auto v = gputest::download(b, t->t);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+TEST_F(GpuFusion, NormPrologueEqualsSeparateOps) {
+  const DType types[] = {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q8_0, DType::Q4_0,
+                         DType::Q4_1, DType::F16,  DType::BF16, DType::F32};
+  for (DType t : types) {
+    std::vector<int64_t> widths = {1536, 4096, 14336, 2304};
+    if (!is_k_quant(t)) widths.insert(widths.end(), {576, 1568});
+    const bool is_float = t == DType::F32 || t == DType::F16 || t == DType::BF16;
+    if (is_float) widths.push_back(1004);  // not a multiple of 8: the generic kernel
+    for (int64_t cols : widths) {
+      // The third weight has another type: its own launch, which carries the norm.
+      DType other = is_k_quant(t) ? DType::Q6_K : DType::Q8_0;
+      if (t == DType::Q6_K) other = DType::Q4_K;
+      if (t == DType::Q8_0) other = DType::Q4_0;
+      if (is_float) other = t == DType::F16 ? DType::F32 : DType::F16;
+      const HostTensor w1 = weights(t, 40, cols, 1), w2 = weights(t, 24, cols, 2), w3 = weights(other, 24, cols, 3);
+      const HostTensor g = gputest::host_f32(gputest::random_floats(cols, 4, 1.0f), 1, cols);
+      for (int64_t n : {1, 3, 6}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " cols=" + std::to_string(cols) + " n=" + std::to_string(n));
+        const HostTensor x = gputest::host_f32(gputest::random_floats(n * cols, 5 + n, 2.0f), n, cols);
+        const int64_t before = cuda::backend_stats(*fused_).gemv_fusions;
+        const auto a = norm_then_products(*fused_, x, g, w1, w2, w3);
+        const auto b = norm_then_products(*plain_, x, g, w1, w2, w3);
+        EXPECT_TRUE(gputest::bitwise_equal(a, b));
+        EXPECT_EQ(cuda::backend_stats(*fused_).gemv_fusions - before, 2);  // the norm, and its carry
+      }
+    }
+  }
+  EXPECT_EQ(cuda::backend_stats(*plain_).gemv_fusions, 0);
+}
+
+// swiglu(gate, up, gate) in place, gate @ W_down -> out, then x += out (as the models do, in
+// either operand order). Returns gate, out and x.
+std::vector<float> swiglu_product_residual(Backend& b, const HostTensor& gate, const HostTensor& up,
+                                           const HostTensor& w, const HostTensor& x, bool residual_first) {
+  const int64_t n = gate.t.rows;
+  DeviceTensor dg = gputest::device_copy(b, gate.t), du = gputest::device_copy(b, up.t), dw = gputest::device_copy(b, w.t),
+               dx = gputest::device_copy(b, x.t);
+  DeviceTensor out = gputest::device_empty(b, DType::F32, n, w.t.rows);
+  b.swiglu(dg.t, du.t, dg.t);
+  b.matmul(dw.t, dg.t, out.t);
+  if (residual_first) {
+    b.add(dx.t, out.t, dx.t);
+  } else {
+    b.add(out.t, dx.t, dx.t);
+  }
+  std::vector<float> all;
+  for (const DeviceTensor* t : {&dg, &out, &dx}) {
+    const auto v = gputest::download(b, t->t);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+TEST_F(GpuFusion, SwigluPrologueAndResidualEpilogueEqualSeparateOps) {
+  const DType types[] = {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_1, DType::F16, DType::F32};
+  for (DType t : types) {
+    std::vector<int64_t> widths = {1536, 14336, 2304};
+    if (!is_k_quant(t)) widths.insert(widths.end(), {576, 1568});
+    for (int64_t ff : widths) {
+      const int64_t rows = 72;
+      const HostTensor w = weights(t, rows, ff, 21);
+      for (int64_t n : {1, 3, 6}) {  // SwiGLU folds in for n <= 4; the residual add for any n
+        for (bool residual_first : {true, false}) {
+          SCOPED_TRACE(std::string(dtype_name(t)) + " ff=" + std::to_string(ff) + " n=" + std::to_string(n) +
+                       (residual_first ? " x+out" : " out+x"));
+          const HostTensor gate = gputest::host_f32(gputest::random_floats(n * ff, 22 + n, 3.0f), n, ff);
+          const HostTensor up = gputest::host_f32(gputest::random_floats(n * ff, 23 + n), n, ff);
+          const HostTensor x = gputest::host_f32(gputest::random_floats(n * rows, 24 + n), n, rows);
+          const int64_t before = cuda::backend_stats(*fused_).gemv_fusions;
+          const auto a = swiglu_product_residual(*fused_, gate, up, w, x, residual_first);
+          const auto b = swiglu_product_residual(*plain_, gate, up, w, x, residual_first);
+          EXPECT_TRUE(gputest::bitwise_equal(a, b));
+          EXPECT_EQ(cuda::backend_stats(*fused_).gemv_fusions - before, n <= 4 ? 2 : 1);
+        }
+      }
+    }
+  }
+}
+
+// A write into the norm's input between the norm and the product keeps them apart; a product
+// whose output is the norm's input is not fused (its blocks would overwrite what others read).
+TEST_F(GpuFusion, OverlapsAreNotFused) {
+  const int64_t cols = 256;
+  const HostTensor w = weights(DType::Q8_0, cols, cols, 31);
+  const HostTensor g = gputest::host_f32(gputest::random_floats(cols, 32), 1, cols);
+  const HostTensor x = gputest::host_f32(gputest::random_floats(cols, 33), 1, cols);
+  std::vector<std::vector<float>> results;
+  for (Backend* b : {fused_.get(), plain_.get()}) {
+    DeviceTensor dx = gputest::device_copy(*b, x.t), dg = gputest::device_copy(*b, g.t), dw = gputest::device_copy(*b, w.t);
+    DeviceTensor h = gputest::device_empty(*b, DType::F32, 1, cols);
+    b->rms_norm(dx.t, dg.t, 1e-5f, h.t);
+    b->matmul(dw.t, h.t, dx.t);  // writes the norm's input
+    const auto v = gputest::download(*b, dx.t);
+    results.push_back(v);
+  }
+  EXPECT_EQ(cuda::backend_stats(*fused_).gemv_fusions, 0);
+  EXPECT_TRUE(gputest::bitwise_equal(results[0], results[1]));
+}
+
+// Whole models: fused (the default, and with the SwiGLU prologue) and separate ops give the same
+// logits, bit for bit, over a prefill in chunks (17 tokens, then 3: the SwiGLU fusion's n <= 4)
+// and greedy decode steps.
+TEST_F(GpuFusion, WholeModelsEqualSeparateOps) {
+  struct MixCase {
+    const char* preset;
+    const char* mix;
+  };
+  for (const MixCase& c : {MixCase{"tiny-llama", "q4_k_m"}, MixCase{"tiny-llama", "q8_0"}, MixCase{"tiny-llama", "f16"},
+                           MixCase{"tiny-llama", "q4_1"}, MixCase{"tiny-qwen2", "q5_k_m"}, MixCase{"tiny-qwen3", "q6_k"}}) {
+    SCOPED_TRACE(std::string(c.preset) + " " + c.mix);
+    auto file = gputest::synthesized(c.preset, c.mix);
+    ASSERT_NE(file, nullptr);
+    cuda::CudaBackendOptions all, off;
+    all.fuse_swiglu = true;
+    off.fuse_gemv = false;
+    gputest::Loaded on = gputest::load_on(file, gputest::make_cuda(all)),
+                    def = gputest::load_on(file, gputest::make_cuda()),
+                    sep = gputest::load_on(file, gputest::make_cuda(off));
+    ASSERT_TRUE(on.model && def.model && sep.model);
+    const int V = on.model->config().n_vocab;
+    const auto ids = gputest::prompt_ids(20, V, 7);
+    const std::vector<int32_t> head(ids.begin(), ids.begin() + 17), tail(ids.begin() + 17, ids.end());
+    const auto first = gputest::forward(sep, head);
+    EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(on, head), first));
+    EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(def, head), first));
+    const auto last = gputest::forward(sep, tail);
+    EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(on, tail), last));
+    EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(def, tail), last));
+    int32_t next = gputest::argmax(last.data() + (tail.size() - 1) * V, V);
+    for (int step = 0; step < 12; ++step) {
+      const auto a = gputest::forward(on, {next}), b = gputest::forward(sep, {next}), c = gputest::forward(def, {next});
+      ASSERT_TRUE(gputest::bitwise_equal(a, b)) << "step " << step;
+      ASSERT_TRUE(gputest::bitwise_equal(c, b)) << "step " << step;
+      next = gputest::argmax(a.data(), V);
+    }
+    EXPECT_GT(cuda::backend_stats(*def.backend).gemv_fusions, 0);
+    EXPECT_GT(cuda::backend_stats(*on.backend).gemv_fusions, cuda::backend_stats(*def.backend).gemv_fusions);
+    EXPECT_EQ(cuda::backend_stats(*sep.backend).gemv_fusions, 0);
+  }
+}
+
+}  // namespace
+}  // namespace tern
