@@ -3,11 +3,11 @@
 // Llama 3).
 //
 // Each element becomes a 64-bit key that orders like the pick: the float's bits mapped to an
-// unsigned order (negative values flipped) in the high word, 0xffffffff - index in the low word
-// (ties: the lower index wins). NaNs never win, except a NaN at index 0, which gets the largest
-// key there is (index 0) -- the scan in core/argmax.h keeps a leading NaN and skips all others.
-// max() over keys is exact and order-free, so the blocks' keys combine in any order and the result does
-// not depend on the grid.
+// unsigned order (negative values flipped, -0 taken as +0) in the high word, 0xffffffff - index
+// in the low word (ties: the lower index wins). NaNs never win, except a NaN at index 0, which
+// gets the largest key there is (index 0) -- the scan in core/argmax.h keeps a leading NaN and
+// skips all others. max() over keys is exact and order-free, so the blocks' keys combine in any
+// order and the result does not depend on the grid.
 #include <cstdint>
 
 #include "backends/cuda/common.cuh"
@@ -22,7 +22,8 @@ constexpr int kThreads = 256;
 constexpr int kElemsPerThread = 16;  // a block covers 4096 elements per pass
 
 __device__ __forceinline__ unsigned long long argmax_key(float v, int64_t index) {
-  const uint32_t bits = __float_as_uint(v);
+  // -0 and +0 compare equal, so they must get one key (the scan keeps the first of them).
+  const uint32_t bits = v == 0.0f ? 0u : __float_as_uint(v);
   const uint32_t ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
   return (static_cast<unsigned long long>(ordered) << 32) | (0xffffffffu - static_cast<uint32_t>(index));
 }
