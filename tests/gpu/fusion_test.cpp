@@ -21,14 +21,16 @@ class GpuFusion : public ::testing::Test {
  protected:
   void SetUp() override {
     TERN_REQUIRE_GPU();
-    cuda::CudaBackendOptions on, off;
+    cuda::CudaBackendOptions on, epi, off;
     on.fuse_swiglu = true;  // off by default (cuda_backend.h); tested here all the same
+    epi.fuse_swiglu_epilogue = true;
     off.fuse_gemv = false;
     fused_ = gputest::make_cuda(on);
+    epilogue_ = gputest::make_cuda(epi);
     plain_ = gputest::make_cuda(off);
-    ASSERT_TRUE(fused_ && plain_);
+    ASSERT_TRUE(fused_ && epilogue_ && plain_);
   }
-  std::unique_ptr<Backend> fused_, plain_;
+  std::unique_ptr<Backend> fused_, epilogue_, plain_;
 };
 
 bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
@@ -140,6 +142,58 @@ TEST_F(GpuFusion, SwigluPrologueAndResidualEpilogueEqualSeparateOps) {
   }
 }
 
+// rms_norm(x) -> h; h @ W_gate -> gate, h @ W_up -> up (one launch); swiglu(gate, up, out) with
+// out = gate, up or its own buffer (which = 0, 1, 2). Returns gate, up and out.
+std::vector<float> norm_gate_up_swiglu(Backend& b, const HostTensor& x, const HostTensor& g, const HostTensor& wg,
+                                       const HostTensor& wu, int which) {
+  const int64_t n = x.t.rows, cols = x.t.cols, ff = wg.t.rows;
+  DeviceTensor dx = gputest::device_copy(b, x.t), dg = gputest::device_copy(b, g.t);
+  DeviceTensor d1 = gputest::device_copy(b, wg.t), d2 = gputest::device_copy(b, wu.t);
+  DeviceTensor h = gputest::device_empty(b, DType::F32, n, cols);
+  DeviceTensor gate = gputest::device_empty(b, DType::F32, n, ff), up = gputest::device_empty(b, DType::F32, n, ff),
+               own = gputest::device_empty(b, DType::F32, n, ff);
+  b.rms_norm(dx.t, dg.t, 1e-5f, h.t);
+  b.matmul(d1.t, h.t, gate.t);
+  b.matmul(d2.t, h.t, up.t);
+  b.swiglu(gate.t, up.t, which == 0 ? gate.t : (which == 1 ? up.t : own.t));
+  std::vector<float> all;
+  for (const DeviceTensor* t : {&gate, &up, &own}) {
+    if (t == &own && which != 2) continue;
+    const auto v = gputest::download(b, t->t);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+// The SwiGLU epilogue: the gate/up launch pairs the two matrices' rows per warp (segmented and
+// full steps, tiles of 1 and 4 rows) and stores silu(gate) * up; other kernels run the
+// elementwise kernel after the product.
+TEST_F(GpuFusion, SwigluEpilogueEqualsSeparateOps) {
+  const DType types[] = {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_1, DType::Q4_0, DType::F16};
+  for (DType t : types) {
+    std::vector<int64_t> widths = {1536, 4096};
+    if (!is_k_quant(t)) widths.push_back(576);
+    for (int64_t cols : widths) {
+      for (int64_t ff : {1536, 100}) {  // 100 rows: no segmented steps (rows % 4 != 0)
+        const HostTensor wg = weights(t, ff, cols, 41), wu = weights(t, ff, cols, 42);
+        const HostTensor g = gputest::host_f32(gputest::random_floats(cols, 43, 1.0f), 1, cols);
+        for (int64_t n : {1, 3, 6}) {
+          for (int which : {0, 1, 2}) {
+            SCOPED_TRACE(std::string(dtype_name(t)) + " cols=" + std::to_string(cols) + " ff=" + std::to_string(ff) +
+                         " n=" + std::to_string(n) + " out=" + std::to_string(which));
+            const HostTensor x = gputest::host_f32(gputest::random_floats(n * cols, 44 + n, 2.0f), n, cols);
+            const int64_t before = cuda::backend_stats(*epilogue_).gemv_fusions;
+            const auto a = norm_gate_up_swiglu(*epilogue_, x, g, wg, wu, which);
+            const auto b = norm_gate_up_swiglu(*plain_, x, g, wg, wu, which);
+            EXPECT_TRUE(gputest::bitwise_equal(a, b));
+            EXPECT_EQ(cuda::backend_stats(*epilogue_).gemv_fusions - before, 2);  // the norm and the SwiGLU
+          }
+        }
+      }
+    }
+  }
+}
+
 // A write into the norm's input between the norm and the product keeps them apart; a product
 // whose output is the norm's input is not fused (its blocks would overwrite what others read).
 TEST_F(GpuFusion, OverlapsAreNotFused) {
@@ -173,31 +227,38 @@ TEST_F(GpuFusion, WholeModelsEqualSeparateOps) {
     SCOPED_TRACE(std::string(c.preset) + " " + c.mix);
     auto file = gputest::synthesized(c.preset, c.mix);
     ASSERT_NE(file, nullptr);
-    cuda::CudaBackendOptions all, off;
+    cuda::CudaBackendOptions all, epi, off;
     all.fuse_swiglu = true;
+    epi.fuse_swiglu_epilogue = true;
     off.fuse_gemv = false;
     gputest::Loaded on = gputest::load_on(file, gputest::make_cuda(all)),
                     def = gputest::load_on(file, gputest::make_cuda()),
+                    glu = gputest::load_on(file, gputest::make_cuda(epi)),
                     sep = gputest::load_on(file, gputest::make_cuda(off));
-    ASSERT_TRUE(on.model && def.model && sep.model);
+    ASSERT_TRUE(on.model && def.model && glu.model && sep.model);
     const int V = on.model->config().n_vocab;
     const auto ids = gputest::prompt_ids(20, V, 7);
     const std::vector<int32_t> head(ids.begin(), ids.begin() + 17), tail(ids.begin() + 17, ids.end());
     const auto first = gputest::forward(sep, head);
     EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(on, head), first));
     EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(def, head), first));
+    EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(glu, head), first));
     const auto last = gputest::forward(sep, tail);
     EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(on, tail), last));
     EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(def, tail), last));
+    EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(glu, tail), last));
     int32_t next = gputest::argmax(last.data() + (tail.size() - 1) * V, V);
     for (int step = 0; step < 12; ++step) {
       const auto a = gputest::forward(on, {next}), b = gputest::forward(sep, {next}), c = gputest::forward(def, {next});
+      const auto d = gputest::forward(glu, {next});
       ASSERT_TRUE(gputest::bitwise_equal(a, b)) << "step " << step;
       ASSERT_TRUE(gputest::bitwise_equal(c, b)) << "step " << step;
+      ASSERT_TRUE(gputest::bitwise_equal(d, b)) << "step " << step;
       next = gputest::argmax(a.data(), V);
     }
     EXPECT_GT(cuda::backend_stats(*def.backend).gemv_fusions, 0);
     EXPECT_GT(cuda::backend_stats(*on.backend).gemv_fusions, cuda::backend_stats(*def.backend).gemv_fusions);
+    EXPECT_GT(cuda::backend_stats(*glu.backend).gemv_fusions, cuda::backend_stats(*def.backend).gemv_fusions);
     EXPECT_EQ(cuda::backend_stats(*sep.backend).gemv_fusions, 0);
   }
 }

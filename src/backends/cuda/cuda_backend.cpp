@@ -88,6 +88,12 @@ bool use_swiglu_fusion(const CudaBackendOptions& options) {
   if (env != nullptr && std::strcmp(env, "noswiglu") == 0) return false;
   return options.fuse_swiglu;
 }
+bool use_swiglu_epilogue(const CudaBackendOptions& options) {
+  const char* env = std::getenv("TERN_CUDA_FUSE");
+  if (env != nullptr && std::strcmp(env, "swiglu-epilogue") == 0) return true;
+  if (env != nullptr && std::strcmp(env, "noswiglu") == 0) return false;
+  return options.fuse_swiglu_epilogue;
+}
 
 // Attention K/V copies with one block-table lookup per row (attention.cu issue_chunk_rows,
 // the tensor-core kernel always does): TERN_CUDA_ATTN_ROW_COPY=1. Off: measured no faster.
@@ -215,7 +221,8 @@ class CudaBackend final : public Backend {
         attention_fold_merge_(attention_fold_merge(options)),
         attention_fold_max_spans_(attention_fold_max_spans()),
         fuse_gemv_(use_gemv_fusion(options) && gemv_path_ == GemvPath::kAuto),
-        fuse_swiglu_(fuse_gemv_ && use_swiglu_fusion(options)) {
+        fuse_swiglu_(fuse_gemv_ && use_swiglu_fusion(options)),
+        fuse_swiglu_epilogue_(fuse_gemv_ && use_swiglu_epilogue(options)) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
   }
@@ -404,7 +411,7 @@ class CudaBackend final : public Backend {
     if (MatmulArgs* prev = queue_->last_if<MatmulArgs>(OpKind::kMatmul); prev != nullptr &&
         prev->n_mats < kMaxFusedMatmuls && prev->dtype == w.dtype && prev->cols == w.cols && prev->x == x.f32() &&
         prev->n == x.rows && aligned16(prev->w[0], prev->w_stride_bytes[0]) == aligned16(w.data, w.row_stride) &&
-        prev->fuse.residual == nullptr) {
+        prev->fuse.residual == nullptr && prev->fuse.glu_out == nullptr) {
       bool distinct = true;
       for (int m = 0; m < prev->n_mats; ++m) distinct = distinct && prev->y[m] != out.f32();
       // A fused prologue's inputs must stay untouched while the launch's blocks read them.
@@ -727,6 +734,10 @@ class CudaBackend final : public Backend {
         const FloatRows ym{prev->y[m], prev->rows[m], prev->rows[m], n};
         for (const FloatRows& r : prologue_reads(prev->fuse, n, cols)) untouched = untouched && disjoint(ym, r);
       }
+      if (prev->fuse.glu_out != nullptr) {
+        const FloatRows glu{prev->fuse.glu_out, prev->fuse.glu_out_stride, prev->rows[0], n};
+        for (const FloatRows& r : prologue_reads(prev->fuse, n, cols)) untouched = untouched && disjoint(glu, r);
+      }
       if (untouched && prev->fuse.residual == nullptr) {
         f = prev->fuse;
         f.write_x = 0;  // the previous launch stored x
@@ -759,9 +770,35 @@ class CudaBackend final : public Backend {
     return true;
   }
 
+  // swiglu(gate, up, out) right after the two-matrix product that wrote gate and up (equal rows):
+  // the product's launch stores silu(gate) * up to out once both rows of an index are done. out
+  // may be gate or up itself (each row's output is stored after its inputs' own stores).
+  bool take_swiglu_epilogue(const Tensor& gate, const Tensor& up, const Tensor& out) {
+    MatmulArgs* prev = queue_->last_if<MatmulArgs>(OpKind::kMatmul);
+    if (prev == nullptr || prev->n_mats != 2 || prev->fuse.glu_out != nullptr || prev->fuse.residual != nullptr ||
+        prev->rows[0] != prev->rows[1] || prev->n != gate.rows || gate.cols != prev->rows[0] ||
+        up.rows != gate.rows || up.cols != gate.cols || out.rows != gate.rows || out.cols != gate.cols) {
+      return false;
+    }
+    const int64_t n = prev->n, rows = prev->rows[0];
+    auto is = [&](const Tensor& t, const float* p) { return t.f32() == p && f32_stride(t) == rows; };
+    if (!is(gate, prev->y[0]) || !is(up, prev->y[1])) return false;
+    const FloatRows o{out.f32(), f32_stride(out), rows, n};
+    const bool in_place = is(out, prev->y[0]) || is(out, prev->y[1]);
+    if (!in_place && (!disjoint(o, {prev->y[0], rows, rows, n}) || !disjoint(o, {prev->y[1], rows, rows, n}) ||
+                      !disjoint(o, x_rows(*prev)) || !prologue_untouched(*prev, o))) {
+      return false;
+    }
+    prev->fuse.glu_out = out.f32();
+    prev->fuse.glu_out_stride = f32_stride(out);
+    ++gemv_fusions_;
+    return true;
+  }
+
   void elementwise(ElementwiseOp op, const Tensor& x, const Tensor& y, const Tensor& out) {
     TERN_CHECK_MSG(is_device(x) && is_device(y) && is_device(out), "elementwise op: tensors must be on the CUDA device");
     if (fuse_gemv_ && op == ElementwiseOp::kAdd && take_residual_add(x, y, out)) return;
+    if (fuse_swiglu_epilogue_ && op == ElementwiseOp::kSwiglu && take_swiglu_epilogue(x, y, out)) return;
     ElementwiseArgs& a = queue_->push<ElementwiseArgs>(OpKind::kElementwise);
     a.op = op;
     a.a = x.f32();
@@ -853,6 +890,7 @@ class CudaBackend final : public Backend {
   int64_t folded_merges_ = 0;
   bool fuse_gemv_ = false;           // CudaBackendOptions::fuse_gemv on GemvPath::kAuto
   bool fuse_swiglu_ = false;         // and CudaBackendOptions::fuse_swiglu
+  bool fuse_swiglu_epilogue_ = false;  // and CudaBackendOptions::fuse_swiglu_epilogue
   std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks
   int64_t gemv_fusions_ = 0;
   PackedPlanLayout layout_;

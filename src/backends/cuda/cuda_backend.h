@@ -79,8 +79,12 @@ struct CudaBackendOptions {
   // per block at 8B) and one block stores the result at the end, which cost more than the
   // elementwise launch it saves (H200, 8B Q4_K_M decode: 299 tok/s without it, 280 with it,
   // 269 unfused). TERN_CUDA_FUSE=swiglu turns it on, =noswiglu off.
+  // fuse_swiglu_epilogue instead folds the SwiGLU into the gate/up launch (a warp computes gate
+  // row r, then up row r, and stores silu(g) * u; gemv_quant.cu): no repeated work. Off until
+  // measured; TERN_CUDA_FUSE=swiglu-epilogue turns it on.
   bool fuse_gemv = true;
   bool fuse_swiglu = false;
+  bool fuse_swiglu_epilogue = false;
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).

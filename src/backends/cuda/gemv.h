@@ -79,6 +79,9 @@ __device__ __forceinline__ MatRow mat_row(const MatmulArgs& a, int64_t gr) {
 }
 #endif
 
+// A SwiGLU epilogue (GemvFusion::glu_out) as the elementwise kernel, after a product launch
+// that did not apply it (matmul.cu).
+void launch_glu_after(const MatmulArgs& a, const LaunchEnv& env);
 // Launches the quantized kernel for a.dtype if it has one and the shape fits (decided for the
 // largest activation tile, so the answer never depends on n); false otherwise.
 bool launch_gemv_quant(const MatmulArgs& a, const LaunchEnv& env);

@@ -123,7 +123,9 @@ constexpr int min_blocks_per_sm() {
   else return T == DType::Q8_0 || T == DType::Q6_K || !kBulk ? 3 : 4;
 }
 
-template <DType T, bool kBulk, int kTile>
+// kPair: the SwiGLU epilogue's instance (bulk-staged only; others leave it to the elementwise
+// kernel), a separate instance so the others keep their registers.
+template <DType T, bool kBulk, int kTile, bool kPair = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, kTile>())
     gemv_quant_kernel(MatmulArgs a, int n_stages, int seg_rows) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -150,8 +152,19 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
   const int seg = lane / seg_lanes, seg_lane = lane % seg_lanes;
   const int64_t row_stride = int64_t{gridDim.y} * kGemvWarps;
   const int64_t first_row = int64_t{blockIdx.y} * kGemvWarps + warp;  // first group in segmented mode
-  const int64_t total_rows = a.total_rows() / seg_rows;
-  const int n_rows = first_row < total_rows ? static_cast<int>((total_rows - first_row + row_stride - 1) / row_stride) : 0;
+  // A SwiGLU epilogue pairs the two matrices' rows: the warp's k-th unit is group pair
+  // first_row + (k / 2) * row_stride, gate's group for even k and up's for odd k, so one lane
+  // holds both sums of a row r. Only which warp computes a row changes, never how.
+  constexpr bool pair = kPair;
+  const int64_t total_rows = (pair ? a.rows[0] : a.total_rows()) / seg_rows;
+  const int64_t up_group = a.rows[0] / seg_rows;
+  const int n_units_w = first_row < total_rows ? static_cast<int>((total_rows - first_row + row_stride - 1) / row_stride) : 0;
+  const int n_rows = pair ? 2 * n_units_w : n_units_w;
+  // The joint index of the first row of the warp's k-th group.
+  auto group_row = [&](int k) -> int64_t {
+    if (!pair) return (first_row + int64_t{k} * row_stride) * seg_rows;
+    return ((k & 1) * up_group + first_row + int64_t{k >> 1} * row_stride) * seg_rows;
+  };
   const int n_steps = (cols + kStepElems - 1) / kStepElems;
   const int total = n_rows * n_steps;  // (row, step) items of this warp
   uint8_t* stage = smem + l.stage_off + warp * n_stages * l.stage_pitch;
@@ -165,7 +178,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
     if (++c.step == n_steps) {
       c.step = 0;
       ++c.row_k;
-      c.row_w = c.row_k < n_rows ? mat_row(a, (first_row + int64_t{c.row_k} * row_stride) * seg_rows).w : nullptr;
+      c.row_w = c.row_k < n_rows ? mat_row(a, group_row(c.row_k)).w : nullptr;
     }
     if (++c.slot == n_stages) c.slot = 0;
   };
@@ -186,7 +199,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
     }
     __syncwarp();
   }
-  const Cursor start{0, 0, 0, n_rows > 0 ? mat_row(a, first_row * seg_rows).w : nullptr};
+  const Cursor start{0, 0, 0, n_rows > 0 ? mat_row(a, group_row(0)).w : nullptr};
   Cursor in = start, out = start;
   // The first weight steps do not depend on x: start them before quantizing it.
   for (int k = 0; k < n_stages - 1; ++k) {
@@ -207,6 +220,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
   if (n_rows == 0) return;
   const XTile x{xq, xd, xs, xh, l.row_pitch, l.unit_pitch};
 
+  float gate_sum[kTile];  // pair mode: the gate row's sum, until its up row completes
+#pragma unroll
+  for (int j = 0; j < kTile; ++j) gate_sum[j] = 0.0f;
   float stack[kTile][kLevels];
 #pragma unroll
   for (int j = 0; j < kTile; ++j) {
@@ -244,13 +260,20 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
       }
     }
     if (s == n_steps - 1) {
-      const MatRow row = mat_row(a, (first_row + int64_t{out.row_k} * row_stride) * seg_rows + seg);
+      const MatRow row = mat_row(a, group_row(out.row_k) + seg);
 #pragma unroll
       for (int j = 0; j < kTile; ++j) {
         const float acc = counter_close(stack[j], n_steps);
         if (seg_lane == 0 && j < nt) {
           row.y[(x0 + j) * row.rows + row.r] = acc;
           fused_residual(a, x0 + j, row.r, acc);
+          if constexpr (pair) {
+            if ((out.row_k & 1) == 0) {
+              gate_sum[j] = acc;
+            } else {  // after the gate row's store, so an in-place output wins
+              a.fuse.glu_out[(x0 + j) * a.fuse.glu_out_stride + row.r] = swiglu_value(gate_sum[j], acc);
+            }
+          }
         }
       }
     }
@@ -263,9 +286,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
 // Launches one instance with a grid of as many blocks as can be resident (occupancy of this
 // instance at this shared-memory size), so every warp starts at once and then streams its rows
 // (per_sm > 0 fixes the blocks per SM instead: the legacy path's two).
-template <DType T, bool kBulk, int kTile>
+template <DType T, bool kBulk, int kTile, bool kPair = false>
 void launch_instance(const MatmulArgs& a, const LaunchEnv& env, int n_stages, int seg_rows, int per_sm = 0) {
-  auto* kernel = gemv_quant_kernel<T, kBulk, kTile>;
+  auto* kernel = gemv_quant_kernel<T, kBulk, kTile, kPair>;
   const int nt_alloc = a.n < kTile ? static_cast<int>(a.n) : kTile;
   const SmemLayout l = smem_layout<T>(static_cast<int>(a.cols), nt_alloc, n_stages, seg_rows);
   if (per_sm <= 0) {
@@ -273,7 +296,8 @@ void launch_instance(const MatmulArgs& a, const LaunchEnv& env, int n_stages, in
   }
   const int64_t x_tiles = (a.n + kTile - 1) / kTile;
   const int64_t target = std::max<int64_t>(1, std::max(per_sm, 1) * int64_t{a.n_sm} / x_tiles);
-  const int64_t groups = a.total_rows() / seg_rows;
+  // A SwiGLU epilogue's warps take pairs of groups (gate's and up's).
+  const int64_t groups = (kPair ? a.rows[0] : a.total_rows()) / seg_rows;
   const int64_t row_blocks = std::min<int64_t>((groups + kGemvWarps - 1) / kGemvWarps, std::min<int64_t>(target, 65535));
   // x tiles vary fastest, so blocks sharing weight rows run together and re-read them from L2.
   const dim3 grid(static_cast<unsigned>(x_tiles), static_cast<unsigned>(row_blocks));
@@ -292,12 +316,14 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
   if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>()).total > smem_limit) return false;
   if (a.gemv_path == static_cast<int32_t>(GemvPath::kLegacy)) {
     launch_instance<T, false, kGemvMaxXRows>(a, env, stages<T>(), 1, 2);
+    if (a.fuse.glu_out != nullptr) launch_glu_after(a, env);
     return true;
   }
   // Which instance runs changes where a row's sums are computed, never how (same item_dot, same
   // tree), so the choice may depend on n: one activation row takes the single-row tile, whose
   // kernel needs fewer registers (more resident warps) and no per-row predicates.
   const bool bulk = bulk_eligible<T>(a);
+  const bool glu = a.fuse.glu_out != nullptr;  // SwiGLU epilogue (kernels.h GemvFusion)
   int seg_rows = segment_rows<T>(a);
   // A segmented step is at most a full step, so it fits the stages sized for full steps.
   if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>(), seg_rows).total > smem_limit) seg_rows = 1;
@@ -311,27 +337,30 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
   }
   // The rows kernel has no fused prologue or epilogue (the backend fuses only on kAuto).
   if (a.gemv_path == static_cast<int32_t>(GemvPath::kRows) && gemv_rows_supports(a) &&
-      a.fuse.prologue == GemvPrologue::kNone && a.fuse.residual == nullptr) {
+      a.fuse.prologue == GemvPrologue::kNone && a.fuse.residual == nullptr && a.fuse.glu_out == nullptr) {
     launch_gemv_rows(a, env);
     return true;
   }
   if (a.n == 1) {
-    if (bulk) launch_instance<T, true, 1>(a, env, n_stages, seg_rows);
+    if (bulk && glu) launch_instance<T, true, 1, true>(a, env, n_stages, seg_rows);
+    else if (bulk) launch_instance<T, true, 1>(a, env, n_stages, seg_rows);
     else launch_instance<T, false, 1>(a, env, n_stages, seg_rows);
   } else {
-    if (bulk) launch_instance<T, true, kGemvMaxXRows>(a, env, n_stages, seg_rows);
+    if (bulk && glu) launch_instance<T, true, kGemvMaxXRows, true>(a, env, n_stages, seg_rows);
+    else if (bulk) launch_instance<T, true, kGemvMaxXRows>(a, env, n_stages, seg_rows);
     else launch_instance<T, false, kGemvMaxXRows>(a, env, n_stages, seg_rows);
   }
+  if (glu && !bulk) launch_glu_after(a, env);  // the staged-copy instances have no pair mode
   return true;
 }
 
-template <DType T, bool kBulk, int kTile>
+template <DType T, bool kBulk, int kTile, bool kPair = false>
 void allow_smem_instance(int max_smem_bytes) {
   cudaFuncAttributes attr{};
-  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_quant_kernel<T, kBulk, kTile>));
+  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_quant_kernel<T, kBulk, kTile, kPair>));
   TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
                  "gemv: static shared memory exceeds kFusionStaticSmemBytes");
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<T, kBulk, kTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<T, kBulk, kTile, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        max_smem_bytes - kFusionStaticSmemBytes));
 }
 
@@ -341,6 +370,8 @@ void allow_smem(int max_smem_bytes) {
   allow_smem_instance<T, false, 1>(max_smem_bytes);
   allow_smem_instance<T, true, kGemvMaxXRows>(max_smem_bytes);
   allow_smem_instance<T, true, 1>(max_smem_bytes);
+  allow_smem_instance<T, true, kGemvMaxXRows, true>(max_smem_bytes);
+  allow_smem_instance<T, true, 1, true>(max_smem_bytes);
 }
 
 }  // namespace

@@ -176,6 +176,11 @@ struct GemvFusion {
   int* done_blocks;    // kSwiglu with write_x: the backend's block counter (zero between launches)
   float* residual;     // epilogue (n_mats == 1): residual[i * residual_stride + r] += y[i, r]
   int64_t residual_stride;
+  // SwiGLU epilogue (n_mats == 2, gate and up of equal rows): glu_out[i * glu_out_stride + r] =
+  // swiglu(y_0[i, r], y_1[i, r]) after both are stored; the quantized kernels give a warp gate
+  // row r and up row r in turn (gemv_quant.cu), the others run the elementwise kernel after.
+  float* glu_out;
+  int64_t glu_out_stride;
 };
 
 // y_m[n, rows_m] = x[n, cols] @ w_m^T for m < n_mats: up to three weights of one dtype and

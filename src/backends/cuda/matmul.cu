@@ -183,6 +183,21 @@ void launch_matmul(const MatmulArgs& fused, const LaunchEnv& env) {
   } else {
     launch_kernel(env, gemv_generic_kernel, grid, kGemvWarps * 32, 0, a);
   }
+  if (a.fuse.glu_out != nullptr) launch_glu_after(a, env);  // a SwiGLU epilogue, as its own kernel
+}
+
+void launch_glu_after(const MatmulArgs& a, const LaunchEnv& env) {
+  ElementwiseArgs e{};
+  e.op = ElementwiseOp::kSwiglu;
+  e.a = a.y[0];
+  e.a_stride = a.rows[0];
+  e.b = a.y[1];
+  e.b_stride = a.rows[1];
+  e.out = a.fuse.glu_out;
+  e.out_stride = a.fuse.glu_out_stride;
+  e.rows = a.n;
+  e.cols = a.rows[0];
+  launch_elementwise(e, env);
 }
 
 void init_matmul(int max_smem_bytes) {
