@@ -41,6 +41,15 @@ __host__ __device__ constexpr int round16(int b) { return (b + 15) / 16 * 16; }
 constexpr int kMaxStages = 16;
 constexpr int kDefaultStageBytesPerWarp = 6144;
 
+// Bytes past the last stage buffer that an item may read. item_dot loads a lane's whole item
+// (four units' words) and drops the units past the row by n_valid, so a partial item -- the last
+// row of a segmented step, a row's last step -- reads past the staged bytes it uses: up to an
+// item of words (q8_0: 4 x 34 bytes) plus the staged copy's 14-byte alignment shift and
+// load_words_2aligned's extra word. Inside the region that lands in the next buffer (ignored
+// values); after the last one it would leave the block's shared memory (a memcheck error, and an
+// illegal-address fault once static shared memory moved the end off the allocation granule).
+constexpr int kStageTailSlack = 160;
+
 struct SmemLayout {
   int row_pitch;    // bytes of one quantized activation row
   int unit_pitch;   // units of one row of xd / xs (a multiple of 4: 16-byte loads)
@@ -66,7 +75,7 @@ __host__ __device__ SmemLayout smem_layout(int cols, int nt_alloc, int n_stages,
       seg_rows * ((cols < kStepElems ? cols : kStepElems) / QType<T>::kBlockElems * QType<T>::kBlockBytes);
   // + 32: the up-to-14-byte alignment shift plus the one-word overread of load_words_2aligned.
   l.stage_pitch = round16(row_step_bytes + 32);
-  l.total = l.stage_off + kGemvWarps * n_stages * l.stage_pitch;
+  l.total = l.stage_off + kGemvWarps * n_stages * l.stage_pitch + kStageTailSlack;
   return l;
 }
 
