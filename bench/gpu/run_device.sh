@@ -10,7 +10,7 @@
 # attn: the attention op alone (gpu_bench --attn): decode at 1k / 32k (default kernel), prefill
 #   512 without and 512 / 4096 / 2048-on-30720 with the tensor-core kernel.
 # long-tc-q4k / long-tc-f16: 8B decode at 1k / 32k (contexts filled with the tensor-core prefill)
-#   and tensor-core prefill at 512 / 4096 in 4096-token chunks.
+#   and tensor-core prefill of 512, 4096 and 32768 tokens in 4096-token chunks.
 # gemv: each GEMV alone (gpu_bench --gemv), previous vs default kernels, per type and shape, at
 #   one and four activation rows; gemv-ab: 8B Q4_K_M / F16 and SmolLM2 decode with
 #   TERN_CUDA_GEMV=legacy and =default in one session.
@@ -103,8 +103,8 @@ PY
       bench attn 60 --attn --attn-prefill 0+512
       bench attn-tc 60 --attn --attn-ctx "" --attn-prefill 0+512,0+4096,30720+2048 --tc-prefill
       ;;
-    long-tc-q4k) bench long-tc-q4k 100 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill 512,4096 --chunk 4096 --tc-prefill --decode-steps 16 ;;
-    long-tc-f16) bench long-tc-f16 150 --preset llama3-8b --mix f16 --ctx 1024,32768 --prefill 512,4096 --chunk 4096 --tc-prefill --decode-steps 16 ;;
+    long-tc-q4k) bench long-tc-q4k 100 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill 512,4096,32768 --chunk 4096 --tc-prefill --decode-steps 16 ;;
+    long-tc-f16) bench long-tc-f16 150 --preset llama3-8b --mix f16 --ctx 1024,32768 --prefill 512,4096,32768 --chunk 4096 --tc-prefill --decode-steps 16 ;;
     gemv)
       bench gemv 60 --gemv
       bench gemv-n4 40 --gemv --gemv-n 4 --gemv-filter 8b
