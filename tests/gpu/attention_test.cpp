@@ -278,6 +278,31 @@ TEST_F(GpuAttention, PairSpanKernelEqualsSpanKernelBitwise) {
   expect_split_kernels_equal(*chunk, pair3, 1100);
 }
 
+// The group-values kernel (span_kernel 3: a lane owns a dimension of one chunk for the 4 queries
+// of a group, probabilities stored in groups of 4, chunk 1's chains handed to chunk 0's lanes by
+// shuffle) and the heads-first block order (+ 16: the KV heads of a span launched next to each
+// other) against the two-chunk kernel, bit for bit: kernel 3 at every stage count it takes
+// (backends 0-2: 2, 3, 4 stages), then 18 and 19 at 3 stages, and with two value dimensions per
+// lane (+ 64; at head_dim 128 with f16 caches only, else the same kernel as 3). kShapes' groups of 3 and 7 and the
+// verify / prefill tiles put queries of different tokens in one group of 4 (their own ranges).
+TEST_F(GpuAttention, GroupSpanKernelEqualsPairKernelBitwise) {
+  cuda::CudaBackendOptions pair_opts;
+  pair_opts.attention_split = cuda::AttentionSplit::kAlways;
+  pair_opts.attention_span_kernel = 2;
+  std::unique_ptr<Backend> pair = gputest::make_cuda(pair_opts);
+  std::vector<std::unique_ptr<Backend>> got;
+  for (int kernel : {3, 3, 3, 18, 19, 3 + 64, 3 + 64 + 16}) {
+    cuda::CudaBackendOptions o = pair_opts;
+    o.attention_span_kernel = kernel;
+    const std::string stages = got.size() < 3 ? std::to_string(got.size() + 2) : "3";
+    ScopedEnv st("TERN_CUDA_ATTN_SPAN_STAGES", stages.c_str());
+    got.push_back(gputest::make_cuda(o));
+  }
+  ASSERT_TRUE(pair != nullptr);
+  for (const auto& b : got) ASSERT_TRUE(b != nullptr);
+  expect_split_kernels_equal(*pair, got, 1900);
+}
+
 // Backends of the folded-merge tests: split mode, span kernel `kernel`, fold_merge `fold`.
 std::unique_ptr<Backend> make_span(int kernel, int fold) {
   cuda::CudaBackendOptions o;
@@ -327,7 +352,7 @@ struct Caches {
 // the backend's plan picks it.
 TEST_F(GpuAttention, FoldedMergeEqualsMergeKernelBitwise) {
   uint32_t seed = 1300;
-  for (int kernel : {2, 1}) {
+  for (int kernel : {2, 1, 19}) {
     SCOPED_TRACE("span kernel " + std::to_string(kernel));
     auto want = make_span(kernel, 0);
     std::vector<std::unique_ptr<Backend>> got;
@@ -363,7 +388,7 @@ TEST_F(GpuAttention, FoldedMergeEqualsMergeKernelBitwise) {
 TEST_F(GpuAttention, FoldedMergeLongContextBitwise) {
   const Shape shapes[] = {{32, 8, 128, DType::F16}, {9, 3, 64, DType::F16}, {8, 2, 128, DType::F32}};
   uint32_t seed = 1500;
-  for (int kernel : {2, 1}) {
+  for (int kernel : {2, 1, 19}) {
     SCOPED_TRACE("span kernel " + std::to_string(kernel));
     auto want = make_span(kernel, 0);
     std::vector<std::unique_ptr<Backend>> got;
@@ -384,12 +409,56 @@ TEST_F(GpuAttention, FoldedMergeLongContextBitwise) {
   }
 }
 
+// Persistent span blocks (span_kernel + 32: a block keeps its KV head and walks several spans,
+// its K/V ring running on into the next span) against one block per span, bit for bit: one-tile
+// plans (long decodes, a verify of 3), for both two-chunk kernels at 3 and 4 stages, plus the
+// heads-first order alone and (kernel 3) two value dimensions per lane. First with the grid the backend picks (persistent at the 8B shape's
+// 40k / 36k plans), then with 5 blocks per (KV head, head slice) walking ~30 spans each at every
+// shape and plan (TERN_CUDA_ATTN_PERSIST_COLS, read when a backend is created).
+TEST_F(GpuAttention, PersistentSpanBlocksEqualOneBlockPerSpan) {
+  const Shape shapes[] = {{32, 8, 128, DType::F16}, {9, 3, 64, DType::F16}, {14, 2, 64, DType::F32},
+                          {8, 1, 256, DType::F32}, {8, 2, 64, DType::F16, 0.0f, 37}};
+  uint32_t seed = 2100;
+  for (int kernel : {3, 2}) {
+    for (const char* cols : {"0", "5"}) {
+      SCOPED_TRACE("span kernel " + std::to_string(kernel) + ", persistent columns " + cols);
+      ScopedEnv persist_cols("TERN_CUDA_ATTN_PERSIST_COLS", cols);
+      cuda::CudaBackendOptions o;
+      o.attention_split = cuda::AttentionSplit::kAlways;
+      o.attention_fold_merge = 0;
+      o.attention_span_kernel = kernel;
+      auto want = gputest::make_cuda(o);
+      std::vector<std::unique_ptr<Backend>> got;
+      for (int v : {kernel + 32, kernel + 32, kernel + 16, kernel == 3 ? kernel + 64 + 32 : kernel + 32}) {
+        cuda::CudaBackendOptions ov = o;
+        ov.attention_span_kernel = v;
+        ScopedEnv st("TERN_CUDA_ATTN_SPAN_STAGES", got.size() == 1 ? "4" : "3");
+        got.push_back(gputest::make_cuda(ov));
+      }
+      ASSERT_TRUE(want != nullptr);
+      for (const auto& b : got) ASSERT_TRUE(b != nullptr);
+      for (const Shape& s : shapes) {
+        SCOPED_TRACE(describe(s));
+        Caches c(*want, got, s, 2600, seed);
+        const auto blocks = c.take(40001);
+        std::vector<BatchPlan> plans(4);
+        add_sequence(plans[0], 40000, 1, blocks);
+        add_sequence(plans[1], 23000, 1, blocks);
+        add_sequence(plans[2], 36000, 3, blocks);  // a verify tile
+        add_sequence(plans[3], 1300, 1, blocks);
+        expect_plans_equal(*want, got, c.all, s, plans, seed + 1);
+        seed += 2;
+      }
+    }
+  }
+}
+
 // The folded merge's counters must be back at zero after every launch: the same step (two
 // attention ops sharing the counters, as layers do) run several times with the same buffers, so
 // the backend replays it as a CUDA graph, equals the merge kernel's results every time.
 TEST_F(GpuAttention, FoldedMergeRepeatsUnderGraphs) {
   const Shape s{32, 8, 128, DType::F16};
-  for (int kernel : {2, 1}) {
+  for (int kernel : {2, 1, 19}) {
     SCOPED_TRACE("span kernel " + std::to_string(kernel));
     auto want = make_span(kernel, 0);
     std::vector<std::unique_ptr<Backend>> got;

@@ -20,6 +20,7 @@
 // and computes the running maxima as a prefix max (max is exact, so any association gives the
 // same values) and all fold scales in parallel, leaving only the L / A products sequential.
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 
 #include "backends/cuda/async_copy.cuh"
@@ -39,6 +40,10 @@ constexpr int kThreads = kSpanThreads;
 constexpr int kWarps = kThreads / 32;
 static_assert(kAttnSpanTokens <= kThreads, "a span's block-table lookups take one thread each");
 constexpr int kMaxStages = kSpanMaxStages;
+int g_n_sm = 132;  // the device's SMs (init_attention_span): persistent grids
+// TERN_CUDA_ATTN_PERSIST_COLS=n (read when a backend is created; tests): persistent grids of n
+// blocks per (KV head, head slice) wherever a plan has at least n spans.
+int g_persist_cols = 0;
 
 // One block per (split item, KV head, head slice): the span partials of the tile's queries.
 template <typename T, int kStages>
@@ -49,7 +54,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_kernel(AttentionAr
   const int tid = threadIdx.x, hd = a.head_dim;
   const SpanItem it = span_item_of(a);
   const int tile = it.tile, span = it.span;
-  const int g = blockIdx.y / sh.n_slices, slice = blockIdx.y % sh.n_slices;
+  const int g = it.y / sh.n_slices, slice = it.y % sh.n_slices;
   const int h0 = g * sh.group + slice * sh.hpb;
   const int nh = min(sh.hpb, sh.group - slice * sh.hpb);
   const int t0 = it.t0, nt = it.nt, n_tile_spans = it.n_tile_spans;
@@ -121,8 +126,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_kernel(AttentionAr
     attn::chunk_values<kThreads, 2>(Q, k_s + C * hd, j0);
     __syncthreads();  // stage i, p_s and the statistics are free for the next chunk
   }
-  span_merge::finish_span<kThreads>(Q, a, tile, n_tile_spans, tok_partial, t0, nt, h0, nh, span, sm + L.kv,
-                                    L.total - L.kv);
+  span_merge::finish_span<kThreads>(Q, a, tile, n_tile_spans, tok_partial, t0, nt, h0, nh, span, it.y, it.ny,
+                                    sm + L.kv, L.total - L.kv);
 }
 
 constexpr int kMergeThreads = 128;
@@ -170,25 +175,50 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
   AttentionArgs trial = a;
   trial.heads_per_block = hpb;
   const SpanShape sh = span_shape_of(trial);
-  // The two-chunk kernel computes two chunks per step, so it keeps at least two stages.
-  const bool pair = kernel == 2;
+  // The two-chunk kernels compute two chunks per step, so they keep at least two stages. The
+  // heads-first block order needs the items on grid y (at most 65535 of them).
+  const int base = kernel & kSpanKernelMask;
+  int flags = a.plan.n_split_items <= 65535 ? kernel & kSpanHeadsFirst : 0;
+  if (base == 2 || base == 3) flags |= kernel & kSpanPersistent;
+  if (base == 3) flags |= kernel & kSpanValuePairs;
+  const bool pair = base == 2 || base == 3;
   const int min_stages = pair ? 2 : 1;
   for (int stages = std::min(std::max(preferred_stages, min_stages), kMaxStages); stages >= min_stages; --stages) {
     if (span_smem(trial, sh, stages, pair ? 2 : 1).total <= static_cast<size_t>(max_smem_bytes)) {
       a.heads_per_block = hpb;
       a.kv_stages = stages;
-      a.span_kernel = pair ? 2 : 1;
+      a.span_kernel = (pair ? base : 1) | flags;
       return true;
     }
   }
-  return pair && plan_attention_span(a, n_sm, max_smem_bytes, preferred_stages, 1);
+  return pair && plan_attention_span(a, n_sm, max_smem_bytes, preferred_stages, 1 | (flags & kSpanHeadsFirst));
 }
 
 void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
   const SpanShape sh = span_shape_of(a);
-  const dim3 grid(static_cast<unsigned>(a.plan.n_split_items), static_cast<unsigned>(a.n_kv_heads * sh.n_slices));
-  if (a.span_kernel == 2) {
-    launch_attention_span_pair(a, env, grid, span_smem(a, sh, a.kv_stages, 2).total);
+  const unsigned n_items = static_cast<unsigned>(a.plan.n_split_items);
+  const unsigned ny = static_cast<unsigned>(a.n_kv_heads * sh.n_slices);
+  dim3 grid = (a.span_kernel & kSpanHeadsFirst) != 0 ? dim3(ny, n_items) : dim3(n_items, ny);
+  const int kernel = a.span_kernel & kSpanKernelMask;
+  if (kernel == 2 || kernel == 3) {
+    const size_t smem = span_smem(a, sh, a.kv_stages, 2).total;
+    AttentionArgs b = a;
+    // Persistent blocks only where a plan of one tile has at least three rounds of resident
+    // blocks' spans (never with the folded merge, which reuses the K/V ring as scratch).
+    b.span_kernel &= ~kSpanPersistent;
+    if ((a.span_kernel & kSpanPersistent) != 0 && a.plan.n_tiles == 1 && !a.fold_merge && a.kv_stages >= 3) {
+      const int per_sm = attention_span_pair_blocks_per_sm(a, smem);
+      int cols = std::max(1, per_sm * g_n_sm / static_cast<int>(ny));  // resident blocks per (KV head, slice)
+      int rounds = 3;  // (measured slower at ~1 round: 4k contexts)
+      if (g_persist_cols > 0) cols = g_persist_cols, rounds = 1;  // tests: many spans per block at any context
+      if (static_cast<int>(n_items) >= rounds * cols) {
+        const int per_block = (static_cast<int>(n_items) + cols - 1) / cols;  // spans per block, even split
+        const int stride = (static_cast<int>(n_items) + per_block - 1) / per_block;
+        grid = dim3(ny * static_cast<unsigned>(stride));
+        b.span_kernel |= kSpanPersistent;
+      }
+    }
+    launch_attention_span_pair(b, env, grid, smem);
   } else if (a.kv_dtype == DType::F16) {
     launch_span<__half>(a, env, grid, span_smem(a, sh, a.kv_stages).total);
   } else {
@@ -201,6 +231,11 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
 }
 
 void init_attention_span(int max_smem_bytes) {
+  int dev = 0;
+  TERN_CUDA_CHECK(cudaGetDevice(&dev));
+  TERN_CUDA_CHECK(cudaDeviceGetAttribute(&g_n_sm, cudaDevAttrMultiProcessorCount, dev));
+  const char* cols = std::getenv("TERN_CUDA_ATTN_PERSIST_COLS");
+  g_persist_cols = cols != nullptr ? std::max(0, std::atoi(cols)) : 0;
   set_span_smem<__half, 1>(max_smem_bytes);
   set_span_smem<__half, 2>(max_smem_bytes);
   set_span_smem<__half, 3>(max_smem_bytes);

@@ -12,6 +12,17 @@ namespace tern::cuda {
 
 constexpr int kSpanThreads = 256;
 constexpr int kSpanMaxStages = 4;
+// AttentionArgs::span_kernel: the kernel in the low bits (1: one chunk per step, 2: two chunks
+// per step, 3: two chunks per step with GQA-group values), plus the block-order flag.
+constexpr int kSpanKernelMask = 15;
+constexpr int kSpanHeadsFirst = 16;
+// Persistent blocks (two-chunk kernels, one-tile plans without the folded merge): a block keeps
+// one (KV head, head slice) and walks every gridDim.x / ny-th span, its K/V ring running on into
+// the next span's chunks while it computes the current one's (attention_span_pair.cu).
+constexpr int kSpanPersistent = 32;
+// Span kernel 3 at head_dim 128 (f16): each lane of the values step owns two dimensions (half the
+// lanes busy in a decode, fewer instructions and shared-memory wavefronts per multiply-add).
+constexpr int kSpanValuePairs = 64;
 static_assert(kSpanMaxStages == kAttnSpanChunks, "4 stages hold a whole span");
 
 struct SpanShape {
@@ -34,19 +45,27 @@ __host__ __device__ inline SpanShape span_shape_of(const AttentionArgs& a) {
 // the PDL wait, and that a short previous kernel (the rope) does not cover.
 struct SpanItem {
   int tile, span, t0, nt, n_tile_spans;
+  int y, ny;  // the block's (KV head, head slice) index, g * n_slices + slice, and their count
 };
 __device__ __forceinline__ SpanItem span_item_of(const AttentionArgs& a) {
   const DevicePlan& P = a.plan;
   SpanItem it;
+  // Block order (kSpanHeadsFirst): grid (ny, items) puts the KV heads of one span next to each
+  // other in launch order, so the blocks resident together read whole cache rows (all heads of
+  // the same positions) instead of one head's 1 / n_kv_heads of each row over many spans.
+  const bool heads_first = (a.span_kernel & kSpanHeadsFirst) != 0;
+  const int item = heads_first ? blockIdx.y : blockIdx.x;
+  it.y = heads_first ? blockIdx.x : blockIdx.y;
+  it.ny = heads_first ? gridDim.x : gridDim.y;
   if (P.n_tiles == 1) {
     it.tile = 0;
-    it.span = blockIdx.x;
+    it.span = item;
     it.t0 = 0;
     it.nt = P.n_tokens;
     it.n_tile_spans = a.fold_merge ? P.n_split_items : 0;
   } else {
-    it.tile = P.split_tile[blockIdx.x];
-    it.span = P.split_span[blockIdx.x];
+    it.tile = P.split_tile[item];
+    it.span = P.split_span[item];
     it.t0 = P.tile_token_begin[it.tile];
     it.nt = P.tile_n_tokens[it.tile];
     it.n_tile_spans = a.fold_merge ? P.tile_n_spans[it.tile] : 0;
@@ -63,16 +82,18 @@ struct SpanSmem {
 __host__ __device__ inline SpanSmem span_smem(const AttentionArgs& a, const SpanShape& sh, int stages,
                                               int chunks_per_step = 1) {
   const size_t nq = sh.nq_alloc, hd = a.head_dim, elem = a.kv_dtype == DType::F16 ? 2 : 4;
+  const size_t nq4 = (nq + 3) / 4 * 4;  // the group-values kernel keeps p in groups of 4 queries
   const size_t cps = chunks_per_step;
   SpanSmem l;
   l.q = 0;                                           // [nq][hd] queries
   l.span_a = l.q + 4 * nq * hd;                      // [nq][hd] running span A
-  l.p = l.span_a + 4 * nq * hd;                      // [nq][cps * C] scores, then probabilities
-  l.stats = l.p + 4 * nq * cps * kAttnChunkTokens;   // [4 cps + 2][nq] statistics, fold scales
+  l.p = l.span_a + 4 * nq * hd;                      // [nq4][cps * C] scores, then probabilities
+  l.stats = l.p + 4 * nq4 * cps * kAttnChunkTokens;  // [4 cps + 2][nq] statistics, fold scales
   l.tok = l.stats + 4 * (4 * cps + 2) * nq;          // [3][kAttnTileTokens] positions, first positions,
                                                      // first partial slots
-  l.slots = l.tok + 4 * 3 * kAttnTileTokens;         // [kAttnSpanTokens] cache slot of each span row
-  l.kv = (l.slots + 4 * kAttnSpanTokens + 15) / 16 * 16;  // [stages][K, V][C][hd]
+  l.slots = l.tok + 4 * 3 * kAttnTileTokens;         // [2][kAttnSpanTokens] cache slot of each span row
+                                                     // (persistent blocks: this span's and the next's)
+  l.kv = (l.slots + 4 * 2 * kAttnSpanTokens + 15) / 16 * 16;  // [stages][K, V][C][hd]
   l.total = l.kv + static_cast<size_t>(stages) * 2 * kAttnChunkTokens * hd * elem;
   return l;
 }
@@ -113,10 +134,13 @@ struct SpanKvRing {
   // Chunk i's K rows (its V rows follow them).
   __device__ T* k(int i) const { return ring + (i % kStages) * 2 * kRows * hd; }
 
-  __device__ void issue(int i, int tid) const {
+  __device__ void issue(int i, int tid) const { issue_at(i, i, tid); }
+  // Chunk i's rows into the stage of ring position `at` (persistent blocks number the chunks of
+  // all their spans in one sequence).
+  __device__ void issue_at(int i, int at, int tid) const {
     const int r = tid / kLanesPerRow, part = tid % kLanesPerRow;
     if (i < n_iter && i * kRows + r < n_rows) {
-      T* k_dst = k(i) + r * hd;
+      T* k_dst = k(at) + r * hd;
       T* v_dst = k_dst + kRows * hd;
       const int64_t slot = slots[i * kRows + r];
       const T* ks = k_src + slot * k_stride + kv_col;
@@ -135,10 +159,39 @@ struct SpanKvRing {
     }
     cp_async_commit();
   }
+  // issue_at with the K rows and the V rows in two groups (K first), so a caller can wait for a
+  // chunk's K while its V is still in flight (the two-chunk kernels: V is needed one phase later).
+  __device__ void issue_split_at(int i, int at, int tid) const {
+    const int r = tid / kLanesPerRow, part = tid % kLanesPerRow;
+    const bool live = i < n_iter && i * kRows + r < n_rows;
+    const int64_t slot = live ? slots[i * kRows + r] : 0;
+    T* k_dst = k(at) + r * hd;
+    T* v_dst = k_dst + kRows * hd;
+    const T* ks = k_src + slot * k_stride + kv_col;
+    const T* vs = v_src + slot * v_stride + kv_col;
+    if (live) {
+      if (vec) {
+        for (int e = part * kPer16; e < hd; e += kLanesPerRow * kPer16) cp_async16(k_dst + e, ks + e);
+      } else {
+        for (int e = part; e < hd; e += kLanesPerRow) k_dst[e] = ks[e];
+      }
+    }
+    cp_async_commit();
+    if (live) {
+      if (vec) {
+        for (int e = part * kPer16; e < hd; e += kLanesPerRow * kPer16) cp_async16(v_dst + e, vs + e);
+      } else {
+        for (int e = part; e < hd; e += kLanesPerRow) v_dst[e] = vs[e];
+      }
+    }
+    cp_async_commit();
+  }
 };
 
-// The two-chunk span kernel (attention_span_pair.cu); a.kv_stages in 2..4.
+// The two-chunk span kernels (attention_span_pair.cu; span_kernel 2 or 3); a.kv_stages in 2..4.
 void launch_attention_span_pair(const AttentionArgs& a, const LaunchEnv& env, dim3 grid, size_t smem);
 void init_attention_span_pair(int max_smem_bytes);
+// Resident blocks per SM of the two-chunk kernel that `a` launches with `smem` bytes.
+int attention_span_pair_blocks_per_sm(const AttentionArgs& a, size_t smem);
 
 }  // namespace tern::cuda

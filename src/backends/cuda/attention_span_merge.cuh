@@ -8,7 +8,7 @@
 //
 // Folded merge (fold_merge = 1): the last of a tile's span blocks to finish (per KV head and head
 // slice) merges the tile's tokens x heads itself, which saves the merge kernel's launch and its
-// gap in the step. "Last" is an atomic counter per (tile, blockIdx.y) in a device buffer the
+// gap in the step. "Last" is an atomic counter per (tile, KV head x head slice) in a device buffer the
 // backend zero-fills once: every block fences its partial stores and increments the counter; the
 // block that sees n_spans - 1 fences again (acquire), reads every partial with L1-bypassing loads
 // (another SM wrote them during this kernel, and this SM's L1 may hold a line of a neighbouring
@@ -261,12 +261,12 @@ __device__ __forceinline__ bool merge_all_queries(const attn::Queries& Q, const 
 template <int kThreads>
 __device__ __forceinline__ void merge_if_last(const attn::Queries& Q, const AttentionArgs& a, int tile,
                                               int n_tile_spans, const int* tok_partial, int t0, int nt, int h0,
-                                              int nh, float* sm, size_t sm_bytes) {
+                                              int nh, int y, int ny, float* sm, size_t sm_bytes) {
   __threadfence();  // this thread's partial stores, before the counter says the block is done
   __syncthreads();
   int last = 0;
   if (threadIdx.x == 0) {
-    int* counter = a.merge_counters + int64_t{tile} * gridDim.y + blockIdx.y;
+    int* counter = a.merge_counters + int64_t{tile} * ny + y;
     last = atomicAdd(counter, 1) == n_tile_spans - 1 ? 1 : 0;
     if (last) {
       *counter = 0;     // every other block of the tile has counted: ready for the next launch
@@ -293,15 +293,15 @@ __device__ __forceinline__ void merge_if_last(const attn::Queries& Q, const Atte
 template <int kThreads>
 __device__ __forceinline__ void finish_span(const attn::Queries& Q, const AttentionArgs& a, int tile, int n_tile_spans,
                                             const int* tok_partial, int t0, int nt, int h0, int nh, int span,
-                                            unsigned char* free_sm, size_t free_bytes) {
+                                            int y, int ny, unsigned char* free_sm, size_t free_bytes) {
   if (a.fold_merge && n_tile_spans == 1) {
     store_single_span<kThreads>(Q, a, t0, h0);
     return;
   }
   attn::store_span_partial<kThreads>(Q, a, t0, h0, span);
   if (a.fold_merge) {
-    merge_if_last<kThreads>(Q, a, tile, n_tile_spans, tok_partial, t0, nt, h0, nh, reinterpret_cast<float*>(free_sm),
-                            free_bytes);
+    merge_if_last<kThreads>(Q, a, tile, n_tile_spans, tok_partial, t0, nt, h0, nh, y, ny,
+                            reinterpret_cast<float*>(free_sm), free_bytes);
   }
 }
 

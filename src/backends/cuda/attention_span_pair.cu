@@ -1,4 +1,5 @@
-// The two-chunk span decode kernel (attention.h, "split mode"; TERN_CUDA_ATTN_SPAN=2).
+// The two-chunk span decode kernels (attention.h, "split mode"; TERN_CUDA_ATTN_SPAN=2, and its
+// GQA-group form 3 with the flags of attention_span.cuh: the default is 83 = 3 + 16 + 64).
 //
 // Why: the one-chunk span kernel (attention_span.cu) measured bound by the issue rate and latency
 // of its per-chunk steps, not by its copies (bench/RESULTS.md: more bytes in flight made it
@@ -21,6 +22,12 @@
 //   - each chunk's a_d is its own fmaf chain from 0 in position order over the query's valid
 //     positions, folded into the span A in chunk order.
 // The merge is attention_span.cu's. Bit-identical to the one-chunk kernel (tests/gpu).
+//
+// span_kernel 3 (group_scores, group_values below) cuts the instructions per chunk further: ncu
+// of kernel 2 at a 32k decode counted 64.8 M warp instructions for 134 MB of K/V (~16k per
+// 64-key chunk of 4 queries, for ~2k warp FMAs of useful work): runtime head_dim branches kept
+// the fmaf chains serial, the segment tree's shuffle loop ran with divergence checks, and each
+// key recomputed its queries' positions with integer divisions.
 #include <algorithm>
 #include <cmath>
 
@@ -45,6 +52,15 @@ constexpr int kPair = 2;                     // chunks per step
 constexpr int kQueriesPerPass = attn::kQueriesPerPass;
 static_assert(kAttnSpanTokens <= kThreads, "a span's block-table lookups take one thread each");
 static_assert(kAttnSpanChunks % kPair == 0, "a span is whole pairs of chunks");
+static_assert(kQueriesPerPass == 4, "a score pass covers one group of 4 queries (group-values layout)");
+
+// Where query qi's score / probability of step position jj (0 .. 2 C - 1) lives in p. kGroup
+// (span_kernel 3): queries in groups of 4, [group][2 C][4], so one 16-byte load gives a position's
+// probabilities for the 4 queries of a group (the q heads that share a KV head); else [nq][2 C].
+template <bool kGroup>
+__device__ __forceinline__ int p_index(int qi, int jj) {
+  return kGroup ? ((qi >> 2) * (kPair * C) + jj) * 4 + (qi & 3) : qi * (kPair * C) + jj;
+}
 
 // The block's queries and per-query state for two chunks at a time. Chunk c of the step (0 or 1)
 // keeps its scores at p[qi][c * C ...] and its statistics at m_c[c * na + qi] etc.
@@ -76,7 +92,7 @@ __device__ __forceinline__ void load_seg(const T* p, bool live, float (&x)[kSeg]
 
 // Scores of every query against the n_keys (64 or 128) keys of the step's chunks (k0: the first
 // chunk's rows, k1: the second's), keys j0 + jj.
-template <typename T>
+template <bool kGroup, typename T>
 __device__ __forceinline__ void pair_scores(const PairQueries& Q, const T* k0, const T* k1, int n_keys, int j0,
                                             float scale, float softcap) {
   const int hd = Q.hd, lane = threadIdx.x & 31;
@@ -122,18 +138,108 @@ __device__ __forceinline__ void pair_scores(const PairQueries& Q, const T* k0, c
       }
       if (sub == 0) {
         const int j = j0 + jj;
+        float sc[kQueriesPerPass];
 #pragma unroll
         for (int qq = 0; qq < kQueriesPerPass; ++qq) {
           const int qi = qg + qq;
+          sc[qq] = -INFINITY;
           if (qi >= Q.nq) break;
           const int tt = qi / Q.nh;
-          float s = -INFINITY;
           if (j <= Q.tok_pos[tt] && j >= Q.tok_first[tt]) {
-            s = __fmul_rn(dot[qq], scale);
-            if (softcap > 0.0f) s = __fmul_rn(softcap, tanhf(__fdiv_rn(s, softcap)));
+            sc[qq] = __fmul_rn(dot[qq], scale);
+            if (softcap > 0.0f) sc[qq] = __fmul_rn(softcap, tanhf(__fdiv_rn(sc[qq], softcap)));
           }
-          Q.p[qi * (kPair * C) + jj] = s;
         }
+        if (kGroup && qg + kQueriesPerPass <= Q.nq) {  // a whole group: one 16-byte store
+          *reinterpret_cast<float4*>(Q.p + p_index<true>(qg, jj)) = make_float4(sc[0], sc[1], sc[2], sc[3]);
+        } else {
+#pragma unroll
+          for (int qq = 0; qq < kQueriesPerPass; ++qq) {
+            if (qg + qq >= Q.nq) break;
+            Q.p[p_index<kGroup>(qg + qq, jj)] = sc[qq];
+          }
+        }
+      }
+    }
+  }
+}
+
+// pair_scores<true> for a head_dim known at compile time (span_kernel 3, kHd = 128 with f16
+// caches): the same segment partials and tree, with
+//   - no runtime segment checks or tree loop (every lane's two segments are live), so the
+//     compiler interleaves the 8 independent fmaf chains of a key;
+//   - the tree's lane levels as a transposing reduction: at xor 1 a lane keeps two of the 4
+//     queries and adds its partner's partials of those two (it sends the other two), at xor 2
+//     one query, then plain butterfly levels. Every addition pairs the same two partial sums as
+//     the butterfly (float addition is commutative), so each query's dot has the same bits, but
+//     it takes 4 shuffles and 4 adds instead of 12 and 12 for 4 queries, and lane l ends with
+//     query 2 (l & 1) + ((l >> 1) & 1), which it masks, scales and stores itself;
+//   - the query's position range read once per pass, not per key.
+template <int kHd, typename T>
+__device__ __forceinline__ void group_scores(const PairQueries& Q, const T* k0, const T* k1, int n_keys, int j0,
+                                             float scale, float softcap) {
+  constexpr int kSegLanes = kHd / kSeg;
+  static_assert(kSegLanes * kSeg == kHd && (kSegLanes & (kSegLanes - 1)) == 0 && kSegLanes >= 8,
+                "every lane's two segments are live, and a key has at least 4 lanes");
+  constexpr int kLanesPerKey = kSegLanes / 2;
+  constexpr int kKeyStride = kThreads / kLanesPerKey;
+  const int lane = threadIdx.x & 31;
+  const int sub = lane & (kLanesPerKey - 1);
+  const int flip = (lane >> 2) & 1;  // pair_scores' bank spread
+  const int seg_x = 2 * sub + flip, seg_y = 2 * sub + (1 - flip);
+  const int key0 = threadIdx.x / kLanesPerKey;
+  const bool b0 = (lane & 1) != 0, b1 = (lane & 2) != 0;
+  const int qsel = 2 * (lane & 1) + ((lane >> 1) & 1);
+  const bool writer = (sub >> 2) == 0;  // lanes sub and sub + 4, + 8, ... end with the same query
+  for (int qg = 0; qg < Q.nq; qg += kQueriesPerPass) {
+    float qx[kQueriesPerPass][kSeg], qy[kQueriesPerPass][kSeg];
+#pragma unroll
+    for (int qq = 0; qq < kQueriesPerPass; ++qq) {
+      const bool q_live = qg + qq < Q.nq;
+      load_seg(Q.q + (qg + qq) * kHd + seg_x * kSeg, q_live, qx[qq]);
+      load_seg(Q.q + (qg + qq) * kHd + seg_y * kSeg, q_live, qy[qq]);
+    }
+    const int my_q = qg + qsel;
+    const bool store = writer && my_q < Q.nq;
+    int my_pos = -1, my_first = 0;
+    if (my_q < Q.nq) {
+      const int tt = my_q / Q.nh;
+      my_pos = Q.tok_pos[tt];
+      my_first = Q.tok_first[tt];
+    }
+    float* my_p = Q.p + p_index<true>(qg, 0) + qsel;  // position jj at my_p[4 jj]
+    for (int jj = key0; jj < n_keys; jj += kKeyStride) {  // n_keys is a multiple of a warp's keys
+      const T* krow = jj < C ? k0 + jj * kHd : k1 + (jj - C) * kHd;
+      float kx[kSeg], ky[kSeg];
+      attn::load8(krow + seg_x * kSeg, kx);
+      attn::load8(krow + seg_y * kSeg, ky);
+      float dot[kQueriesPerPass];
+#pragma unroll
+      for (int qq = 0; qq < kQueriesPerPass; ++qq) {
+        float px = 0.0f, py = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kSeg; ++e) {
+          px = __fmaf_rn(qx[qq][e], kx[e], px);
+          py = __fmaf_rn(qy[qq][e], ky[e], py);
+        }
+        dot[qq] = __fadd_rn(px, py);  // the tree's first level
+      }
+      // xor 1: keep queries 2 b0, 2 b0 + 1; xor 2: keep query 2 b0 + b1.
+      const float send0 = b0 ? dot[0] : dot[2], send1 = b0 ? dot[1] : dot[3];
+      const float keep0 = b0 ? dot[2] : dot[0], keep1 = b0 ? dot[3] : dot[1];
+      const float e0 = __fadd_rn(keep0, __shfl_xor_sync(kFullMask, send0, 1));
+      const float e1 = __fadd_rn(keep1, __shfl_xor_sync(kFullMask, send1, 1));
+      float f = __fadd_rn(b1 ? e1 : e0, __shfl_xor_sync(kFullMask, b1 ? e0 : e1, 2));
+#pragma unroll
+      for (int off = 4; off < kLanesPerKey; off <<= 1) f = __fadd_rn(f, __shfl_xor_sync(kFullMask, f, off));
+      if (store) {
+        const int j = j0 + jj;
+        float sc = -INFINITY;
+        if (j <= my_pos && j >= my_first) {
+          sc = __fmul_rn(f, scale);
+          if (softcap > 0.0f) sc = __fmul_rn(softcap, tanhf(__fdiv_rn(sc, softcap)));
+        }
+        my_p[jj * 4] = sc;
       }
     }
   }
@@ -141,6 +247,7 @@ __device__ __forceinline__ void pair_scores(const PairQueries& Q, const T* k0, c
 
 // chunk_softmax's statistics for the step's n_chunks chunks of every query (a warp per query,
 // both chunks' reductions side by side), folded into the span statistics in chunk order.
+template <bool kGroup>
 __device__ __forceinline__ void pair_softmax(const PairQueries& Q, int n_chunks) {
   const int lane = threadIdx.x & 31;
   for (int qi = threadIdx.x >> 5; qi < Q.nq; qi += kWarps) {
@@ -150,8 +257,9 @@ __device__ __forceinline__ void pair_softmax(const PairQueries& Q, int n_chunks)
       m[c] = -INFINITY;
       l[c] = 0.0f;
       if (c >= n_chunks) continue;
-      float* pr = Q.p + qi * (kPair * C) + c * C;
-      const float s0 = pr[lane], s1 = pr[lane + 32];
+      float* pr0 = Q.p + p_index<kGroup>(qi, c * C + lane);
+      float* pr1 = Q.p + p_index<kGroup>(qi, c * C + lane + 32);
+      const float s0 = *pr0, s1 = *pr1;
       m[c] = warp_max(fmaxf(s0, s1));
       float p0 = 0.0f, p1 = 0.0f;
       if (m[c] != -INFINITY) {
@@ -159,8 +267,8 @@ __device__ __forceinline__ void pair_softmax(const PairQueries& Q, int n_chunks)
         p1 = __expf(__fsub_rn(s1, m[c]));
         l[c] = warp_sum_tree(__fadd_rn(p0, p1));
       }
-      pr[lane] = p0;
-      pr[lane + 32] = p1;
+      *pr0 = p0;
+      *pr1 = p1;
     }
     if (lane == 0) {
 #pragma unroll
@@ -246,19 +354,143 @@ __device__ __forceinline__ void pair_values(const PairQueries& Q, const T* v0, c
   }
 }
 
+__device__ __forceinline__ float load1(const __half* p) {
+  return half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
+}
+__device__ __forceinline__ float load1(const float* p) { return *p; }
+
+// pair_values for span_kernel 3: a lane owns kDims dimensions (1, or 2 with kSpanValuePairs) of
+// one chunk for the 4 queries of a group (the q heads that share the KV head: in a decode, a GQA group), so each V element is
+// loaded and converted once for 4 queries and each position's 4 probabilities are one 16-byte
+// load. Lanes 0-15 take chunk 0 and lanes 16-31 chunk 1 for the same 16 dimensions; lane l hands
+// its chunk-1 results to lane l - 16, which folds chunk 0's then chunk 1's into the span A.
+// Each (query, d, chunk) is still one fmaf chain from 0 over the query's valid positions in
+// position order (queries of a group that belong to different tokens select their own range),
+// folded in chunk order with the same expressions: the same bits as pair_values.
+template <int kHd, int kDims, typename T>
+__device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, const T* v1, int n_chunks, int j0) {
+  static_assert(kDims == 1 || kDims == 2, "one or two dimensions per lane");
+  const int hd = kHd != 0 ? kHd : Q.hd, lane = threadIdx.x & 31;
+  constexpr int kSlab = 16 * kDims;           // dimensions per warp
+  const int slabs = (hd + kSlab - 1) / kSlab;  // warps per group
+  const int c = lane >> 4;
+  const int n_groups = (Q.nq + 3) / 4;
+  const int jc = j0 + c * C;
+  for (int w = threadIdx.x >> 5; w < n_groups * slabs; w += kWarps) {
+    const int grp = w / slabs;
+    const int d = (w - grp * slabs) * kSlab + kDims * (lane & 15);
+    const bool live = d < hd;  // (head_dim % 8 == 0: both of a lane's dimensions or neither)
+    const int q0 = 4 * grp;
+    int b[4], e[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      b[r] = C;
+      e[r] = 0;
+      if (q0 + r < Q.nq && c < n_chunks) {
+        const int tt = (q0 + r) / Q.nh;
+        b[r] = max(0, Q.tok_first[tt] - jc);
+        e[r] = min(C, Q.tok_pos[tt] - jc + 1);
+      }
+    }
+    const float* pg = Q.p + p_index<true>(q0, c * C);
+    const T* v = (c == 0 ? v0 : v1) + (live ? d : 0);
+    float acc[4][kDims];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+#pragma unroll
+      for (int k = 0; k < kDims; ++k) acc[r][k] = 0.0f;
+    }
+    auto load_v = [&](int jj, float (&x)[kDims]) {
+      if constexpr (kDims == 1) {
+        x[0] = load1(v + jj * hd);
+      } else {
+        attn::loadv(v + jj * hd, x);
+      }
+    };
+    if (live) {
+      if (q0 + 3 < Q.nq && q0 / Q.nh == (q0 + 3) / Q.nh) {  // one token: one range
+#pragma unroll 4
+        for (int jj = b[0]; jj < e[0]; ++jj) {
+          const float4 p4 = *reinterpret_cast<const float4*>(pg + jj * 4);
+          float x[kDims];
+          load_v(jj, x);
+#pragma unroll
+          for (int k = 0; k < kDims; ++k) {
+            acc[0][k] = __fmaf_rn(p4.x, x[k], acc[0][k]);
+            acc[1][k] = __fmaf_rn(p4.y, x[k], acc[1][k]);
+            acc[2][k] = __fmaf_rn(p4.z, x[k], acc[2][k]);
+            acc[3][k] = __fmaf_rn(p4.w, x[k], acc[3][k]);
+          }
+        }
+      } else {
+        const int lo = min(min(b[0], b[1]), min(b[2], b[3])), hi = max(max(e[0], e[1]), max(e[2], e[3]));
+        for (int jj = lo; jj < hi; ++jj) {
+          const float4 p4 = *reinterpret_cast<const float4*>(pg + jj * 4);
+          const float pr[4] = {p4.x, p4.y, p4.z, p4.w};
+          float x[kDims];
+          load_v(jj, x);
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            if (jj >= b[r] && jj < e[r]) {
+#pragma unroll
+              for (int k = 0; k < kDims; ++k) acc[r][k] = __fmaf_rn(pr[r], x[k], acc[r][k]);
+            }
+          }
+        }
+      }
+    }
+    float acc1[4][kDims];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+#pragma unroll
+      for (int k = 0; k < kDims; ++k) acc1[r][k] = __shfl_xor_sync(kFullMask, acc[r][k], 16);
+    }
+    if (c == 0 && live) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int qi = q0 + r;
+        if (qi >= Q.nq) break;
+#pragma unroll
+        for (int k = 0; k < kDims; ++k) {
+          float A = Q.span_a[qi * hd + d + k];
+          if (Q.m_c[qi] != -INFINITY) A = attn::fold_acc(A, acc[r][k], attn::FoldScales{Q.sa[qi], Q.sb[qi]});
+          if (n_chunks > 1 && Q.m_c[Q.na + qi] != -INFINITY) {
+            A = attn::fold_acc(A, acc1[r][k], attn::FoldScales{Q.sa[Q.na + qi], Q.sb[Q.na + qi]});
+          }
+          Q.span_a[qi * hd + d + k] = A;
+        }
+      }
+    }
+  }
+}
+
 // One block per (split item, KV head, head slice), as the one-chunk span kernel; chunk c of the
 // span lives in stage c % kStages, and a step consumes chunks 2 i and 2 i + 1 while chunks up to
-// 2 i + kStages - 1 are in flight.
-template <typename T, int kStages>
+// 2 i + kStages - 1 are in flight. Persistent blocks (kSpanPersistent: one-tile plans, no folded
+// merge) keep their (KV head, head slice), y = blockIdx.x % ny, and walk spans blockIdx.x / ny,
+// + gridDim.x / ny, ...: chunk c of their k-th span is ring position 4 k + c, so the copies run on
+// into the next span while this one is computed, and the block-table lookups of span k + 1 are
+// made at the start of span k (slot buffer (k + 1) % 2). Each span's arithmetic is the same.
+template <typename T, int kStages, bool kGroup, int kHd = 0, int kVDims = 1>
 __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(AttentionArgs a) {
   static_assert(kStages >= kPair, "a step needs both of its chunks resident");
   extern __shared__ __align__(16) unsigned char sm[];
   const SpanShape sh = span_shape_of(a);
   const DevicePlan& P = a.plan;
-  const int tid = threadIdx.x, hd = a.head_dim;
-  const SpanItem it = span_item_of(a);
-  const int tile = it.tile, span = it.span;
-  const int g = blockIdx.y / sh.n_slices, slice = blockIdx.y % sh.n_slices;
+  const int tid = threadIdx.x, hd = kHd != 0 ? kHd : a.head_dim;
+  SpanItem it;
+  int span_stride = 1, n_items = 1;
+  if ((a.span_kernel & kSpanPersistent) != 0) {
+    const int ny = a.n_kv_heads * sh.n_slices;
+    it.tile = 0, it.t0 = 0, it.nt = P.n_tokens, it.n_tile_spans = 0;
+    it.y = blockIdx.x % ny, it.ny = ny, it.span = blockIdx.x / ny;
+    span_stride = gridDim.x / ny;
+    n_items = (P.n_split_items - it.span + span_stride - 1) / span_stride;
+  } else {
+    it = span_item_of(a);
+  }
+  const int tile = it.tile;
+  const int g = it.y / sh.n_slices, slice = it.y % sh.n_slices;
   const int h0 = g * sh.group + slice * sh.hpb;
   const int nh = min(sh.hpb, sh.group - slice * sh.hpb);
   const int t0 = it.t0, nt = it.nt, n_tile_spans = it.n_tile_spans;
@@ -293,90 +525,133 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
   __syncthreads();
   int max_pos = 0;
   for (int tt = 0; tt < nt; ++tt) max_pos = max(max_pos, tok_pos[tt]);
-  const int j_begin = span * kAttnSpanTokens;
-  const int n_rows = min(kAttnSpanTokens, max_pos + 1 - j_begin);
-  if (tid < n_rows) {
-    const int j = j_begin + tid;
-    slots[tid] = blocks[j / a.block_tokens] * a.block_tokens + j % a.block_tokens;
-  }
+  auto rows_of = [&](int k) { return min(kAttnSpanTokens, max_pos + 1 - (it.span + k * span_stride) * kAttnSpanTokens); };
+  auto lookup = [&](int k) {  // the cache slots of the k-th span's rows
+    const int j = (it.span + k * span_stride) * kAttnSpanTokens + tid;
+    if (tid < rows_of(k)) slots[(k & 1) * kAttnSpanTokens + tid] = blocks[j / a.block_tokens] * a.block_tokens + j % a.block_tokens;
+  };
+  lookup(0);
+  if (n_items > 1) lookup(1);
   pdl_wait();
   pdl_launch_dependents();
   __syncthreads();
 
-  const SpanKvRing<T, kStages> kv(a, g, slots, kv_s, n_rows);
-  const int n_iter = kv.n_iter;
-  auto stage_k = [&](int i) { return kv.k(i); };
-  auto issue = [&](int i) { kv.issue(i, tid); };
-  // Chunks 0 .. kStages - 3 now; each step issues two more (its first step: up to kStages - 1).
-  for (int i = 0; i + kPair < kStages; ++i) issue(i);
+  // Ring position gi: chunk gi % 4 of the block's span gi / 4 (empty groups past the last), as
+  // two cp.async groups, its K rows then its V rows: a step waits for its second chunk's K
+  // before the scores and for its V only before the values.
+  auto issue = [&](int gi) {
+    const int k = gi / kAttnSpanChunks;
+    if (k >= n_items) {
+      cp_async_commit();
+      cp_async_commit();
+      return;
+    }
+    const SpanKvRing<T, kStages> r(a, g, slots + (k & 1) * kAttnSpanTokens, kv_s, rows_of(k));
+    r.issue_split_at(gi % kAttnSpanChunks, gi, tid);
+  };
+  auto stage_k = [&](int gi) { return kv_s + (gi % kStages) * 2 * C * hd; };
+  // Ring positions 0 .. kStages - 3 now; each step issues two more (its first step: up to kStages - 1).
+  for (int gi = 0; gi + kPair < kStages; ++gi) issue(gi);
 
   for (int i = tid; i < nq * hd; i += kThreads) {
     const int qi = i / hd, d = i - qi * hd;
     q_s[i] = a.q[int64_t{t0 + qi / nh} * a.q_stride + int64_t{h0 + qi % nh} * hd + d];
-    span_a[i] = 0.0f;
-  }
-  for (int i = tid; i < nq; i += kThreads) {
-    Q.span_m[i] = -INFINITY;
-    Q.span_l[i] = 0.0f;
-  }
-
-  for (int i = 0; i < n_iter; i += kPair) {
-    // Stages of chunks i + kStages - 2 and i + kStages - 1 held chunks i - 2 and i - 1, which
-    // the previous step finished with (its last barrier).
-    issue(i + kStages - 2);
-    issue(i + kStages - 1);
-    cp_async_wait<kStages - kPair>();  // chunks i and i + 1 landed (this thread's pieces)
-    __syncthreads();                   // ... every thread's, and q / the span state the first time
-    const int n_chunks = min(kPair, n_iter - i);
-    const int j0 = j_begin + i * C;
-    const T* k0 = stage_k(i);
-    const T* k1 = stage_k(i + 1);
-    pair_scores(Q, k0, k1, n_chunks * C, j0, a.scale, a.softcap);
-    __syncthreads();
-    pair_softmax(Q, n_chunks);
-    __syncthreads();
-    pair_values<2>(Q, k0 + C * hd, k1 + C * hd, n_chunks, j0);
-    __syncthreads();  // both stages, p_s and the statistics are free for the next step
   }
   const attn::Queries out{nq,      nh,      hd,      Q.seg_lanes, q_s,      p_s,      Q.m_c,     Q.l_c,
                           Q.span_m, Q.span_l, span_a, Q.sa,       Q.sb,     tok_pos,  tok_first};
-  span_merge::finish_span<kThreads>(out, a, tile, n_tile_spans, tok_partial, t0, nt, h0, nh, span, sm + L.kv,
-                                    L.total - L.kv);
-}
-
-template <typename T, int kStages>
-void set_pair_smem(int max_smem_bytes) {
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_span_pair_kernel<T, kStages>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
-}
-
-template <typename T>
-void launch_pair(const AttentionArgs& a, const LaunchEnv& env, dim3 grid, size_t smem) {
-  switch (a.kv_stages) {
-    case 2: launch_kernel(env, attention_span_pair_kernel<T, 2>, grid, kThreads, smem, a); break;
-    case 3: launch_kernel(env, attention_span_pair_kernel<T, 3>, grid, kThreads, smem, a); break;
-    default: launch_kernel(env, attention_span_pair_kernel<T, 4>, grid, kThreads, smem, a); break;
+  for (int k = 0; k < n_items; ++k) {
+    const int span = it.span + k * span_stride;
+    const int j_begin = span * kAttnSpanTokens;
+    const int n_iter = (rows_of(k) + C - 1) / C;
+    // Slot buffer (k + 1) % 2 held span k - 1's, whose chunks were all issued; the lookups are
+    // visible (a step's barrier) before span k + 1's first chunk is issued.
+    if (k >= 1 && k + 1 < n_items) lookup(k + 1);
+    for (int i = tid; i < nq * hd; i += kThreads) span_a[i] = 0.0f;
+    for (int i = tid; i < nq; i += kThreads) {
+      Q.span_m[i] = -INFINITY;
+      Q.span_l[i] = 0.0f;
+    }
+    for (int i = 0; i < n_iter; i += kPair) {
+      const int gi = k * kAttnSpanChunks + i;
+      // Stages of ring positions gi + kStages - 2 and gi + kStages - 1 held gi - 2 and gi - 1,
+      // which the previous step finished with (its last barrier).
+      issue(gi + kStages - 2);
+      issue(gi + kStages - 1);
+      // Groups: K and V of each ring position. Chunk i and chunk i + 1's K landed (this thread's
+      // pieces), leaving chunk i + 1's V and the kStages - 2 later chunks in flight ...
+      cp_async_wait<2 * (kStages - kPair) + 1>();
+      __syncthreads();  // ... every thread's, and q / the span state the first time
+      const int n_chunks = min(kPair, n_iter - i);
+      const int j0 = j_begin + i * C;
+      const T* k0 = stage_k(gi);
+      const T* k1 = stage_k(gi + 1);
+      if constexpr (kGroup && kHd != 0) {
+        group_scores<kHd>(Q, k0, k1, n_chunks * C, j0, a.scale, a.softcap);
+      } else {
+        pair_scores<kGroup>(Q, k0, k1, n_chunks * C, j0, a.scale, a.softcap);
+      }
+      __syncthreads();
+      pair_softmax<kGroup>(Q, n_chunks);
+      cp_async_wait<2 * (kStages - kPair)>();  // chunk i + 1's V landed too
+      __syncthreads();
+      if constexpr (kGroup) {
+        group_values<kHd, kVDims>(Q, k0 + C * hd, k1 + C * hd, n_chunks, j0);
+      } else {
+        pair_values<2>(Q, k0 + C * hd, k1 + C * hd, n_chunks, j0);
+      }
+      __syncthreads();  // both stages, p_s and the statistics are free for the next step
+    }
+    span_merge::finish_span<kThreads>(out, a, tile, n_tile_spans, tok_partial, t0, nt, h0, nh, span, it.y, it.ny,
+                                      sm + L.kv, L.total - L.kv);
+    if (k + 1 < n_items) __syncthreads();  // the partial stored before the next span resets the state
   }
+}
+
+using PairKernel = void (*)(AttentionArgs);
+
+template <typename T, bool kGroup, int kHd, int kVDims = 1>
+PairKernel pair_kernel_for(int stages) {
+  switch (stages) {
+    case 2: return attention_span_pair_kernel<T, 2, kGroup, kHd, kVDims>;
+    case 3: return attention_span_pair_kernel<T, 3, kGroup, kHd, kVDims>;
+    default: return attention_span_pair_kernel<T, 4, kGroup, kHd, kVDims>;
+  }
+}
+
+// The instance that runs `a`: span_kernel 3 with f16 caches at head_dim 128 (Llama, Qwen, ...)
+// takes the compile-time head_dim kernel (group_scores), every other shape the generic ones.
+PairKernel pair_kernel_of(const AttentionArgs& a) {
+  const bool group = (a.span_kernel & kSpanKernelMask) == 3, f16 = a.kv_dtype == DType::F16;
+  if (group && f16 && a.head_dim == 128) {
+    return (a.span_kernel & kSpanValuePairs) != 0 ? pair_kernel_for<__half, true, 128, 2>(a.kv_stages)
+                                                  : pair_kernel_for<__half, true, 128>(a.kv_stages);
+  }
+  if (f16) return group ? pair_kernel_for<__half, true, 0>(a.kv_stages) : pair_kernel_for<__half, false, 0>(a.kv_stages);
+  return group ? pair_kernel_for<float, true, 0>(a.kv_stages) : pair_kernel_for<float, false, 0>(a.kv_stages);
 }
 
 }  // namespace
 
 void launch_attention_span_pair(const AttentionArgs& a, const LaunchEnv& env, dim3 grid, size_t smem) {
   TERN_CHECK_MSG(a.kv_stages >= kPair && a.kv_stages <= kSpanMaxStages, "span pair kernel: kv_stages out of 2..4");
-  if (a.kv_dtype == DType::F16) {
-    launch_pair<__half>(a, env, grid, smem);
-  } else {
-    launch_pair<float>(a, env, grid, smem);
-  }
+  launch_kernel(env, pair_kernel_of(a), grid, kThreads, smem, a);
+}
+
+int attention_span_pair_blocks_per_sm(const AttentionArgs& a, size_t smem) {
+  int n = 0;
+  TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, pair_kernel_of(a), kThreads, smem));
+  return n;
 }
 
 void init_attention_span_pair(int max_smem_bytes) {
-  set_pair_smem<__half, 2>(max_smem_bytes);
-  set_pair_smem<__half, 3>(max_smem_bytes);
-  set_pair_smem<__half, 4>(max_smem_bytes);
-  set_pair_smem<float, 2>(max_smem_bytes);
-  set_pair_smem<float, 3>(max_smem_bytes);
-  set_pair_smem<float, 4>(max_smem_bytes);
+  for (int stages = 2; stages <= kSpanMaxStages; ++stages) {
+    for (PairKernel k : {pair_kernel_for<__half, false, 0>(stages), pair_kernel_for<__half, true, 0>(stages),
+                         pair_kernel_for<__half, true, 128>(stages), pair_kernel_for<__half, true, 128, 2>(stages),
+                         pair_kernel_for<float, false, 0>(stages),
+                         pair_kernel_for<float, true, 0>(stages)}) {
+      TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
+    }
+  }
 }
 
 }  // namespace tern::cuda

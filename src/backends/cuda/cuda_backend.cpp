@@ -134,19 +134,24 @@ int gemv_stage_bytes() {
 }
 
 // The split-mode attention kernel (attention.h), all with the same bits: 0 = the chunk kernel,
-// 1 = the span decode kernel (the default: measured faster than the chunk kernel at every
-// context, bench/RESULTS.md), 2 = the two-chunk span kernel (attention_span_pair.cu). The option
-// wins when set (tests compare kernels in one process); else TERN_CUDA_ATTN_SPAN (0 / 1 / 2).
+// 1 = the span decode kernel, 2 and 3 the two-chunk span kernels (attention_span_pair.cu). The
+// option wins when set (tests compare kernels in one process); else TERN_CUDA_ATTN_SPAN (a number, below).
 // TERN_CUDA_ATTN_SPAN_STAGES (1-4, default 3) sets the K/V chunks a block keeps in flight.
 int attention_span_kernel(const CudaBackendOptions& options) {
   if (options.attention_span_kernel >= 0) return options.attention_span_kernel;
   const char* env = std::getenv("TERN_CUDA_ATTN_SPAN");
-  // Default: the two-chunk span kernel (attention_span_pair.cu). On the H200 it passed every
-  // attention and model test bit for bit and took a 32k decode from 155.9 to 129.6 us/layer
-  // (bench/RESULTS.md); 1 keeps the one-chunk span kernel, 0 the chunk kernel.
-  if (env != nullptr && std::strcmp(env, "0") == 0) return 0;
-  if (env != nullptr && std::strcmp(env, "1") == 0) return 1;
-  return 2;
+  // 2 = the two-chunk span kernel (attention_span_pair.cu), 1 the one-chunk span kernel, 0 the
+  // chunk kernel; 3 = the two-chunk kernel with GQA-group values; + 16 = heads-first block order,
+  // + 32 = persistent blocks, + 64 = two value dimensions per lane (attention_span.cuh:
+  // kSpanHeadsFirst, kSpanPersistent, kSpanValuePairs), e.g. 19, 35, 83, 115.
+  // Default 83 (3 + 16 + 64): on the H200 bit-identical to kernel 2 (GpuAttention tests) and a
+  // 32k decode 132.5 -> ~94 us/layer (bench/RESULTS.md). 115 (+ persistent blocks) measured 83.0
+  // us/layer but its bit-identity test has not run on a device yet, so it stays opt-in.
+  if (env != nullptr && *env != '\0') {
+    const int v = std::atoi(env), kernel = v & ~112;
+    if (v >= 0 && kernel <= 3 && (v == 0 || kernel != 0)) return v;
+  }
+  return 3 + 16 + 64;
 }
 int attention_span_stages() {
   const char* env = std::getenv("TERN_CUDA_ATTN_SPAN_STAGES");

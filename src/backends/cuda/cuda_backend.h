@@ -64,7 +64,9 @@ struct CudaBackendOptions {
   int gemv_rows_per_step = 0;
   int gemv_parts_per_row = 0;
   // Split-mode attention kernel, same bits for all (attention.h): 0 = chunk kernel, 1 = span
-  // kernel, 2 = two-chunk span kernel; -1 = TERN_CUDA_ATTN_SPAN or else 2.
+  // kernel, 2 = two-chunk span kernel, 3 = two-chunk kernel with GQA-group values, plus the flags
+  // of attention_span.cuh (16 heads-first order, 32 persistent blocks, 64 two value dimensions
+  // per lane); -1 = TERN_CUDA_ATTN_SPAN or else 83 (3 + 16 + 64).
   int attention_span_kernel = -1;
   // Span kernels: the last span block of each tile merges the tile's partials itself instead of
   // a separate merge kernel (attention_span_merge.cuh; same bits). 0 = never, 1 = where measured
