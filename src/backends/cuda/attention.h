@@ -44,8 +44,9 @@
 // span_kernel = 2): the same float sequence with fewer instructions and half the barriers (two
 // chunks per step, the segment tree's first level in registers), sharing the span kernel's merge;
 // on the H200 it passed every attention and model test bit for bit and a 32k decode took 129.6
-// instead of 155.9 us/layer. Its GQA-group form (span_kernel 3, the default with flags 16 + 64,
-// i.e. 83) keeps the same floats again: probabilities stored in groups of the 4 queries that share
+// instead of 155.9 us/layer. Its GQA-group form (span_kernel 3; with flags 16 + 32 + 64, i.e.
+// 115, the default at head_dim 128 with an f16 cache, kernel 2 elsewhere) keeps the same floats
+// again: probabilities stored in groups of the 4 queries that share
 // a KV head (one 16-byte load per position), a values lane owning one or two dimensions of one
 // chunk for all 4 queries (each V element loaded and converted once, the second chunk's chains
 // handed over by shuffle and folded after the first's), and at head_dim 128 (f16) a compile-time
@@ -55,8 +56,8 @@
 // (attention_span.cuh): 16 launches a span's KV heads next to each other, 32 makes blocks
 // persistent (a block keeps its KV head and walks spans, its K/V ring running into the next
 // span), 64 gives a values lane two dimensions. Measured (bench/RESULTS.md, 32k decode): 2: 132.5,
-// 3 + 64: 94.0, 3 + 16 + 32 + 64: 83.0 us/layer; the persistent form stays opt-in until its
-// bit-identity test (GpuAttention.PersistentSpanBlocksEqualOneBlockPerSpan) has run on a device.
+// 3 + 64: 94.0, 3 + 16 + 32 + 64: 83.0 us/layer; every form passed its bit-identity tests on the
+// H200 (GroupSpanKernelEqualsPairKernelBitwise, PersistentSpanBlocksEqualOneBlockPerSpan).
 //
 // Folded merge (span kernels, AttentionArgs::fold_merge; attention_span_merge.cuh): instead of the
 // merge kernel, the last span block of each (tile, KV head, head slice) to finish (an atomic

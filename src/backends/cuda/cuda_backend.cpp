@@ -144,15 +144,20 @@ int attention_span_kernel(const CudaBackendOptions& options) {
   // chunk kernel; 3 = the two-chunk kernel with GQA-group values; + 16 = heads-first block order,
   // + 32 = persistent blocks, + 64 = two value dimensions per lane (attention_span.cuh:
   // kSpanHeadsFirst, kSpanPersistent, kSpanValuePairs), e.g. 19, 35, 83, 115.
-  // Default 83 (3 + 16 + 64): on the H200 bit-identical to kernel 2 (GpuAttention tests) and a
-  // 32k decode 132.5 -> ~94 us/layer (bench/RESULTS.md). 115 (+ persistent blocks) measured 83.0
-  // us/layer but its bit-identity test has not run on a device yet, so it stays opt-in.
+  // Unset: -1, chosen per shape (default_span_kernel), every choice with the same bits.
   if (env != nullptr && *env != '\0') {
     const int v = std::atoi(env), kernel = v & ~112;
     if (v >= 0 && kernel <= 3 && (v == 0 || kernel != 0)) return v;
   }
-  return 3 + 16 + 64;
+  return -1;
 }
+// The default split-mode kernel of a layer shape. Head dim 128 with an f16 cache (the shape the
+// GQA-group kernel compiles its score step for): 115 = 3 + 16 + 32 + 64, which on the H200 took
+// a 32k decode of the 8B shape from 132.5 to 83.0 us/layer (kernel 2 -> 115, bench/RESULTS.md)
+// and is bit-identical to kernel 2 (GpuAttention.GroupSpanKernelEqualsPairKernelBitwise,
+// PersistentSpanBlocksEqualOneBlockPerSpan). Other shapes: kernel 2, which decoded SmolLM2 (head
+// dim 64, groups of 3) ~5% faster than 83 or 115 (1035 vs 989 / 984 tok/s at ctx 128).
+int default_span_kernel(int head_dim, DType kv_dtype) { return head_dim == 128 && kv_dtype == DType::F16 ? 115 : 2; }
 int attention_span_stages() {
   const char* env = std::getenv("TERN_CUDA_ATTN_SPAN_STAGES");
   const int n = env != nullptr ? std::atoi(env) : 0;
@@ -562,8 +567,9 @@ class CudaBackend final : public Backend {
     if (options_.attention_split == AttentionSplit::kNever) split = false;
     if (split) {
       a.split = 1;
-      if (attention_span_ > 0) {  // else the chunk kernel
-        plan_attention_span(a, n_sm_, max_smem_bytes_, attention_span_stages_, attention_span_);
+      const int kernel = attention_span_ >= 0 ? attention_span_ : default_span_kernel(p.head_dim, kv.k.dtype);
+      if (kernel > 0) {  // else the chunk kernel
+        plan_attention_span(a, n_sm_, max_smem_bytes_, attention_span_stages_, kernel);
       }
       const size_t need = attention_partials_bytes(a);
       // Growing frees the old buffer, which flushes the records that still use it.
@@ -888,7 +894,7 @@ class CudaBackend final : public Backend {
   int64_t fused_kv_writes_ = 0;  // kv_writes that joined the rope's launch
   bool attention_row_copy_ = false;  // TERN_CUDA_ATTN_ROW_COPY=1
   int attention_tc_variant_ = 0;     // TERN_CUDA_ATTN_TC_VARIANT (attention_tc.h)
-  int attention_span_ = 1;           // split-mode kernel: 0 chunk, 1 span, 2 two-chunk span
+  int attention_span_ = -1;          // split-mode kernel (attention_span_kernel); -1: per shape
   int attention_span_stages_ = 3;    // TERN_CUDA_ATTN_SPAN_STAGES
   int attention_fold_merge_ = 1;     // 0 never, 1 where faster, 2 always (attention_fold_merge)
   int attention_fold_max_spans_ = 1;

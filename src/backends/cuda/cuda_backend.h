@@ -66,7 +66,8 @@ struct CudaBackendOptions {
   // Split-mode attention kernel, same bits for all (attention.h): 0 = chunk kernel, 1 = span
   // kernel, 2 = two-chunk span kernel, 3 = two-chunk kernel with GQA-group values, plus the flags
   // of attention_span.cuh (16 heads-first order, 32 persistent blocks, 64 two value dimensions
-  // per lane); -1 = TERN_CUDA_ATTN_SPAN or else 83 (3 + 16 + 64).
+  // per lane); -1 = TERN_CUDA_ATTN_SPAN or else per shape (115 at head dim 128 with an f16 cache,
+  // else 2; cuda_backend.cpp default_span_kernel).
   int attention_span_kernel = -1;
   // Span kernels: the last span block of each tile merges the tile's partials itself instead of
   // a separate merge kernel (attention_span_merge.cuh; same bits). 0 = never, 1 = where measured
