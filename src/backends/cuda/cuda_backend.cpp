@@ -4,7 +4,6 @@
 #include "backends/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <span>
@@ -13,6 +12,7 @@
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_tc.h"
+#include "backends/cuda/backend_settings.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_plan.h"
 #include "backends/cuda/gemv.h"
@@ -54,132 +54,6 @@ class DeviceBuffer final : public Buffer {
   std::weak_ptr<StepQueue> queue_;
 };
 
-// Programmatic dependent launch needs sm_90; TERN_CUDA_PDL=0 turns it off (A/B timing).
-bool use_pdl(const CudaBackendOptions& options, const cudaDeviceProp& prop) {
-  const char* env = std::getenv("TERN_CUDA_PDL");
-  const bool env_off = env != nullptr && std::strcmp(env, "0") == 0;
-  return options.programmatic_launch && !env_off && prop.major >= 9;
-}
-
-// The tensor-core prefill switch: TERN_CUDA_TC_PREFILL (1 / 0) overrides the option.
-bool use_tc_prefill(const CudaBackendOptions& options) {
-  const char* env = std::getenv("TERN_CUDA_TC_PREFILL");
-  if (env != nullptr && *env) return std::strcmp(env, "0") != 0;
-  return options.tc_prefill;
-}
-
-// The tensor-core prefill attention (with tc_prefill): TERN_CUDA_TC_ATTENTION (1 / 0) overrides
-// CudaBackendOptions::tc_attention.
-bool use_tc_attention(const CudaBackendOptions& options) {
-  const char* env = std::getenv("TERN_CUDA_TC_ATTENTION");
-  if (env != nullptr && *env) return std::strcmp(env, "0") != 0;
-  return options.tc_attention;
-}
-
-// GEMV fusion (CudaBackendOptions::fuse_gemv, fuse_swiglu): TERN_CUDA_FUSE=0 turns it off,
-// =swiglu / =noswiglu turn the SwiGLU prologue on / off.
-bool use_gemv_fusion(const CudaBackendOptions& options) {
-  const char* env = std::getenv("TERN_CUDA_FUSE");
-  return options.fuse_gemv && !(env != nullptr && std::strcmp(env, "0") == 0);
-}
-bool use_swiglu_fusion(const CudaBackendOptions& options) {
-  const char* env = std::getenv("TERN_CUDA_FUSE");
-  if (env != nullptr && std::strcmp(env, "swiglu") == 0) return true;
-  if (env != nullptr && std::strcmp(env, "noswiglu") == 0) return false;
-  return options.fuse_swiglu;
-}
-bool use_swiglu_epilogue(const CudaBackendOptions& options) {
-  const char* env = std::getenv("TERN_CUDA_FUSE");
-  if (env != nullptr && std::strcmp(env, "swiglu-epilogue") == 0) return true;
-  if (env != nullptr && std::strcmp(env, "noswiglu") == 0) return false;
-  return options.fuse_swiglu_epilogue;
-}
-
-// Attention K/V copies with one block-table lookup per row (attention.cu issue_chunk_rows,
-// the tensor-core kernel always does): TERN_CUDA_ATTN_ROW_COPY=1. Off: measured no faster.
-bool use_attention_row_copy() {
-  const char* env = std::getenv("TERN_CUDA_ATTN_ROW_COPY");
-  return env != nullptr && std::strcmp(env, "1") == 0;
-}
-
-// The tensor-core attention's block shape (attention_tc.h, A/B timing):
-// TERN_CUDA_ATTN_TC_VARIANT=0..attention_tc_variants()-1; 0 (the default) otherwise.
-int attention_tc_variant() {
-  const char* env = std::getenv("TERN_CUDA_ATTN_TC_VARIANT");
-  const int v = env != nullptr ? std::atoi(env) : 0;
-  return v >= 0 && v < attention_tc_variants() ? v : 0;
-}
-
-// The GEMV kernel family: TERN_CUDA_GEMV (legacy / default / rows) overrides the options; bulk
-// copies need sm_90 and kernels compiled for it (not sm_80 code JIT-compiled for a newer GPU).
-GemvPath gemv_path(const CudaBackendOptions& options, const cudaDeviceProp& prop) {
-  const char* env = std::getenv("TERN_CUDA_GEMV");
-  bool legacy = options.legacy_gemv, rows = options.rows_gemv;
-  if (env != nullptr && std::strcmp(env, "legacy") == 0) legacy = true, rows = false;
-  if (env != nullptr && std::strcmp(env, "default") == 0) legacy = false, rows = false;
-  if (env != nullptr && std::strcmp(env, "rows") == 0) legacy = false, rows = true;
-  if (legacy || prop.major < 9 || !gemv_bulk_compiled()) return GemvPath::kLegacy;
-  return rows ? GemvPath::kRows : GemvPath::kAuto;
-}
-
-// A GEMV shape override: the environment variable when set, else the option.
-int gemv_shape_override(const char* name, int option) {
-  const char* env = std::getenv(name);
-  return env != nullptr && *env ? std::atoi(env) : option;
-}
-
-int gemv_stage_bytes() {
-  const char* env = std::getenv("TERN_CUDA_GEMV_STAGE_BYTES");
-  return env != nullptr ? std::atoi(env) : 0;
-}
-
-// The split-mode attention kernel (attention.h), all with the same bits: 0 = the chunk kernel,
-// 1 = the span decode kernel, 2 and 3 the two-chunk span kernels (attention_span_pair.cu). The
-// option wins when set (tests compare kernels in one process); else TERN_CUDA_ATTN_SPAN (a number, below).
-// TERN_CUDA_ATTN_SPAN_STAGES (1-4, default 3) sets the K/V chunks a block keeps in flight.
-int attention_span_kernel(const CudaBackendOptions& options) {
-  if (options.attention_span_kernel >= 0) return options.attention_span_kernel;
-  const char* env = std::getenv("TERN_CUDA_ATTN_SPAN");
-  // 2 = the two-chunk span kernel (attention_span_pair.cu), 1 the one-chunk span kernel, 0 the
-  // chunk kernel; 3 = the two-chunk kernel with GQA-group values; + 16 = heads-first block order,
-  // + 32 = persistent blocks, + 64 = two value dimensions per lane (attention_span.cuh:
-  // kSpanHeadsFirst, kSpanPersistent, kSpanValuePairs), e.g. 19, 35, 83, 115.
-  // Unset: -1, chosen per shape (default_span_kernel), every choice with the same bits.
-  if (env != nullptr && *env != '\0') {
-    const int v = std::atoi(env), kernel = v & ~112;
-    if (v >= 0 && kernel <= 3 && (v == 0 || kernel != 0)) return v;
-  }
-  return -1;
-}
-// The default split-mode kernel of a layer shape. Head dim 128 with an f16 cache (the shape the
-// GQA-group kernel compiles its score step for): 115 = 3 + 16 + 32 + 64, which on the H200 took
-// a 32k decode of the 8B shape from 132.5 to 83.0 us/layer (kernel 2 -> 115, bench/RESULTS.md)
-// and is bit-identical to kernel 2 (GpuAttention.GroupSpanKernelEqualsPairKernelBitwise,
-// PersistentSpanBlocksEqualOneBlockPerSpan). Other shapes: kernel 2, which decoded SmolLM2 (head
-// dim 64, groups of 3) ~5% faster than 83 or 115 (1035 vs 989 / 984 tok/s at ctx 128).
-int default_span_kernel(int head_dim, DType kv_dtype) { return head_dim == 128 && kv_dtype == DType::F16 ? 115 : 2; }
-int attention_span_stages() {
-  const char* env = std::getenv("TERN_CUDA_ATTN_SPAN_STAGES");
-  const int n = env != nullptr ? std::atoi(env) : 0;
-  return n >= 1 && n <= 4 ? n : 3;
-}
-
-// The folded span merge (attention_span_merge.cuh): the option wins when set (0 never, 1 where
-// faster, 2 always), else TERN_CUDA_ATTN_FOLD_MERGE (same values), else 1.
-// TERN_CUDA_ATTN_FOLD_MAX_SPANS sets the most spans per tile that mode 1 folds (default 1: on the
-// H200 the folded merge of several spans measured slower than the merge kernel, bench/RESULTS.md).
-int attention_fold_merge(const CudaBackendOptions& options) {
-  if (options.attention_fold_merge >= 0) return options.attention_fold_merge;
-  const char* env = std::getenv("TERN_CUDA_ATTN_FOLD_MERGE");
-  if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "2") == 0)) return std::atoi(env);
-  return 1;
-}
-int attention_fold_max_spans() {
-  const char* env = std::getenv("TERN_CUDA_ATTN_FOLD_MAX_SPANS");
-  const int n = env != nullptr ? std::atoi(env) : 0;
-  return n >= 1 ? n : 1;
-}
-
 // True when the float rows [a + r * a_stride, + a_cols) and [b + r * b_stride, + b_cols),
 // r < rows, lie in address ranges that do not overlap.
 bool disjoint_rows(const float* a, int64_t a_stride, int64_t a_cols, const float* b, int64_t b_stride, int64_t b_cols,
@@ -211,28 +85,28 @@ int64_t f32_stride(const Tensor& t) { return static_cast<int64_t>(t.row_stride /
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const CudaBackendOptions& options, const cudaDeviceProp& prop, cudaStream_t stream,
-              std::unique_ptr<TcGemm> tc_gemm)
+  CudaBackend(const CudaBackendOptions& options, const BackendSettings& settings, const cudaDeviceProp& prop,
+              cudaStream_t stream, std::unique_ptr<TcGemm> tc_gemm)
       : options_(options),
         n_sm_(prop.multiProcessorCount),
         max_smem_bytes_(static_cast<int>(prop.sharedMemPerBlockOptin)),
-        gemv_path_(gemv_path(options, prop)),
-        gemv_stage_bytes_(gemv_stage_bytes()),
-        gemv_rows_per_step_(gemv_shape_override("TERN_CUDA_GEMV_ROWS", options.gemv_rows_per_step)),
-        gemv_parts_per_row_(gemv_shape_override("TERN_CUDA_GEMV_PARTS", options.gemv_parts_per_row)),
+        gemv_path_(settings.gemv_path),
+        gemv_stage_bytes_(settings.gemv_stage_bytes),
+        gemv_rows_per_step_(settings.gemv_rows_per_step),
+        gemv_parts_per_row_(settings.gemv_parts_per_row),
         stream_(stream),
-        queue_(std::make_shared<StepQueue>(stream, options.use_graphs, use_pdl(options, prop))),
+        queue_(std::make_shared<StepQueue>(stream, options.use_graphs, settings.pdl)),
         tc_gemm_(std::move(tc_gemm)),
-        tc_attention_(tc_gemm_ != nullptr && use_tc_attention(options)),
-        attention_row_copy_(use_attention_row_copy()),
-        attention_tc_variant_(attention_tc_variant()),
-        attention_span_(attention_span_kernel(options)),
-        attention_span_stages_(attention_span_stages()),
-        attention_fold_merge_(attention_fold_merge(options)),
-        attention_fold_max_spans_(attention_fold_max_spans()),
-        fuse_gemv_(use_gemv_fusion(options) && gemv_path_ == GemvPath::kAuto),
-        fuse_swiglu_(fuse_gemv_ && use_swiglu_fusion(options)),
-        fuse_swiglu_epilogue_(fuse_gemv_ && use_swiglu_epilogue(options)) {
+        tc_attention_(tc_gemm_ != nullptr && settings.tc_attention),
+        attention_row_copy_(settings.attention_row_copy),
+        attention_tc_variant_(settings.attention_tc_variant),
+        attention_span_(settings.attention_span),
+        attention_span_stages_(settings.attention_span_stages),
+        attention_fold_merge_(settings.attention_fold_merge),
+        attention_fold_max_spans_(settings.attention_fold_max_spans),
+        fuse_gemv_(settings.fuse_gemv),
+        fuse_swiglu_(settings.fuse_swiglu),
+        fuse_swiglu_epilogue_(settings.fuse_swiglu_epilogue) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
   }
@@ -940,8 +814,9 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   init_matmul(static_cast<int>(prop.sharedMemPerBlockOptin));
   init_attention(static_cast<int>(prop.sharedMemPerBlockOptin));
   init_attention_tc(static_cast<int>(prop.sharedMemPerBlockOptin));
+  const BackendSettings settings = resolve_settings(options, prop.major, gemv_bulk_compiled());
   std::unique_ptr<TcGemm> tc_gemm;
-  if (use_tc_prefill(options)) {
+  if (settings.tc_prefill) {
     if (options.tc_prefill_min_tokens < 1) {
       return error("cuda: tc_prefill_min_tokens: expected >= 1, got " + std::to_string(options.tc_prefill_min_tokens));
     }
@@ -951,7 +826,7 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   }
   cudaStream_t stream = nullptr;
   TERN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options, prop, stream, std::move(tc_gemm)));
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options, settings, prop, stream, std::move(tc_gemm)));
 }
 
 CudaBackendStats backend_stats(const Backend& backend) {

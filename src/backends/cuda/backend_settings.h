@@ -1,0 +1,40 @@
+// What a CudaBackend runs with: its CudaBackendOptions, overridden by the TERN_CUDA_* environment
+// variables (A/B timing and tests without recompiling) and limited by the device, resolved once
+// when the backend is created. Host logic only (no device calls), so it is unit-tested without a
+// GPU (tests/gpu/backend_settings_test.cpp, which CI runs).
+#pragma once
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels.h"
+#include "core/dtype.h"
+
+namespace tern::cuda {
+
+struct BackendSettings {
+  bool pdl = false;            // programmatic dependent launch (sm_90+; TERN_CUDA_PDL=0 off)
+  bool tc_prefill = false;     // tensor-core prefill (TERN_CUDA_TC_PREFILL=1 / 0)
+  bool tc_attention = false;   // its attention kernel too, when tc_prefill (TERN_CUDA_TC_ATTENTION)
+  bool attention_row_copy = false;  // TERN_CUDA_ATTN_ROW_COPY=1
+  int attention_tc_variant = 0;     // TERN_CUDA_ATTN_TC_VARIANT (attention_tc.h)
+  GemvPath gemv_path = GemvPath::kAuto;  // TERN_CUDA_GEMV=legacy / default / rows
+  int gemv_stage_bytes = 0;         // TERN_CUDA_GEMV_STAGE_BYTES (0: the kernels' default)
+  int gemv_rows_per_step = 0;       // TERN_CUDA_GEMV_ROWS
+  int gemv_parts_per_row = 0;       // TERN_CUDA_GEMV_PARTS
+  int attention_span = -1;          // split-mode kernel, TERN_CUDA_ATTN_SPAN; -1: default_span_kernel
+  int attention_span_stages = 3;    // TERN_CUDA_ATTN_SPAN_STAGES (1-4)
+  int attention_fold_merge = 1;     // 0 never, 1 where faster, 2 always (TERN_CUDA_ATTN_FOLD_MERGE)
+  int attention_fold_max_spans = 1; // TERN_CUDA_ATTN_FOLD_MAX_SPANS
+  bool fuse_gemv = false;           // GEMV fusion, on GemvPath::kAuto only (TERN_CUDA_FUSE=0 off)
+  bool fuse_swiglu = false;         // its SwiGLU prologue (TERN_CUDA_FUSE=swiglu / noswiglu)
+  bool fuse_swiglu_epilogue = false;  // its SwiGLU epilogue (TERN_CUDA_FUSE=swiglu-epilogue)
+};
+
+// cc_major: the device's compute capability; bulk_compiled: gemv_bulk_compiled() (bulk-copy GEMVs
+// need sm_90 and kernels compiled for it, not sm_80 code JIT-compiled for a newer GPU).
+BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major, bool bulk_compiled);
+
+// The split-mode attention kernel of a layer shape when neither the option nor the environment
+// chooses one; every choice gives the same bits (attention.h).
+int default_span_kernel(int head_dim, DType kv_dtype);
+
+}  // namespace tern::cuda

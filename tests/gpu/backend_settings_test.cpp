@@ -1,0 +1,141 @@
+// How a CUDA backend's settings come out of its options, the TERN_CUDA_* environment variables and
+// the device's compute capability (backend_settings.h). Host logic only: runs without a GPU, so
+// CI checks it.
+#include "backends/cuda/backend_settings.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace tern {
+namespace {
+
+using cuda::BackendSettings;
+using cuda::CudaBackendOptions;
+using cuda::GemvPath;
+using cuda::resolve_settings;
+
+constexpr const char* kVariables[] = {
+    "TERN_CUDA_PDL",         "TERN_CUDA_TC_PREFILL",       "TERN_CUDA_TC_ATTENTION",    "TERN_CUDA_FUSE",
+    "TERN_CUDA_ATTN_ROW_COPY", "TERN_CUDA_ATTN_TC_VARIANT", "TERN_CUDA_GEMV",            "TERN_CUDA_GEMV_ROWS",
+    "TERN_CUDA_GEMV_PARTS",  "TERN_CUDA_GEMV_STAGE_BYTES", "TERN_CUDA_ATTN_SPAN",       "TERN_CUDA_ATTN_SPAN_STAGES",
+    "TERN_CUDA_ATTN_FOLD_MERGE", "TERN_CUDA_ATTN_FOLD_MAX_SPANS"};
+
+// Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
+class BackendSettingsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : kVariables) {
+      const char* v = std::getenv(name);
+      saved_.push_back({name, v != nullptr, v != nullptr ? v : ""});
+      unsetenv(name);
+    }
+  }
+  void TearDown() override {
+    for (const Saved& s : saved_) {
+      if (s.set) setenv(s.name, s.value.c_str(), 1);
+      else unsetenv(s.name);
+    }
+  }
+  struct Saved {
+    const char* name;
+    bool set;
+    std::string value;
+  };
+  std::vector<Saved> saved_;
+};
+
+TEST_F(BackendSettingsTest, DefaultsOnHopper) {
+  const BackendSettings s = resolve_settings(CudaBackendOptions{}, 9, true);
+  EXPECT_TRUE(s.pdl);
+  EXPECT_FALSE(s.tc_prefill);
+  EXPECT_TRUE(s.tc_attention);
+  EXPECT_EQ(s.gemv_path, GemvPath::kAuto);
+  EXPECT_TRUE(s.fuse_gemv);
+  EXPECT_FALSE(s.fuse_swiglu);
+  EXPECT_FALSE(s.fuse_swiglu_epilogue);
+  EXPECT_EQ(s.attention_span, -1);  // per layer shape
+  EXPECT_EQ(s.attention_span_stages, 3);
+  EXPECT_EQ(s.attention_fold_merge, 1);
+  EXPECT_EQ(s.attention_fold_max_spans, 1);
+  EXPECT_EQ(s.gemv_stage_bytes, 0);
+  EXPECT_EQ(s.attention_tc_variant, 0);
+  EXPECT_FALSE(s.attention_row_copy);
+}
+
+// Ampere / Ada, or a build whose bulk-copy kernels were not compiled for the GPU: no programmatic
+// launch, the legacy GEMVs, and so no GEMV fusion (it needs the default kernels).
+TEST_F(BackendSettingsTest, OlderGpusTakeTheLegacyKernels) {
+  for (const auto& [cc, bulk] : {std::pair{8, true}, std::pair{9, false}}) {
+    const BackendSettings s = resolve_settings(CudaBackendOptions{}, cc, bulk);
+    EXPECT_EQ(s.pdl, cc >= 9);
+    EXPECT_EQ(s.gemv_path, GemvPath::kLegacy);
+    EXPECT_FALSE(s.fuse_gemv);
+  }
+}
+
+TEST_F(BackendSettingsTest, EnvironmentOverridesOptions) {
+  setenv("TERN_CUDA_PDL", "0", 1);
+  setenv("TERN_CUDA_TC_PREFILL", "1", 1);
+  setenv("TERN_CUDA_TC_ATTENTION", "0", 1);
+  setenv("TERN_CUDA_FUSE", "swiglu", 1);
+  setenv("TERN_CUDA_ATTN_SPAN", "115", 1);
+  setenv("TERN_CUDA_ATTN_SPAN_STAGES", "2", 1);
+  setenv("TERN_CUDA_ATTN_FOLD_MERGE", "0", 1);
+  setenv("TERN_CUDA_GEMV_STAGE_BYTES", "8192", 1);
+  BackendSettings s = resolve_settings(CudaBackendOptions{}, 9, true);
+  EXPECT_FALSE(s.pdl);
+  EXPECT_TRUE(s.tc_prefill);
+  EXPECT_FALSE(s.tc_attention);
+  EXPECT_TRUE(s.fuse_gemv);
+  EXPECT_TRUE(s.fuse_swiglu);
+  EXPECT_EQ(s.attention_span, 115);
+  EXPECT_EQ(s.attention_span_stages, 2);
+  EXPECT_EQ(s.attention_fold_merge, 0);
+  EXPECT_EQ(s.gemv_stage_bytes, 8192);
+
+  setenv("TERN_CUDA_FUSE", "0", 1);
+  setenv("TERN_CUDA_GEMV", "rows", 1);
+  s = resolve_settings(CudaBackendOptions{}, 9, true);
+  EXPECT_FALSE(s.fuse_gemv);
+  EXPECT_FALSE(s.fuse_swiglu);
+  EXPECT_EQ(s.gemv_path, GemvPath::kRows);
+  setenv("TERN_CUDA_FUSE", "1", 1);  // fusion runs on the default kernels only
+  EXPECT_FALSE(resolve_settings(CudaBackendOptions{}, 9, true).fuse_gemv);
+  setenv("TERN_CUDA_GEMV", "legacy", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_path, GemvPath::kLegacy);
+}
+
+// Options a test sets explicitly win over the environment (tests compare kernels in one process);
+// values out of range fall back to the defaults.
+TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
+  setenv("TERN_CUDA_ATTN_SPAN", "115", 1);
+  setenv("TERN_CUDA_ATTN_FOLD_MERGE", "2", 1);
+  CudaBackendOptions o;
+  o.attention_span_kernel = 2;
+  o.attention_fold_merge = 0;
+  BackendSettings s = resolve_settings(o, 9, true);
+  EXPECT_EQ(s.attention_span, 2);
+  EXPECT_EQ(s.attention_fold_merge, 0);
+
+  setenv("TERN_CUDA_ATTN_SPAN", "5", 1);  // no kernel 5
+  setenv("TERN_CUDA_ATTN_SPAN_STAGES", "9", 1);
+  setenv("TERN_CUDA_ATTN_FOLD_MERGE", "7", 1);
+  setenv("TERN_CUDA_ATTN_TC_VARIANT", "-1", 1);
+  s = resolve_settings(CudaBackendOptions{}, 9, true);
+  EXPECT_EQ(s.attention_span, -1);
+  EXPECT_EQ(s.attention_span_stages, 3);
+  EXPECT_EQ(s.attention_fold_merge, 1);
+  EXPECT_EQ(s.attention_tc_variant, 0);
+}
+
+TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16), 115);  // Llama 3 8B: GQA-group, persistent
+  EXPECT_EQ(cuda::default_span_kernel(64, DType::F16), 2);     // SmolLM2
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F32), 2);
+}
+
+}  // namespace
+}  // namespace tern
