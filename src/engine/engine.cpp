@@ -394,12 +394,13 @@ void Engine::step() {
   if (plan_prefills(n_decoding)) progressed = true;
 
   if (plan_.n_tokens() > 0) {
-    // Only each row's argmax crosses to the host unless some runner samples from the logits.
+    // Only each row's argmax crosses to the host unless some runner samples from the logits; then
+    // the logits do, and greedy runners of the step pick from them.
     bool full = false;
     for (const auto& ap : running_) full = full || (ap->planned && ap->runner.needs_logits());
     logits_.resize(full ? plan_.logit_rows.size() * static_cast<size_t>(model_->config().n_vocab) : 0);
-    argmax_.resize(plan_.logit_rows.size());
-    model_->forward(plan_, *pool_, Model::Outputs{full ? logits_.data() : nullptr, argmax_.data()});
+    argmax_.resize(full ? 0 : plan_.logit_rows.size());
+    model_->forward(plan_, *pool_, Model::Outputs{full ? logits_.data() : nullptr, full ? nullptr : argmax_.data()});
     ++metrics_.steps;
     metrics_.step_tokens += plan_.n_tokens();
     for (auto& ap : running_) {

@@ -148,8 +148,7 @@ Result<SequenceRunner::DecodePlan> SequenceRunner::plan_decode(BatchPlan& plan, 
 Status SequenceRunner::consume(std::span<const float> logits, std::span<const int32_t> argmax) {
   TERN_CHECK(planned_rows_ > 0);
   const size_t rows = static_cast<size_t>(first_logit_row_ + n_logit_rows_);
-  TERN_CHECK(argmax.size() >= rows);
-  TERN_CHECK(logits.size() >= rows * n_vocab_ || (logits.empty() && !needs_logits()));
+  TERN_CHECK(logits.size() >= rows * n_vocab_ || (argmax.size() >= rows && !needs_logits()));
   Session& s = *session_;
   planned_rows_ = 0;
   s.commit_rows(feed_, row(logits, argmax, n_logit_rows_ - 1));

@@ -76,9 +76,10 @@ class SequenceRunner {
   // anyway: verifying drafts next to a prefill chunk costs their full compute). Greedy output is
   // the same either way.
   Result<DecodePlan> plan_decode(BatchPlan& plan, bool allow_draft = true);
-  // Applies the forward of a plan this runner appended rows to. argmax: every logit row's argmax
-  // (Model::Outputs), [plan.logit_rows.size()]; logits: the rows themselves,
-  // [plan.logit_rows.size(), n_vocab], which may be empty when needs_logits() is false.
+  // Applies the forward of a plan this runner appended rows to: logits, every logit row of that
+  // plan [plan.logit_rows.size(), n_vocab], or, when the step computed only each row's argmax
+  // (Model::Outputs; only if needs_logits() is false), empty logits and argmax
+  // [plan.logit_rows.size()].
   Status consume(std::span<const float> logits, std::span<const int32_t> argmax);
   // Whether consume() needs the logits, not just their argmax: sampling, penalties, or a prefill
   // whose caller wants the last logits (Mode::kPrefillOnly). The driver skips the logits' copy

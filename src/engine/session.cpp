@@ -201,11 +201,12 @@ Status drive(SequenceRunner& runner, Model& model, KvPool& pool, BatchPlan& plan
       if (d == SequenceRunner::DecodePlan::kNoRoom)
         return error("KV cache full: no free block for the next token in a pool of " + std::to_string(pool.n_blocks()));
     }
-    // A greedy runner needs only each row's argmax: the logits stay on the device.
+    // A greedy runner needs only each row's argmax: the logits stay on the device. A runner that
+    // samples gets the logits (and picks from them itself when it is greedy).
     const bool full = runner.needs_logits();
     logits.resize(full ? plan.logit_rows.size() * static_cast<size_t>(n_vocab) : 0);
-    argmax.resize(plan.logit_rows.size());
-    model.forward(plan, pool, Model::Outputs{full ? logits.data() : nullptr, argmax.data()});
+    argmax.resize(full ? 0 : plan.logit_rows.size());
+    model.forward(plan, pool, Model::Outputs{full ? logits.data() : nullptr, full ? nullptr : argmax.data()});
     TERN_RETURN_IF_ERROR(runner.consume(logits, argmax));
   }
   return Status::ok();
