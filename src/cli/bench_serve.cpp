@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cli/agentic_sessions.h"
+#include "cli/backend_choice.h"
 #include "cli/commands.h"
 #include "cli/model_setup.h"
 #include "engine/engine.h"
@@ -49,6 +50,7 @@ struct ServeArgs {
   int max_turns = 3;          // per session
   int max_tokens = 32;        // per turn
   int threads = 0;            // 0 = all cores
+  std::string backend = "cpu";  // --backend (cli/backend_choice.h)
   int ctx = 4096;             // tokens; sessions are cut off where a turn no longer fits
   int prefill_chunk = 512;    // EngineOptions::prefill_chunk_tokens
   bool speculate = true;      // n-gram drafting in the engine
@@ -256,6 +258,7 @@ int run_serve_bench(const ServeArgs& a) {
   ModelSetupOptions so;
   so.path = a.model.empty() ? default_model_path() : a.model;
   so.n_threads = a.threads;
+  so.backend = a.backend;
   so.n_ctx = a.ctx;
   auto loaded = load_for_inference(so);
   if (!loaded.is_ok()) {
@@ -345,6 +348,7 @@ void register_bench_serve(CLI::App& bench, CommandRunner* runner) {
   cmd->add_option("--max-turns", args->max_turns, "turns per session at most")->check(CLI::PositiveNumber);
   cmd->add_option("--max-tokens", args->max_tokens, "tokens generated per turn")->check(CLI::Range(1, 4096));
   cmd->add_option("-t,--threads", args->threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", args->backend, "compute backend: cpu or cuda")->check(CLI::IsMember(backend_names()));
   cmd->add_option("-c,--ctx", args->ctx, "context in tokens; sessions are cut off there")->check(CLI::PositiveNumber);
   cmd->add_option("--prefill-chunk", args->prefill_chunk, "prompt tokens per step")->check(CLI::PositiveNumber);
   cmd->add_flag("!--no-speculation", args->speculate, "turn n-gram drafting off");

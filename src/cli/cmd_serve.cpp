@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/backend_choice.h"
 #include "cli/commands.h"
 #include "cli/kv_tier_flags.h"
 #include "cli/model_setup.h"
@@ -35,6 +36,7 @@ struct ServeArgs {
   int ctx = 8192;
   std::string kv_mem;  // "" = room for --parallel full contexts
   int threads = 0;
+  std::string backend = "cpu";  // --backend (cli/backend_choice.h)
   int chunk = 512;
   double max_body_mb = 16;
   int shutdown_grace_s = 30;
@@ -106,6 +108,7 @@ int serve(const ServeArgs& a) {
   ModelSetupOptions so;
   so.path = a.model.empty() ? default_model_path() : a.model;
   so.n_threads = a.threads;
+  so.backend = a.backend;
   so.n_ctx = a.ctx;
   so.show_progress = stderr_is_terminal();
   auto loaded = load_for_inference(so);
@@ -212,6 +215,7 @@ void register_serve(CLI::App& app, CommandRunner* runner) {
   cmd->add_option("--kv-mem", a->kv_mem, "KV cache size, e.g. 2G (default: --parallel full contexts)");
   add_kv_tier_flags(*cmd, a->tiers);
   cmd->add_option("-t,--threads", a->threads, "compute threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", a->backend, "compute backend: cpu or cuda")->check(CLI::IsMember(backend_names()));
   cmd->add_option("--chunk", a->chunk, "prefill chunk in tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--max-body-mb", a->max_body_mb, "largest request body in MiB")->check(CLI::Range(0.001, 4096.0));
   cmd->add_option("--shutdown-grace", a->shutdown_grace_s, "seconds requests in flight may finish after a signal")

@@ -1,0 +1,46 @@
+// Every command that runs a model takes --backend (cli/backend_choice.h), so the server, chat and
+// the benchmarks run on the GPU exactly as `tern run` does; an unknown backend is a usage error
+// that names the choices.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+#include <sys/wait.h>
+
+namespace tern {
+namespace {
+
+struct Output {
+  int status = -1;
+  std::string text;
+};
+
+Output run_tern(const std::string& args) {
+  const std::string cmd = "'" + std::string(TERN_BINARY_DIR) + "/tern' " + args + " 2>&1 < /dev/null";
+  Output out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return out;
+  std::array<char, 4096> buf;
+  for (size_t n; (n = fread(buf.data(), 1, buf.size(), pipe)) > 0;) out.text.append(buf.data(), n);
+  const int status = pclose(pipe);
+  out.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+TEST(BackendFlag, EveryModelCommandTakesIt) {
+  for (const char* command : {"run", "chat", "serve", "bench replay", "bench serve", "bench kv"}) {
+    SCOPED_TRACE(command);
+    const Output help = run_tern(std::string(command) + " --help");
+    EXPECT_EQ(help.status, 0) << help.text;
+    EXPECT_NE(help.text.find("--backend"), std::string::npos) << help.text;
+    const Output bad = run_tern(std::string(command) + " --backend bogus");
+    EXPECT_NE(bad.status, 0);
+    EXPECT_NE(bad.text.find("--backend"), std::string::npos) << bad.text;  // names the option,
+    EXPECT_NE(bad.text.find("bogus"), std::string::npos) << bad.text;      // the value
+    EXPECT_NE(bad.text.find("cpu"), std::string::npos) << bad.text;        // and the choices
+  }
+}
+
+}  // namespace
+}  // namespace tern
