@@ -98,6 +98,36 @@ __host__ __device__ inline SpanSmem span_smem(const AttentionArgs& a, const Span
   return l;
 }
 
+// The span kernels' views of their shared memory: span_smem's offsets applied to the block's
+// buffer. tok holds three [kAttnTileTokens] arrays: positions, first positions, and the folded
+// merge's first partial slot of each token.
+template <typename T>
+struct SpanBuffers {
+  float* q;
+  float* span_a;
+  float* p;
+  float* stats;
+  int* tok_pos;
+  int* tok_first;
+  int* tok_partial;
+  int* slots;
+  T* kv;
+};
+template <typename T>
+__device__ __forceinline__ SpanBuffers<T> span_buffers(unsigned char* sm, const SpanSmem& l) {
+  SpanBuffers<T> b;
+  b.q = reinterpret_cast<float*>(sm + l.q);
+  b.span_a = reinterpret_cast<float*>(sm + l.span_a);
+  b.p = reinterpret_cast<float*>(sm + l.p);
+  b.stats = reinterpret_cast<float*>(sm + l.stats);
+  b.tok_pos = reinterpret_cast<int*>(sm + l.tok);
+  b.tok_first = b.tok_pos + kAttnTileTokens;
+  b.tok_partial = b.tok_first + kAttnTileTokens;
+  b.slots = reinterpret_cast<int*>(sm + l.slots);
+  b.kv = reinterpret_cast<T*>(sm + l.kv);
+  return b;
+}
+
 // The span's K/V rows, chunk by chunk, into a ring of kStages stages of [K, V][chunk][hd] in
 // shared memory. Each row is copied by kSpanThreads / chunk threads: 16-byte cp.async when both
 // caches allow it, element copies otherwise. issue(i) always commits a group, so the callers'

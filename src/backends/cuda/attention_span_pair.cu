@@ -497,16 +497,11 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
   const int nq = nt * nh;
 
   const SpanSmem L = span_smem(a, sh, kStages, kPair);
-  float* q_s = reinterpret_cast<float*>(sm + L.q);
-  float* span_a = reinterpret_cast<float*>(sm + L.span_a);
-  float* p_s = reinterpret_cast<float*>(sm + L.p);
-  float* stats = reinterpret_cast<float*>(sm + L.stats);
+  const SpanBuffers<T> B = span_buffers<T>(sm, L);
+  float *q_s = B.q, *span_a = B.span_a, *p_s = B.p, *stats = B.stats;
+  int *tok_pos = B.tok_pos, *tok_first = B.tok_first, *tok_partial = B.tok_partial, *slots = B.slots;
+  T* kv_s = B.kv;
   const int na = sh.nq_alloc;
-  int* tok_pos = reinterpret_cast<int*>(sm + L.tok);
-  int* tok_first = tok_pos + kAttnTileTokens;
-  int* tok_partial = tok_first + kAttnTileTokens;  // the folded merge's partial_begin of each token
-  int* slots = reinterpret_cast<int*>(sm + L.slots);
-  T* kv_s = reinterpret_cast<T*>(sm + L.kv);
   PairQueries Q;
   Q.nq = nq, Q.nh = nh, Q.hd = hd, Q.na = na, Q.seg_lanes = attn::seg_lanes_of(hd);
   Q.q = q_s, Q.p = p_s, Q.span_a = span_a;
