@@ -59,6 +59,19 @@ bench() {  # name, timeout, args...
   echo "   (exit ${PIPESTATUS[0]})"
 }
 
+# Nsight Compute of the split-mode attention kernels at a 32k decode with TERN_CUDA_ATTN_SPAN=$1:
+# kernels matching regex $2, full report in $OUT/$3.txt, the headline metrics on the console.
+ncu_attention() {
+  local kernel=$1 regex=$2 report="$OUT/$3.txt"
+  echo "== ncu split-mode attention at 32k, TERN_CUDA_ATTN_SPAN=$kernel"
+  TERN_CUDA_ATTN_SPAN=$kernel timeout 120 ncu --kernel-name regex:"$regex" --launch-skip 64 --launch-count 3 \
+    --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
+    "$BIN/gpu_bench" --attn --attn-ctx 32768 --attn-prefill "" >"$report" 2>&1
+  echo "   (exit $?)"
+  grep -E "attention_.*kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Theoretical Occupancy|Stall|Registers Per" \
+    "$report" | head -40
+}
+
 for step in "${steps[@]}"; do
   case "$step" in
     tests)
@@ -135,17 +148,7 @@ PY
         TERN_CUDA_ATTN_SPAN=$v bench "long-span$v-q4k" 100 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 --tc-prefill --decode-steps 16
       done
       ;;
-    profile-attn)
-      for v in 0 1; do
-        echo "== ncu split-mode attention at 32k, TERN_CUDA_ATTN_SPAN=$v"
-        TERN_CUDA_ATTN_SPAN=$v timeout 120 ncu --kernel-name regex:'attention_(chunk|span)' --launch-skip 64 --launch-count 3 \
-          --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
-          "$BIN/gpu_bench" --attn --attn-ctx 32768 --attn-prefill "" >"$OUT/ncu-attn-span$v.txt" 2>&1
-        echo "   (exit $?)"
-        grep -E "attention_.*kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Theoretical Occupancy|Stall|Registers Per" \
-          "$OUT/ncu-attn-span$v.txt" | head -40
-      done
-      ;;
+    profile-attn) for v in 0 1; do ncu_attention "$v" 'attention_(chunk|span)' "ncu-attn-span$v"; done ;;
     attn-pair)
       TERN_CUDA_ATTN_SPAN=1 bench attn-span3 40 --attn --attn-ctx 1024,4096,32768 --attn-prefill ""
       for st in 2 3 4; do
@@ -164,17 +167,7 @@ PY
       echo "   (exit $?)"
       grep -E "^\[  (PASSED|FAILED) |FAILED|tests ran" "$OUT/test_gpu-attn-pair.txt" | head -20
       ;;
-    profile-attn-pair)
-      for v in 1 2; do
-        echo "== ncu split-mode attention at 32k, TERN_CUDA_ATTN_SPAN=$v"
-        TERN_CUDA_ATTN_SPAN=$v timeout 120 ncu --kernel-name regex:'attention_span' --launch-skip 64 --launch-count 3 \
-          --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
-          "$BIN/gpu_bench" --attn --attn-ctx 32768 --attn-prefill "" >"$OUT/ncu-attn-pair$v.txt" 2>&1
-        echo "   (exit $?)"
-        grep -E "attention_.*kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Theoretical Occupancy|Stall|Registers Per" \
-          "$OUT/ncu-attn-pair$v.txt" | head -40
-      done
-      ;;
+    profile-attn-pair) for v in 1 2; do ncu_attention "$v" 'attention_span' "ncu-attn-pair$v"; done ;;
     append-f16) bench append-f16 200 --preset llama3-8b --mix f16 --ctx "" --prefill "" --decode-steps 0 --append 30720+2048 --chunk 2048 --tc-prefill ;;
     append-q4k) bench append-q4k 150 --preset llama3-8b --mix q4_k_m --ctx "" --prefill "" --decode-steps 0 --append 30720+2048 --chunk 2048 --tc-prefill ;;
     bench-long) bench long 200 --preset llama3-8b --mix q4_k_m --ctx 32768 --prefill 4096 --decode-steps 32 ;;
