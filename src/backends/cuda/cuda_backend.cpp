@@ -392,23 +392,6 @@ class CudaBackend final : public Backend {
     fill_kv_write(k, v, kv, queue_->push<KvWriteArgs>(OpKind::kKvWrite));
   }
 
-  // Assigns field by field: `a` is a zero-filled record, whose padding must stay zero.
-  void fill_kv_write(const Tensor& k, const Tensor& v, const KvLayerView& kv, KvWriteArgs& a) const {
-    a.k = k.f32();
-    a.v = v.f32();
-    a.k_stride = f32_stride(k);
-    a.v_stride = f32_stride(v);
-    a.k_cache = kv.k.data;
-    a.v_cache = kv.v.data;
-    const size_t elem = kv.k.dtype == DType::F16 ? 2 : 4;
-    a.k_cache_stride = static_cast<int64_t>(kv.k.row_stride / elem);
-    a.v_cache_stride = static_cast<int64_t>(kv.v.row_stride / elem);
-    a.cache_dtype = kv.k.dtype;
-    a.cols = k.cols;
-    a.n_tokens = plan_.n_tokens;
-    a.kv_slots = plan_.kv_slots;
-  }
-
   void attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, Tensor& out) override {
     require_plan("attention");
     TERN_CHECK_MSG(is_device(q) && is_device(out) && is_device(kv.k) && is_device(kv.v),
@@ -495,6 +478,23 @@ class CudaBackend final : public Backend {
 
  private:
   void require_plan(const char* op) const { TERN_CHECK_MSG(have_plan_, op); }
+
+  // Assigns field by field: `a` is a zero-filled record, whose padding must stay zero.
+  void fill_kv_write(const Tensor& k, const Tensor& v, const KvLayerView& kv, KvWriteArgs& a) const {
+    a.k = k.f32();
+    a.v = v.f32();
+    a.k_stride = f32_stride(k);
+    a.v_stride = f32_stride(v);
+    a.k_cache = kv.k.data;
+    a.v_cache = kv.v.data;
+    const size_t elem = kv.k.dtype == DType::F16 ? 2 : 4;
+    a.k_cache_stride = static_cast<int64_t>(kv.k.row_stride / elem);
+    a.v_cache_stride = static_cast<int64_t>(kv.v.row_stride / elem);
+    a.cache_dtype = kv.k.dtype;
+    a.cols = k.cols;
+    a.n_tokens = plan_.n_tokens;
+    a.kv_slots = plan_.kv_slots;
+  }
 
   static bool aligned16(const void* p, size_t stride) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
