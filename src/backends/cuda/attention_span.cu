@@ -70,18 +70,9 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_kernel(AttentionAr
                         stats,       stats + na,   stats + 2 * na, stats + 3 * na,     span_a,    stats + 4 * na,
                         stats + 5 * na, tok_pos, tok_first};
 
-  // Before the PDL wait only the plan is read (it is uploaded before the step's first kernel and
-  // no kernel writes it), so these dependent lookups overlap the previous kernel.
-  if (tid < nt) {
-    const int pos = P.positions[t0 + tid];
-    tok_pos[tid] = pos;
-    tok_first[tid] = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
-    if (n_tile_spans > 1) tok_partial[tid] = P.token_partial_begin[t0 + tid];
-  }
+  // Before the PDL wait only the plan is read, so these lookups overlap the previous kernel.
+  const int max_pos = load_span_tokens(a, B, t0, nt, n_tile_spans);
   const int32_t* blocks = P.block_ids + P.block_offsets[P.seq_index[t0]];
-  __syncthreads();
-  int max_pos = 0;
-  for (int tt = 0; tt < nt; ++tt) max_pos = max(max_pos, tok_pos[tt]);
   const int j_begin = span * kAttnSpanTokens;
   const int n_rows = min(kAttnSpanTokens, max_pos + 1 - j_begin);  // >= 1: the plan's spans cover max_pos
   if (tid < n_rows) {

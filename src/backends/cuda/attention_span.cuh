@@ -128,6 +128,28 @@ __device__ __forceinline__ SpanBuffers<T> span_buffers(unsigned char* sm, const 
   return b;
 }
 
+// Reads the tile's token positions, first visible positions (sliding window) and, when its tile
+// has several spans, first partial slots into b, and returns the tile's last position. Only the
+// plan is read (uploaded before the step's first kernel, written by none), so the span kernels
+// call this before the PDL wait and these dependent lookups overlap the previous kernel. Every
+// thread of the block calls it (one __syncthreads).
+template <typename T>
+__device__ __forceinline__ int load_span_tokens(const AttentionArgs& a, const SpanBuffers<T>& b, int t0, int nt,
+                                                int n_tile_spans) {
+  const DevicePlan& P = a.plan;
+  const int tid = threadIdx.x;
+  if (tid < nt) {
+    const int pos = P.positions[t0 + tid];
+    b.tok_pos[tid] = pos;
+    b.tok_first[tid] = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
+    if (n_tile_spans > 1) b.tok_partial[tid] = P.token_partial_begin[t0 + tid];
+  }
+  __syncthreads();
+  int max_pos = 0;
+  for (int tt = 0; tt < nt; ++tt) max_pos = max(max_pos, b.tok_pos[tt]);
+  return max_pos;
+}
+
 // The span's K/V rows, chunk by chunk, into a ring of kStages stages of [K, V][chunk][hd] in
 // shared memory. Each row is copied by kSpanThreads / chunk threads: 16-byte cp.async when both
 // caches allow it, element copies otherwise. issue(i) always commits a group, so the callers'

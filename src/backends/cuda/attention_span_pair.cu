@@ -510,16 +510,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
   Q.tok_pos = tok_pos, Q.tok_first = tok_first;
 
   // As the one-chunk kernel: only the plan is read before the PDL wait.
-  if (tid < nt) {
-    const int pos = P.positions[t0 + tid];
-    tok_pos[tid] = pos;
-    tok_first[tid] = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
-    if (n_tile_spans > 1) tok_partial[tid] = P.token_partial_begin[t0 + tid];
-  }
+  const int max_pos = load_span_tokens(a, B, t0, nt, n_tile_spans);
   const int32_t* blocks = P.block_ids + P.block_offsets[P.seq_index[t0]];
-  __syncthreads();
-  int max_pos = 0;
-  for (int tt = 0; tt < nt; ++tt) max_pos = max(max_pos, tok_pos[tt]);
   auto rows_of = [&](int k) { return min(kAttnSpanTokens, max_pos + 1 - (it.span + k * span_stride) * kAttnSpanTokens); };
   auto lookup = [&](int k) {  // the cache slots of the k-th span's rows
     const int j = (it.span + k * span_stride) * kAttnSpanTokens + tid;
