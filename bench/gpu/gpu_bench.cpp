@@ -2,7 +2,7 @@
 //
 //   gpu_bench [--model FILE | --preset NAME --mix MIX] [--ctx 1024,32768] [--decode-steps 64]
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
-//             [--tc-prefill] [--append 30720+2048] [--full-logits]
+//             [--tc-prefill] [--append 30720+2048] [--full-logits] [--gemm-peak]
 //   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
 //   gpu_bench --gemv [--gemv-filter STR] [--gemv-n 1] [--gemv-iters 50] [--gemv-stage-bytes 8192,16384]
 //             [--gemv-no-legacy] [--gemv-rows auto,2x1,4x1,1x2,1x4 | none]
@@ -10,12 +10,14 @@
 // --preset synthesizes the model (formats/synth.h) into $TMPDIR once; random weights decode at
 // the same speed as real ones. Sections, each one line per measurement:
 //   device   name, SMs, memory; HBM copy bandwidth (device-to-device, bytes read + written): the
-//            ceiling for decode
+//            ceiling for decode; with prefill / append rows (or --gemm-peak) the bf16 GEMM rate
+//            (cuBLASLt, 8192^3): the ceiling for prefill
 //   decode   batch-1 tok/s at each context; bytes read per token = weights + the KV of the
 //            context; % of copy bandwidth
-//   prefill  tok/s of a P-token prompt fed in --chunk-token forwards from an empty cache, and the
-//            projections' share of the bf16 tensor-core peak (2 * weight params * tokens / time;
-//            --tc-prefill: the opt-in cuBLASLt path, CudaBackendOptions::tc_prefill)
+//   prefill  tok/s of a P-token prompt fed in --chunk-token forwards from an empty cache, the
+//            projections' and attention's TFLOP/s (2 * weight params * tokens / time, causal
+//            attention FLOPs) and their sum's share of the measured bf16 GEMM rate
+//            (--tc-prefill: the opt-in cuBLASLt path, CudaBackendOptions::tc_prefill)
 //   append   time to first token of N new tokens on C cached ones (--append C+N): the N tokens in
 //            --chunk-token forwards on a sequence already holding C, median of 3 (an agent's turn)
 //   batch    tok/s of B sequences decoding together (each at --batch-ctx tokens of context)
@@ -60,6 +62,7 @@ struct Options {
   bool graphs = true;
   bool tc_prefill = false;
   bool full_logits = false;  // copy whole logit rows to the host, not just their argmax
+  bool gemm_peak = false;    // measure the bf16 GEMM rate even without prefill / append rows
   bool attn = false;
   AttentionBenchOptions attn_options;
   bool gemv = false;
@@ -119,6 +122,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--no-graphs") o.graphs = false;
     else if (a == "--tc-prefill") o.tc_prefill = true;
     else if (a == "--full-logits") o.full_logits = true;
+    else if (a == "--gemm-peak") o.gemm_peak = true;
     else if (a == "--append") o.append = parse_pairs(next());
     else if (a == "--attn") o.attn = true;
     else if (a == "--attn-ctx") o.attn_options.decode_ctx = parse_list(next());
@@ -209,6 +213,18 @@ int run(const Options& o) {
   const double copy_gbs = bw.is_ok() ? bw.value() : 0.0;
   std::printf("device   %s, %d SMs, %.1f GiB; copy bandwidth %.0f GB/s (2 GiB device-to-device, read+write)\n",
               info->name.c_str(), info->sm_count, info->memory_bytes / double(1 << 30), copy_gbs);
+  // The compute ceiling, measured in the same run as the prefill figures held against it.
+  double peak_tflops = 0.0;
+  if (!o.prefill.empty() || !o.append.empty() || o.gemm_peak) {
+    auto peak = cuda::bf16_gemm_tflops(0);
+    if (peak.is_ok()) {
+      peak_tflops = peak.value();
+      std::printf("device   bf16 GEMM %.0f TFLOP/s (cuBLASLt, 8192^3, random bf16 in, fp32 out, median of 10)\n",
+                  peak_tflops);
+    } else {
+      std::printf("device   bf16 GEMM not measured: %s\n", peak.status().message().c_str());
+    }
+  }
 
   Engine e;
   e.full_logits = o.full_logits;
@@ -293,8 +309,10 @@ int run(const Options& o) {
     const double proj_tflops = 2.0 * proj_params * p / t * 1e-12;
     const double attn_tflops = 4.0 * c.n_layers * c.n_heads * c.head_dim * (p / 2.0) * p / t * 1e-12;
     std::printf("prefill  %6d tokens in %d-token chunks%s: %8.1f ms, %8.0f tok/s; projections %.0f TFLOP/s + "
-                "attention %.0f TFLOP/s\n",
+                "attention %.0f TFLOP/s",
                 p, o.chunk, o.tc_prefill ? " (tensor cores)" : "", t * 1e3, p / t, proj_tflops, attn_tflops);
+    if (peak_tflops > 0.0) std::printf(" = %.1f%% of the bf16 GEMM rate", 100.0 * (proj_tflops + attn_tflops) / peak_tflops);
+    std::printf("\n");
   }
   for (int ctx : o.ctx) {
     KvSequence seq(*e.kv);

@@ -124,5 +124,10 @@ Result<DeviceInfo> device_info(int device = 0);
 // Device-to-device copy bandwidth in GB/s (bytes read plus bytes written, per second), the
 // median of `reps` copies of a `bytes` buffer: the ceiling for memory-bound kernels.
 Result<double> copy_bandwidth_gbs(int device, size_t bytes, int reps = 20);
+// Dense bf16 tensor-core rate in TFLOP/s: the median of `reps` cuBLASLt GEMMs of n x n x n
+// (bf16 inputs filled with pseudo-random values, fp32 accumulation and output: the GEMM the
+// tensor-core prefill runs), 2 n^3 FLOPs each: the ceiling for compute-bound prefill. Error when
+// cuBLASLt does not load or the buffers do not fit.
+Result<double> bf16_gemm_tflops(int device, int64_t n = 8192, int reps = 10);
 
 }  // namespace tern::cuda
