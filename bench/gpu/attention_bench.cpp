@@ -13,7 +13,7 @@
 namespace tern::bench {
 namespace {
 
-constexpr int kLayers = 32, kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlockTokens = 16;
+constexpr int kLayers = 32, kBlockTokens = 16;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -38,6 +38,11 @@ BatchPlan plan_of(int first, int n) {
 }  // namespace
 
 int run_attention_bench(const AttentionBenchOptions& o) {
+  const int kHeads = o.n_heads, kKvHeads = o.n_kv_heads, kHeadDim = o.head_dim;
+  if (kHeads <= 0 || kKvHeads <= 0 || kHeads % kKvHeads != 0 || kHeadDim <= 0 || kHeadDim % 8 != 0) {
+    std::fprintf(stderr, "gpu_bench: --attn-shape wants Q/KV/D with Q a multiple of KV and D of 8\n");
+    return 1;
+  }
   cuda::CudaBackendOptions bo;
   bo.tc_prefill = o.tc;
   auto made = cuda::create_backend(bo);
@@ -93,8 +98,8 @@ int run_attention_bench(const AttentionBenchOptions& o) {
     return times[times.size() / 2];
   };
 
-  std::printf("attn     Llama-3-8B shape (32/8 heads, head_dim 128, f16 KV), %d layers per step; copy bw %.0f GB/s\n",
-              kLayers, copy_gbs);
+  std::printf("attn     %d/%d heads, head_dim %d (f16 KV), %d layers per step; copy bw %.0f GB/s\n", kHeads, kKvHeads,
+              kHeadDim, kLayers, copy_gbs);
   for (int ctx : o.decode_ctx) {
     const double t = time_steps(plan_of(ctx, 1));
     const double kv_bytes = double(ctx + 1) * kv_cols * 2 * 2;  // K and V, per layer

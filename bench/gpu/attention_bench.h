@@ -1,5 +1,5 @@
 // gpu_bench --attn: the attention op alone at the Llama-3-8B shape (32 q heads, 8 KV heads,
-// head_dim 128, f16 KV in 16-token blocks), 32 layers of distinct KV buffers per step so no
+// head_dim 128, f16 KV in 16-token blocks; --attn-shape Q/KV/D another, e.g. 9/3/64 SmolLM2), 32 layers of distinct KV buffers per step so no
 // layer finds its KV in L2, timed per step of 32 calls (CUDA graph replay, one small sync):
 //   decode   one token after C cached tokens (the batch-invariant kernel, split mode): us per
 //            layer, KV bytes per token, GB/s and % of the copy bandwidth
@@ -17,6 +17,7 @@ struct AttentionBenchOptions {
   std::vector<std::pair<int, int>> prefill = {{0, 512}, {0, 4096}, {30720, 2048}};  // (cached, new)
   bool tc = false;
   int reps = 10;
+  int n_heads = 32, n_kv_heads = 8, head_dim = 128;  // --attn-shape 32/8/128
 };
 
 // Returns the process exit code.

@@ -4,6 +4,7 @@
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
 //             [--tc-prefill] [--append 30720+2048] [--full-logits] [--gemm-peak]
 //   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
+//             [--attn-shape 32/8/128]
 //   gpu_bench --gemv [--gemv-filter STR] [--gemv-n 1] [--gemv-iters 50] [--gemv-stage-bytes 8192,16384]
 //             [--gemv-no-legacy] [--gemv-rows auto,2x1,4x1,1x2,1x4 | none]
 //
@@ -127,6 +128,13 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--attn") o.attn = true;
     else if (a == "--attn-ctx") o.attn_options.decode_ctx = parse_list(next());
     else if (a == "--attn-prefill") o.attn_options.prefill = parse_pairs(next());
+    else if (a == "--attn-shape") {
+      const char* v = next();
+      if (std::sscanf(v, "%d/%d/%d", &o.attn_options.n_heads, &o.attn_options.n_kv_heads, &o.attn_options.head_dim) != 3) {
+        std::fprintf(stderr, "gpu_bench: --attn-shape wants Q/KV/D, e.g. 9/3/64\n");
+        return false;
+      }
+    }
     else if (a == "--gemv") o.gemv = true;
     else if (a == "--gemv-filter") o.gemv_options.filter = next();
     else if (a == "--gemv-n") o.gemv_options.n = std::atoi(next());

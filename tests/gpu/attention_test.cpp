@@ -10,7 +10,8 @@
 // (TERN_CUDA_ATTN_ROW_COPY), which move the same bytes; the span decode kernel
 // (TERN_CUDA_ATTN_SPAN) against the chunk kernel at every stage count and head split, and the
 // two-chunk span kernel against both; the folded span merge against the merge kernel, including
-// repeated steps under CUDA graphs.
+// repeated steps under CUDA graphs; the chunk split (a block per 1 or 2 chunks of a span, the
+// chunk merge) against whole spans, explicitly and as the default picks it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -303,6 +304,41 @@ TEST_F(GpuAttention, GroupSpanKernelEqualsPairKernelBitwise) {
   expect_split_kernels_equal(*pair, got, 1900);
 }
 
+// The chunk split (AttentionArgs::chunk_split: a block per 1 or 2 chunks of a span, each chunk's
+// (m, l, a) stored unfolded, the chunk merge folding them into span partials and those into the
+// result) against whole-span blocks and the merge kernel, bit for bit: kernels 2, 3 (2 and 4
+// stages), 19 and 115 (its persistent flag dropped under the split) at 1 and 2 chunks per
+// block, over kShapes and expect_split_kernels_equal's plans (decodes at chunk / span
+// boundaries, a verify tile, a prefill chunk across a span boundary, a 9k decode), so parts past
+// a tile's last position, tokens of one tile owning different chunks, windows and softcap all
+// occur.
+TEST_F(GpuAttention, ChunkSplitEqualsPairKernelBitwise) {
+  cuda::CudaBackendOptions pair_opts;
+  pair_opts.attention_split = cuda::AttentionSplit::kAlways;
+  pair_opts.attention_span_kernel = 2;
+  pair_opts.attention_chunk_split = 0;
+  pair_opts.attention_early_kv = 0;
+  std::unique_ptr<Backend> pair = gputest::make_cuda(pair_opts);
+  std::vector<std::unique_ptr<Backend>> got;
+  const struct {
+    int kernel, split;
+    const char* stages;
+  } variants[] = {{2, 1, "3"}, {2, 2, "3"}, {3, 1, "2"}, {3, 2, "4"}, {19, 1, "3"}, {115, 1, "3"}, {115, 2, "3"}};
+  for (const auto& v : variants) {
+    cuda::CudaBackendOptions o = pair_opts;
+    o.attention_span_kernel = v.kernel;
+    o.attention_chunk_split = v.split;
+    o.attention_early_kv = 1;  // (only steps of at most 16 tokens take it)
+    ScopedEnv st("TERN_CUDA_ATTN_SPAN_STAGES", v.stages);
+    got.push_back(gputest::make_cuda(o));
+  }
+  ASSERT_TRUE(pair != nullptr);
+  for (const auto& b : got) ASSERT_TRUE(b != nullptr);
+  expect_split_kernels_equal(*pair, got, 2300);
+  for (const auto& b : got) EXPECT_GT(cuda::backend_stats(*b).chunk_splits, 0);
+  EXPECT_EQ(cuda::backend_stats(*pair).chunk_splits, 0);
+}
+
 // Backends of the folded-merge tests: split mode, span kernel `kernel`, fold_merge `fold`.
 std::unique_ptr<Backend> make_span(int kernel, int fold) {
   cuda::CudaBackendOptions o;
@@ -453,6 +489,42 @@ TEST_F(GpuAttention, PersistentSpanBlocksEqualOneBlockPerSpan) {
   }
 }
 
+// The default backend (kernel and chunk split chosen per shape and plan, early K/V copies) on
+// single decodes at short and medium contexts, where default_chunk_split picks the split, and
+// kernel 2 with early copies alone, against kernel 2 with whole spans and no early copies: bit
+// for bit, and the split must have run. Each plan's token writes a slot of its last chunk, so
+// the early copies defer that row to after the PDL wait.
+TEST_F(GpuAttention, DefaultChunkSplitEqualsPairKernelBitwise) {
+  cuda::CudaBackendOptions pair_opts;
+  pair_opts.attention_span_kernel = 2;
+  pair_opts.attention_chunk_split = 0;
+  pair_opts.attention_early_kv = 0;
+  std::unique_ptr<Backend> want = gputest::make_cuda(pair_opts);
+  std::vector<std::unique_ptr<Backend>> got;
+  got.push_back(gputest::make_cuda());
+  cuda::CudaBackendOptions early_opts = pair_opts;  // early K/V copies alone, whole spans
+  early_opts.attention_early_kv = 1;
+  got.push_back(gputest::make_cuda(early_opts));
+  ASSERT_TRUE(want != nullptr && got[0] != nullptr && got[1] != nullptr);
+  uint32_t seed = 2500;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(describe(s));
+    Caches c(*want, got, s, 300, seed);
+    const auto blocks = c.take(4097);
+    std::vector<BatchPlan> plans;
+    for (int pos : {100, 256, 300, 511, 1000, 1023, 1024, 2047, 4095, 4096}) {
+      plans.emplace_back();
+      add_sequence(plans.back(), pos, 1, blocks);
+    }
+    plans.emplace_back();
+    add_sequence(plans.back(), 1000, 3, blocks);  // a verify tile
+    const int64_t before = cuda::backend_stats(*got[0]).chunk_splits;
+    expect_plans_equal(*want, got, c.all, s, plans, seed + 1);
+    EXPECT_GT(cuda::backend_stats(*got[0]).chunk_splits, before);
+    seed += 2;
+  }
+}
+
 // The folded merge's counters must be back at zero after every launch: the same step (two
 // attention ops sharing the counters, as layers do) run several times with the same buffers, so
 // the backend replays it as a CUDA graph, equals the merge kernel's results every time.
@@ -464,7 +536,14 @@ TEST_F(GpuAttention, FoldedMergeRepeatsUnderGraphs) {
     std::vector<std::unique_ptr<Backend>> got;
     got.push_back(make_span(kernel, 2));
     got.push_back(make_span(kernel, 1));
-    ASSERT_TRUE(want != nullptr && got[0] != nullptr && got[1] != nullptr);
+    {
+      cuda::CudaBackendOptions o;  // the chunk split (kernel 1 serves whole spans: no split)
+      o.attention_split = cuda::AttentionSplit::kAlways;
+      o.attention_span_kernel = kernel;
+      o.attention_chunk_split = 1;
+      got.push_back(gputest::make_cuda(o));
+    }
+    ASSERT_TRUE(want != nullptr && got[0] != nullptr && got[1] != nullptr && got[2] != nullptr);
     Caches c(*want, got, s, 300, 1700 + kernel);
     BatchPlan plan;
     add_sequence(plan, 1000, 1, c.take(1001));
@@ -498,6 +577,9 @@ TEST_F(GpuAttention, FoldedMergeRepeatsUnderGraphs) {
       EXPECT_GE(cuda::backend_stats(*got[i]).steps_graph, graphs_before + 2) << "the steps were not replayed as graphs";
       if (i == 0) {
         EXPECT_GT(cuda::backend_stats(*got[i]).folded_merges, 0);  // fold 2: the counters ran
+      }
+      if (i == 2 && kernel != 1) {
+        EXPECT_GT(cuda::backend_stats(*got[i]).chunk_splits, 0);  // the two-chunk kernels split
       }
     }
   }

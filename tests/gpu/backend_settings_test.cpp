@@ -21,7 +21,8 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_PDL",         "TERN_CUDA_TC_PREFILL",       "TERN_CUDA_TC_ATTENTION",    "TERN_CUDA_FUSE",
     "TERN_CUDA_ATTN_ROW_COPY", "TERN_CUDA_ATTN_TC_VARIANT", "TERN_CUDA_GEMV",            "TERN_CUDA_GEMV_ROWS",
     "TERN_CUDA_GEMV_PARTS",  "TERN_CUDA_GEMV_STAGE_BYTES", "TERN_CUDA_ATTN_SPAN",       "TERN_CUDA_ATTN_SPAN_STAGES",
-    "TERN_CUDA_ATTN_FOLD_MERGE", "TERN_CUDA_ATTN_FOLD_MAX_SPANS"};
+    "TERN_CUDA_ATTN_FOLD_MERGE", "TERN_CUDA_ATTN_FOLD_MAX_SPANS", "TERN_CUDA_ATTN_CHUNK_SPLIT",
+    "TERN_CUDA_ATTN_EARLY_KV"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -60,6 +61,8 @@ TEST_F(BackendSettingsTest, DefaultsOnHopper) {
   EXPECT_EQ(s.attention_span_stages, 3);
   EXPECT_EQ(s.attention_fold_merge, 1);
   EXPECT_EQ(s.attention_fold_max_spans, 1);
+  EXPECT_EQ(s.attention_chunk_split, -1);  // per plan
+  EXPECT_TRUE(s.attention_early_kv);
   EXPECT_EQ(s.gemv_stage_bytes, 0);
   EXPECT_EQ(s.attention_tc_variant, 0);
   EXPECT_FALSE(s.attention_row_copy);
@@ -85,7 +88,11 @@ TEST_F(BackendSettingsTest, EnvironmentOverridesOptions) {
   setenv("TERN_CUDA_ATTN_SPAN_STAGES", "2", 1);
   setenv("TERN_CUDA_ATTN_FOLD_MERGE", "0", 1);
   setenv("TERN_CUDA_GEMV_STAGE_BYTES", "8192", 1);
+  setenv("TERN_CUDA_ATTN_CHUNK_SPLIT", "2", 1);
+  setenv("TERN_CUDA_ATTN_EARLY_KV", "0", 1);
   BackendSettings s = resolve_settings(CudaBackendOptions{}, 9, true);
+  EXPECT_EQ(s.attention_chunk_split, 2);
+  EXPECT_FALSE(s.attention_early_kv);
   EXPECT_FALSE(s.pdl);
   EXPECT_TRUE(s.tc_prefill);
   EXPECT_FALSE(s.tc_attention);
@@ -116,9 +123,17 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
   CudaBackendOptions o;
   o.attention_span_kernel = 2;
   o.attention_fold_merge = 0;
+  setenv("TERN_CUDA_ATTN_CHUNK_SPLIT", "1", 1);
+  setenv("TERN_CUDA_ATTN_EARLY_KV", "0", 1);
+  o.attention_chunk_split = 0;
+  o.attention_early_kv = 1;
   BackendSettings s = resolve_settings(o, 9, true);
   EXPECT_EQ(s.attention_span, 2);
   EXPECT_EQ(s.attention_fold_merge, 0);
+  EXPECT_EQ(s.attention_chunk_split, 0);
+  EXPECT_TRUE(s.attention_early_kv);
+  setenv("TERN_CUDA_ATTN_CHUNK_SPLIT", "4", 1);  // 1 or 2 chunks per block only
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_chunk_split, -1);
 
   setenv("TERN_CUDA_ATTN_SPAN", "5", 1);  // no kernel 5
   setenv("TERN_CUDA_ATTN_SPAN_STAGES", "9", 1);
@@ -135,6 +150,17 @@ TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16), 115);  // Llama 3 8B: GQA-group, persistent
   EXPECT_EQ(cuda::default_span_kernel(64, DType::F16), 2);     // SmolLM2
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F32), 2);
+}
+
+// The chunk split where spans x KV heads leave SMs idle (132 SMs: the H200), never for tiles of
+// one span (they merge themselves) or where whole spans already fill the GPU.
+TEST_F(BackendSettingsTest, DefaultChunkSplitPerPlan) {
+  EXPECT_EQ(cuda::default_chunk_split(1, 1, 8, 132), 0);     // ctx <= 256: the folded one-span merge
+  EXPECT_EQ(cuda::default_chunk_split(4, 4, 8, 132), 1);     // 8B decode at 1k: 32 spans
+  EXPECT_EQ(cuda::default_chunk_split(16, 16, 8, 132), 2);   // 8B decode at 4k: 128 spans
+  EXPECT_EQ(cuda::default_chunk_split(17, 17, 8, 132), 0);   // 4k + 1: 136 spans fill the SMs
+  EXPECT_EQ(cuda::default_chunk_split(128, 128, 8, 132), 0); // 32k: whole spans, persistent
+  EXPECT_EQ(cuda::default_chunk_split(4, 4, 3, 132), 1);     // SmolLM2 at 1k
 }
 
 }  // namespace

@@ -313,7 +313,8 @@ void launch_chunk(const AttentionArgs& a, const LaunchEnv& env, dim3 grid, size_
 }  // namespace
 
 size_t attention_partials_bytes(const AttentionArgs& a) {
-  return sizeof(float) * static_cast<size_t>(a.plan.n_partials) * a.n_heads * (a.head_dim + 2);
+  const size_t per_slot = a.chunk_split > 0 ? kAttnSpanChunks : 1;  // chunk split: a record per chunk
+  return sizeof(float) * per_slot * static_cast<size_t>(a.plan.n_partials) * a.n_heads * (a.head_dim + 2);
 }
 
 size_t attention_smem_bytes(const AttentionArgs& a) { return smem_layout(a, shape_of(a)).total; }

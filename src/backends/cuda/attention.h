@@ -70,6 +70,21 @@
 // attention_fold_merge) turns it off / on everywhere, TERN_CUDA_ATTN_FOLD_MAX_SPANS=n folds up
 // to n spans per tile.
 //
+// Chunk split (two-chunk span kernels, AttentionArgs::chunk_split = cs, 1 or 2): a chunk's
+// (m, l, a) above depends on its own positions only; what is ordered are the folds. So a block
+// may take cs chunks of a span (4 / cs blocks per span: at ctx 1k the 8B shape has 4 spans x 8
+// KV heads, 32 blocks' worth of work for 132 SMs, each walking its 4 chunks in turn) and store
+// each chunk's m, l and a_d unfolded ([n_partials][4 chunks][n_heads][hd + 2], a token's records
+// only for the chunks it reaches); the chunk merge kernel (attention_span.cu) folds a token's
+// chunks into span partials in chunk order from (-inf, 0, 0), skipping empty chunks, and those
+// into the result in span order, skipping empty spans: fold_stats / fold_acc, the expressions
+// and order of the span blocks and their merge, so the same bits (tested against whole spans).
+// No persistent blocks and no folded merge with it. The backend picks it per plan with the
+// default kernel (backend_settings.cpp default_chunk_split: tiles of several spans whose spans x
+// KV heads are fewer than the SMs); TERN_CUDA_ATTN_CHUNK_SPLIT=0/1/2
+// (CudaBackendOptions::attention_chunk_split) forces it off / on for any two-chunk kernel.
+// TERN_CUDA_ATTN_SPAN_HPB=1/2/4 fixes the q heads per span block (A/B timing).
+//
 // Chunk kernel K/V copies: by default each 16-byte piece looks its row up in the block table (a
 // dependent global load per cp.async); TERN_CUDA_ATTN_ROW_COPY=1 (AttentionArgs::row_copy) looks
 // each row up once, all rows of a chunk in flight together, in this kernel and in
@@ -87,7 +102,9 @@ constexpr int kAttnMaxHeadsPerBlock = 4;
 // K/V stages (preferred_stages, fewer until the block fits max_smem_bytes), and sets
 // a.span_kernel to `kernel`: 1 = one chunk per step (attention_span.cu), 2 = two chunks per step
 // (attention_span_pair.cu, at least 2 stages; falls back to 1 when those do not fit). Same bits
-// either way. Returns false, leaving `a` unchanged, when even one stage does not fit.
+// either way. a.chunk_split on entry asks for the chunk split (1 or 2 chunks per block); kept
+// for the two-chunk kernels, else set to 0. Returns false, leaving `a` unchanged but for
+// chunk_split = 0, when even one stage does not fit.
 bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int preferred_stages, int kernel = 1);
 // The span kernel and its merge (a.split and a.span_kernel set by plan_attention_span).
 void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env);

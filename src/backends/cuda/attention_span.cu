@@ -44,6 +44,9 @@ int g_n_sm = 132;  // the device's SMs (init_attention_span): persistent grids
 // TERN_CUDA_ATTN_PERSIST_COLS=n (read when a backend is created; tests): persistent grids of n
 // blocks per (KV head, head slice) wherever a plan has at least n spans.
 int g_persist_cols = 0;
+// TERN_CUDA_ATTN_SPAN_HPB=1/2/4 (read when a backend is created; A/B timing): q heads per block
+// of the span kernels instead of plan_attention_span's choice (capped at the GQA group).
+int g_force_hpb = 0;
 
 // One block per (split item, KV head, head slice): the span partials of the tile's queries.
 template <typename T, int kStages>
@@ -119,6 +122,71 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_kernel(AttentionAr
 constexpr int kMergeThreads = 128;
 constexpr int kMergePerThread = kAttnMaxHeadDim / kMergeThreads;
 
+// Chunk split (AttentionArgs::chunk_split): folds a (token, head)'s chunk records into span
+// partials, chunk order from (-inf, 0, 0) skipping empty chunks (what a span block's pair steps
+// do with fold_stats / fold_acc), and those into the result in span order, skipping empty spans
+// (what the merge kernel does: fold_scales / fold_sum are fold_stats' expressions, its prefix
+// max the same running max). The same sequence of the same expressions, so the same bits. A
+// token reads its chunks up to its own position: record index first * 4 + k is chunk k % 4 of
+// span first + k / 4. One block per (token, head), kChunkMergeBatch records in flight.
+constexpr int kChunkMergeBatch = 16;
+static_assert(kChunkMergeBatch % kAttnSpanChunks == 0, "a batch ends on a span boundary");
+__global__ void __launch_bounds__(kMergeThreads) attention_chunk_merge_kernel(AttentionArgs a) {
+  const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim, tid = threadIdx.x;
+  const DevicePlan& P = a.plan;
+  const int n_chunks = P.positions[t] / kAttnChunkTokens + 1;
+  const int64_t stride = int64_t{a.n_heads} * (hd + 2);
+  const float* rec0 = a.partials + (int64_t{P.token_partial_begin[t]} * kAttnSpanChunks * a.n_heads + h) * (hd + 2);
+  pdl_enter();
+  float M = -INFINITY, L = 0.0f, Ms = -INFINITY, Ls = 0.0f;
+  float A[kMergePerThread], As[kMergePerThread];
+#pragma unroll
+  for (int k = 0; k < kMergePerThread; ++k) A[k] = As[k] = 0.0f;
+  for (int c0 = 0; c0 < n_chunks; c0 += kChunkMergeBatch) {
+    float m[kChunkMergeBatch], l[kChunkMergeBatch], av[kChunkMergeBatch][kMergePerThread];
+#pragma unroll
+    for (int b = 0; b < kChunkMergeBatch; ++b) {
+      m[b] = -INFINITY;
+      l[b] = 0.0f;
+      if (c0 + b < n_chunks) {
+        const float* rec = rec0 + (c0 + b) * stride;
+        m[b] = rec[0];
+        l[b] = rec[1];
+#pragma unroll
+        for (int k = 0; k < kMergePerThread; ++k) {
+          const int d = tid + k * kMergeThreads;
+          av[b][k] = d < hd ? rec[2 + d] : 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kChunkMergeBatch; ++b) {
+      if (c0 + b >= n_chunks) break;
+      if (m[b] != -INFINITY) {
+        const attn::FoldScales f = attn::fold_stats(Ms, Ls, m[b], l[b]);
+#pragma unroll
+        for (int k = 0; k < kMergePerThread; ++k) As[k] = attn::fold_acc(As[k], av[b][k], f);
+      }
+      if ((b + 1) % kAttnSpanChunks == 0 || c0 + b + 1 == n_chunks) {  // the span is complete
+        if (Ms != -INFINITY) {
+          const attn::FoldScales f = attn::fold_stats(M, L, Ms, Ls);
+#pragma unroll
+          for (int k = 0; k < kMergePerThread; ++k) A[k] = attn::fold_acc(A[k], As[k], f);
+        }
+        Ms = -INFINITY;
+        Ls = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kMergePerThread; ++k) As[k] = 0.0f;
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kMergePerThread; ++k) {
+    const int d = tid + k * kMergeThreads;
+    if (d < hd) a.out[t * a.out_stride + int64_t{h} * hd + d] = __fdiv_rn(A[k], L);
+  }
+}
+
 inline size_t merge_smem_bytes(int head_dim) {
   return span_merge::batch_bytes(head_dim, span_merge::batch_spans(head_dim));
 }
@@ -152,28 +220,37 @@ void launch_span(const AttentionArgs& a, const LaunchEnv& env, dim3 grid, size_t
 
 bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int preferred_stages, int kernel) {
   const int group = a.n_heads / a.n_kv_heads;
+  const int split_asked = a.chunk_split;
+  a.chunk_split = 0;  // until a two-chunk kernel is planned
   if (merge_smem_bytes(a.head_dim) > static_cast<size_t>(max_smem_bytes)) return false;
   // Fewer q heads per block (more blocks reading the same K/V, mostly from L2) until the grid
   // covers every SM twice; a head's queries stay whole, so the split changes no arithmetic.
+  // Chunk split (two-chunk kernels only): kAttnSpanChunks / chunk_split blocks per span item.
+  const int base = kernel & kSpanKernelMask;
+  const int cs = (base == 2 || base == 3) && (split_asked == 1 || split_asked == 2) ? split_asked : 0;
+  const int parts = cs > 0 ? kAttnSpanChunks / cs : 1;
   int hpb = group < kAttnMaxHeadsPerBlock ? group : kAttnMaxHeadsPerBlock;
-  auto n_blocks = [&](int h) { return int64_t{a.plan.n_split_items} * a.n_kv_heads * ((group + h - 1) / h); };
+  auto n_blocks = [&](int h) { return int64_t{a.plan.n_split_items} * parts * a.n_kv_heads * ((group + h - 1) / h); };
   while (hpb > 1 && n_blocks(hpb) < 2 * int64_t{n_sm}) hpb = (hpb + 1) / 2;
+  if (g_force_hpb > 0) hpb = std::min(g_force_hpb, std::min(group, kAttnMaxHeadsPerBlock));
   AttentionArgs trial = a;
   trial.heads_per_block = hpb;
   const SpanShape sh = span_shape_of(trial);
   // The two-chunk kernels compute two chunks per step, so they keep at least two stages. The
   // heads-first block order needs the items on grid y (at most 65535 of them).
-  const int base = kernel & kSpanKernelMask;
-  int flags = a.plan.n_split_items <= 65535 ? kernel & kSpanHeadsFirst : 0;
-  if (base == 2 || base == 3) flags |= kernel & kSpanPersistent;
+  int flags = int64_t{a.plan.n_split_items} * parts <= 65535 ? kernel & kSpanHeadsFirst : 0;
+  if ((base == 2 || base == 3) && cs == 0) flags |= kernel & kSpanPersistent;
   if (base == 3) flags |= kernel & kSpanValuePairs;
   const bool pair = base == 2 || base == 3;
   const int min_stages = pair ? 2 : 1;
-  for (int stages = std::min(std::max(preferred_stages, min_stages), kMaxStages); stages >= min_stages; --stages) {
+  // A chunk-split block holds at most 2 chunks: 2 stages, and the smaller block fits more per SM.
+  const int max_stages = cs > 0 ? 2 : kMaxStages;
+  for (int stages = std::min(std::max(preferred_stages, min_stages), max_stages); stages >= min_stages; --stages) {
     if (span_smem(trial, sh, stages, pair ? 2 : 1).total <= static_cast<size_t>(max_smem_bytes)) {
       a.heads_per_block = hpb;
       a.kv_stages = stages;
       a.span_kernel = (pair ? base : 1) | flags;
+      a.chunk_split = pair ? cs : 0;
       return true;
     }
   }
@@ -182,7 +259,8 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
 
 void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
   const SpanShape sh = span_shape_of(a);
-  const unsigned n_items = static_cast<unsigned>(a.plan.n_split_items);
+  const unsigned parts = a.chunk_split > 0 ? static_cast<unsigned>(kAttnSpanChunks / a.chunk_split) : 1u;
+  const unsigned n_items = static_cast<unsigned>(a.plan.n_split_items) * parts;
   const unsigned ny = static_cast<unsigned>(a.n_kv_heads * sh.n_slices);
   dim3 grid = (a.span_kernel & kSpanHeadsFirst) != 0 ? dim3(ny, n_items) : dim3(n_items, ny);
   const int kernel = a.span_kernel & kSpanKernelMask;
@@ -192,7 +270,8 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
     // Persistent blocks only where a plan of one tile has at least three rounds of resident
     // blocks' spans (never with the folded merge, which reuses the K/V ring as scratch).
     b.span_kernel &= ~kSpanPersistent;
-    if ((a.span_kernel & kSpanPersistent) != 0 && a.plan.n_tiles == 1 && !a.fold_merge && a.kv_stages >= 3) {
+    if ((a.span_kernel & kSpanPersistent) != 0 && a.plan.n_tiles == 1 && !a.fold_merge && a.chunk_split == 0 &&
+        a.kv_stages >= 3) {
       const int per_sm = attention_span_pair_blocks_per_sm(a, smem);
       int cols = std::max(1, per_sm * g_n_sm / static_cast<int>(ny));  // resident blocks per (KV head, slice)
       int rounds = 3;  // (measured slower at ~1 round: 4k contexts)
@@ -211,6 +290,11 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
     launch_span<float>(a, env, grid, span_smem(a, sh, a.kv_stages).total);
   }
   if (a.fold_merge) return;  // the span blocks merged (attention_span_merge.cuh)
+  if (a.chunk_split > 0) {
+    launch_kernel(env, attention_chunk_merge_kernel,
+                  dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads, 0, a);
+    return;
+  }
   launch_kernel(env, attention_span_merge_kernel,
                 dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads,
                 merge_smem_bytes(a.head_dim), a);
@@ -222,6 +306,8 @@ void init_attention_span(int max_smem_bytes) {
   TERN_CUDA_CHECK(cudaDeviceGetAttribute(&g_n_sm, cudaDevAttrMultiProcessorCount, dev));
   const char* cols = std::getenv("TERN_CUDA_ATTN_PERSIST_COLS");
   g_persist_cols = cols != nullptr ? std::max(0, std::atoi(cols)) : 0;
+  const char* hpb = std::getenv("TERN_CUDA_ATTN_SPAN_HPB");
+  g_force_hpb = hpb != nullptr ? std::max(0, std::atoi(hpb)) : 0;
   set_span_smem<__half, 1>(max_smem_bytes);
   set_span_smem<__half, 2>(max_smem_bytes);
   set_span_smem<__half, 3>(max_smem_bytes);

@@ -43,8 +43,10 @@ __host__ __device__ inline SpanShape span_shape_of(const AttentionArgs& a) {
 // is every token, so its blocks skip the work-list loads: those were the first links of a chain
 // of dependent loads (item -> tile -> positions and block table -> block ids) that runs ahead of
 // the PDL wait, and that a short previous kernel (the rope) does not cover.
+// With chunk split (AttentionArgs::chunk_split = cs chunks per block) item blockIdx.x is part
+// `part` (chunks [part * cs, part * cs + cs) of the span) of split item blockIdx.x / (4 / cs).
 struct SpanItem {
-  int tile, span, t0, nt, n_tile_spans;
+  int tile, span, t0, nt, n_tile_spans, part;
   int y, ny;  // the block's (KV head, head slice) index, g * n_slices + slice, and their count
 };
 __device__ __forceinline__ SpanItem span_item_of(const AttentionArgs& a) {
@@ -54,7 +56,10 @@ __device__ __forceinline__ SpanItem span_item_of(const AttentionArgs& a) {
   // other in launch order, so the blocks resident together read whole cache rows (all heads of
   // the same positions) instead of one head's 1 / n_kv_heads of each row over many spans.
   const bool heads_first = (a.span_kernel & kSpanHeadsFirst) != 0;
-  const int item = heads_first ? blockIdx.y : blockIdx.x;
+  const int raw = heads_first ? blockIdx.y : blockIdx.x;
+  const int parts = a.chunk_split > 0 ? kAttnSpanChunks / a.chunk_split : 1;
+  const int item = raw / parts;
+  it.part = raw - item * parts;
   it.y = heads_first ? blockIdx.x : blockIdx.y;
   it.ny = heads_first ? gridDim.x : gridDim.y;
   if (P.n_tiles == 1) {
@@ -129,7 +134,7 @@ __device__ __forceinline__ SpanBuffers<T> span_buffers(unsigned char* sm, const 
 }
 
 // Reads the tile's token positions, first visible positions (sliding window) and, when its tile
-// has several spans, first partial slots into b, and returns the tile's last position. Only the
+// has several spans or the launch splits spans into chunks, first partial slots into b, and returns the tile's last position. Only the
 // plan is read (uploaded before the step's first kernel, written by none), so the span kernels
 // call this before the PDL wait and these dependent lookups overlap the previous kernel. Every
 // thread of the block calls it (one __syncthreads).
@@ -142,7 +147,7 @@ __device__ __forceinline__ int load_span_tokens(const AttentionArgs& a, const Sp
     const int pos = P.positions[t0 + tid];
     b.tok_pos[tid] = pos;
     b.tok_first[tid] = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
-    if (n_tile_spans > 1) b.tok_partial[tid] = P.token_partial_begin[t0 + tid];
+    if (n_tile_spans > 1 || a.chunk_split > 0) b.tok_partial[tid] = P.token_partial_begin[t0 + tid];
   }
   __syncthreads();
   int max_pos = 0;
@@ -211,11 +216,44 @@ struct SpanKvRing {
     }
     cp_async_commit();
   }
+  // Whether this thread's row of chunk i is one of the span's rows and a token of this step
+  // writes its cache slot (kv_slots[0, n_tokens)): early_kv copies such a row after the PDL wait.
+  __device__ bool row_written(int i, int tid, const int32_t* kv_slots, int n_tokens) const {
+    const int r = tid / kLanesPerRow;
+    if (i >= n_iter || i * kRows + r >= n_rows) return false;
+    const int slot = slots[i * kRows + r];
+    bool hit = false;
+    for (int t = 0; t < n_tokens; ++t) hit |= kv_slots[t] == slot;
+    return hit;
+  }
+  // This thread's pieces of its row of chunk i, K and V, into ring position `at` with L2 loads
+  // (the row was just written by another kernel; no L1 line of it may be used) and plain stores
+  // (visible to the block after its next barrier).
+  __device__ void copy_row_now(int i, int at, int tid) const {
+    const int r = tid / kLanesPerRow, part = tid % kLanesPerRow;
+    T* k_dst = k(at) + r * hd;
+    T* v_dst = k_dst + kRows * hd;
+    const int64_t slot = slots[i * kRows + r];
+    const T* ks = k_src + slot * k_stride + kv_col;
+    const T* vs = v_src + slot * v_stride + kv_col;
+    if (vec) {
+      for (int e = part * kPer16; e < hd; e += kLanesPerRow * kPer16) {
+        *reinterpret_cast<uint4*>(k_dst + e) = __ldcg(reinterpret_cast<const uint4*>(ks + e));
+        *reinterpret_cast<uint4*>(v_dst + e) = __ldcg(reinterpret_cast<const uint4*>(vs + e));
+      }
+    } else {
+      for (int e = part; e < hd; e += kLanesPerRow) {
+        k_dst[e] = __ldcg(ks + e);
+        v_dst[e] = __ldcg(vs + e);
+      }
+    }
+  }
   // issue_at with the K rows and the V rows in two groups (K first), so a caller can wait for a
   // chunk's K while its V is still in flight (the two-chunk kernels: V is needed one phase later).
-  __device__ void issue_split_at(int i, int at, int tid) const {
+  // skip: this thread copies nothing (its row is copied later), the groups are still committed.
+  __device__ void issue_split_at(int i, int at, int tid, bool skip = false) const {
     const int r = tid / kLanesPerRow, part = tid % kLanesPerRow;
-    const bool live = i < n_iter && i * kRows + r < n_rows;
+    const bool live = !skip && i < n_iter && i * kRows + r < n_rows;
     const int64_t slot = live ? slots[i * kRows + r] : 0;
     T* k_dst = k(at) + r * hd;
     T* v_dst = k_dst + kRows * hd;

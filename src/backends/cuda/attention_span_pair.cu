@@ -78,6 +78,21 @@ struct PairQueries {
   float* sb;
   const int* tok_pos;
   const int* tok_first;
+  // Chunk split (AttentionArgs::chunk_split): each chunk's own (m, l, a), unfolded, goes to its
+  // record in chunk_out ([n_partials][kAttnSpanChunks][n_heads][hd + 2]) instead of into the span
+  // state; the chunk merge folds them (attention_span.cu). nullptr: whole spans.
+  float* chunk_out;
+  const int* tok_partial;  // [tile tokens] first partial slot of each token
+  int span, chunk0, n_heads, h0;
+
+  // Query qi's record for chunk c of the step, or nullptr where its token does not reach that
+  // chunk (the chunk merge reads a token's chunks up to its own position only).
+  __device__ float* chunk_rec(int qi, int c) const {
+    const int tt = qi / nh, cc = chunk0 + c;
+    if (span * kAttnSpanTokens + cc * C > tok_pos[tt]) return nullptr;
+    const int64_t rec = (int64_t{tok_partial[tt] + span} * kAttnSpanChunks + cc) * n_heads + h0 + qi % nh;
+    return chunk_out + rec * (hd + 2);
+  }
 };
 
 template <typename T>
@@ -276,6 +291,10 @@ __device__ __forceinline__ void pair_softmax(const PairQueries& Q, int n_chunks)
         if (c >= n_chunks) break;
         Q.m_c[c * Q.na + qi] = m[c];
         Q.l_c[c * Q.na + qi] = l[c];
+        if (Q.chunk_out != nullptr) {
+          if (float* rec = Q.chunk_rec(qi, c)) rec[0] = m[c], rec[1] = l[c];
+          continue;  // the chunk merge folds the chunk statistics
+        }
         if (m[c] != -INFINITY) {
           const attn::FoldScales f = attn::fold_stats(Q.span_m[qi], Q.span_l[qi], m[c], l[c]);
           Q.sa[c * Q.na + qi] = f.sa;
@@ -335,6 +354,19 @@ __device__ __forceinline__ void pair_values(const PairQueries& Q, const T* v0, c
     }
     fma_run<kDims>(acc0, p0, va, hd, max(ce, b0), e0);  // after it
     fma_run<kDims>(acc1, p1, vb, hd, max(ce, b1), e1);
+    if (Q.chunk_out != nullptr) {  // chunk split: each chunk's chain as it is
+      if (float* rec = Q.chunk_rec(qi, 0)) {
+#pragma unroll
+        for (int e = 0; e < kDims; ++e) rec[2 + d0 + e] = acc0[e];
+      }
+      if (n_chunks > 1) {
+        if (float* rec = Q.chunk_rec(qi, 1)) {
+#pragma unroll
+          for (int e = 0; e < kDims; ++e) rec[2 + d0 + e] = acc1[e];
+        }
+      }
+      continue;
+    }
     float* A = Q.span_a + qi * hd + d0;
     float a[kDims];
 #pragma unroll
@@ -445,7 +477,23 @@ __device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, 
 #pragma unroll
       for (int k = 0; k < kDims; ++k) acc1[r][k] = __shfl_xor_sync(kFullMask, acc[r][k], 16);
     }
-    if (c == 0 && live) {
+    if (c == 0 && live && Q.chunk_out != nullptr) {  // chunk split: each chunk's chains as they are
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int qi = q0 + r;
+        if (qi >= Q.nq) break;
+        if (float* rec = Q.chunk_rec(qi, 0)) {
+#pragma unroll
+          for (int k = 0; k < kDims; ++k) rec[2 + d + k] = acc[r][k];
+        }
+        if (n_chunks > 1) {
+          if (float* rec = Q.chunk_rec(qi, 1)) {
+#pragma unroll
+            for (int k = 0; k < kDims; ++k) rec[2 + d + k] = acc1[r][k];
+          }
+        }
+      }
+    } else if (c == 0 && live) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int qi = q0 + r;
@@ -482,7 +530,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
   int span_stride = 1, n_items = 1;
   if ((a.span_kernel & kSpanPersistent) != 0) {
     const int ny = a.n_kv_heads * sh.n_slices;
-    it.tile = 0, it.t0 = 0, it.nt = P.n_tokens, it.n_tile_spans = 0;
+    it.tile = 0, it.t0 = 0, it.nt = P.n_tokens, it.n_tile_spans = 0, it.part = 0;
     it.y = blockIdx.x % ny, it.ny = ny, it.span = blockIdx.x / ny;
     span_stride = gridDim.x / ny;
     n_items = (P.n_split_items - it.span + span_stride - 1) / span_stride;
@@ -508,25 +556,33 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
   Q.m_c = stats, Q.l_c = stats + 2 * na, Q.span_m = stats + 4 * na, Q.span_l = stats + 5 * na;
   Q.sa = stats + 6 * na, Q.sb = stats + 8 * na;
   Q.tok_pos = tok_pos, Q.tok_first = tok_first;
+  // Chunk split: this block's rows are chunks [part * cs, part * cs + cs) of its span.
+  const int cs = a.chunk_split;
+  const int block_rows = cs > 0 ? cs * C : kAttnSpanTokens;
+  const int row_off = cs > 0 ? it.part * block_rows : 0;
+  Q.chunk_out = cs > 0 ? a.partials : nullptr;
+  Q.tok_partial = tok_partial, Q.span = it.span, Q.chunk0 = cs > 0 ? it.part * cs : 0;
+  Q.n_heads = a.n_heads, Q.h0 = h0;
 
   // As the one-chunk kernel: only the plan is read before the PDL wait.
   const int max_pos = load_span_tokens(a, B, t0, nt, n_tile_spans);
   const int32_t* blocks = P.block_ids + P.block_offsets[P.seq_index[t0]];
-  auto rows_of = [&](int k) { return min(kAttnSpanTokens, max_pos + 1 - (it.span + k * span_stride) * kAttnSpanTokens); };
+  auto rows_of = [&](int k) {
+    return min(block_rows, max_pos + 1 - (it.span + k * span_stride) * kAttnSpanTokens - row_off);
+  };
+  // A chunk-split part past the tile's last position has no rows (and no token reads its records).
+  if (rows_of(0) <= 0) return;
   auto lookup = [&](int k) {  // the cache slots of the k-th span's rows
-    const int j = (it.span + k * span_stride) * kAttnSpanTokens + tid;
+    const int j = (it.span + k * span_stride) * kAttnSpanTokens + row_off + tid;
     if (tid < rows_of(k)) slots[(k & 1) * kAttnSpanTokens + tid] = blocks[j / a.block_tokens] * a.block_tokens + j % a.block_tokens;
   };
   lookup(0);
   if (n_items > 1) lookup(1);
-  pdl_wait();
-  pdl_launch_dependents();
-  __syncthreads();
 
   // Ring position gi: chunk gi % 4 of the block's span gi / 4 (empty groups past the last), as
   // two cp.async groups, its K rows then its V rows: a step waits for its second chunk's K
   // before the scores and for its V only before the values.
-  auto issue = [&](int gi) {
+  auto issue = [&](int gi, bool skip = false) {
     const int k = gi / kAttnSpanChunks;
     if (k >= n_items) {
       cp_async_commit();
@@ -534,11 +590,37 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
       return;
     }
     const SpanKvRing<T, kStages> r(a, g, slots + (k & 1) * kAttnSpanTokens, kv_s, rows_of(k));
-    r.issue_split_at(gi % kAttnSpanChunks, gi, tid);
+    r.issue_split_at(gi % kAttnSpanChunks, gi, tid, skip);
   };
   auto stage_k = [&](int gi) { return kv_s + (gi % kStages) * 2 * C * hd; };
-  // Ring positions 0 .. kStages - 3 now; each step issues two more (its first step: up to kStages - 1).
-  for (int gi = 0; gi + kPair < kStages; ++gi) issue(gi);
+  // early_kv: ring positions 0 .. kStages - 1 (all of the first span's, kStages <= 4) are issued
+  // before the PDL wait, in the same groups and order as below, so they overlap the previous
+  // kernel. Sound because at most one kernel runs ahead of this one (common.cuh: each calls
+  // launch_dependents after its own wait), and what it may still write in the cache are the rows
+  // of this step's tokens (the kv_write of the rope launch before attention): a thread whose row
+  // is one of those (kv_slots) skips it and copies it after the wait.
+  unsigned deferred = 0;  // bit gi: this thread's row of ring position gi waits for the PDL wait
+  if (a.early_kv) {
+    __syncthreads();  // slots visible
+    const SpanKvRing<T, kStages> r(a, g, slots, kv_s, rows_of(0));
+    for (int gi = 0; gi < kStages; ++gi) {
+      const bool written = r.row_written(gi, tid, P.kv_slots, P.n_tokens);
+      deferred |= written ? 1u << gi : 0u;
+      issue(gi, written);
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  if (a.early_kv) {
+    const SpanKvRing<T, kStages> r(a, g, slots, kv_s, rows_of(0));
+    for (int gi = 0; gi < kStages; ++gi) {
+      if ((deferred >> gi) & 1u) r.copy_row_now(gi, gi, tid);
+    }
+  } else {
+    __syncthreads();  // slots visible
+    // Ring positions 0 .. kStages - 3 now; each step issues two more (its first: up to kStages - 1).
+    for (int gi = 0; gi + kPair < kStages; ++gi) issue(gi);
+  }
 
   for (int i = tid; i < nq * hd; i += kThreads) {
     const int qi = i / hd, d = i - qi * hd;
@@ -548,7 +630,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
                           Q.span_m, Q.span_l, span_a, Q.sa,       Q.sb,     tok_pos,  tok_first};
   for (int k = 0; k < n_items; ++k) {
     const int span = it.span + k * span_stride;
-    const int j_begin = span * kAttnSpanTokens;
+    const int j_begin = span * kAttnSpanTokens + row_off;
     const int n_iter = (rows_of(k) + C - 1) / C;
     // Slot buffer (k + 1) % 2 held span k - 1's, whose chunks were all issued; the lookups are
     // visible (a step's barrier) before span k + 1's first chunk is issued.
@@ -561,9 +643,12 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
     for (int i = 0; i < n_iter; i += kPair) {
       const int gi = k * kAttnSpanChunks + i;
       // Stages of ring positions gi + kStages - 2 and gi + kStages - 1 held gi - 2 and gi - 1,
-      // which the previous step finished with (its last barrier).
-      issue(gi + kStages - 2);
-      issue(gi + kStages - 1);
+      // which the previous step finished with (its last barrier). (early_kv: the first step's
+      // were issued before the PDL wait.)
+      if (gi > 0 || !a.early_kv) {
+        issue(gi + kStages - 2);
+        issue(gi + kStages - 1);
+      }
       // Groups: K and V of each ring position. Chunk i and chunk i + 1's K landed (this thread's
       // pieces), leaving chunk i + 1's V and the kStages - 2 later chunks in flight ...
       cp_async_wait<2 * (kStages - kPair) + 1>();
@@ -588,6 +673,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
       }
       __syncthreads();  // both stages, p_s and the statistics are free for the next step
     }
+    if (cs > 0) return;  // the chunk records are stored (one step, one item)
     span_merge::finish_span<kThreads>(out, a, tile, n_tile_spans, tok_partial, t0, nt, h0, nh, span, it.y, it.ny,
                                       sm + L.kv, L.total - L.kv);
     if (k + 1 < n_items) __syncthreads();  // the partial stored before the next span resets the state

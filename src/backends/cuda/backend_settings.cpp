@@ -1,5 +1,6 @@
 #include "backends/cuda/backend_settings.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -121,6 +122,23 @@ int attention_fold_merge(const CudaBackendOptions& options) {
   if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "2") == 0)) return std::atoi(env);
   return 1;
 }
+// The chunk split: the option wins when set (0, 1, 2), else TERN_CUDA_ATTN_CHUNK_SPLIT (same
+// values), else -1 (per plan, default_chunk_split, with the default kernel only).
+int attention_chunk_split(const CudaBackendOptions& options) {
+  if (options.attention_chunk_split >= 0) return options.attention_chunk_split <= 2 ? options.attention_chunk_split : 0;
+  const char* env = std::getenv("TERN_CUDA_ATTN_CHUNK_SPLIT");
+  if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0 || std::strcmp(env, "2") == 0)) {
+    return std::atoi(env);
+  }
+  return -1;
+}
+// K/V copies before the PDL wait: the option wins when set (0 / 1), else TERN_CUDA_ATTN_EARLY_KV
+// (0 / 1), else on.
+bool attention_early_kv(const CudaBackendOptions& options) {
+  if (options.attention_early_kv >= 0) return options.attention_early_kv != 0;
+  const char* env = std::getenv("TERN_CUDA_ATTN_EARLY_KV");
+  return !(env != nullptr && std::strcmp(env, "0") == 0);
+}
 int attention_fold_max_spans() {
   const char* env = std::getenv("TERN_CUDA_ATTN_FOLD_MAX_SPANS");
   const int n = env != nullptr ? std::atoi(env) : 0;
@@ -144,6 +162,8 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.attention_span_stages = attention_span_stages();
   s.attention_fold_merge = attention_fold_merge(options);
   s.attention_fold_max_spans = attention_fold_max_spans();
+  s.attention_chunk_split = attention_chunk_split(options);
+  s.attention_early_kv = attention_early_kv(options);
   s.fuse_gemv = use_gemv_fusion(options) && s.gemv_path == GemvPath::kAuto;
   s.fuse_swiglu = s.fuse_gemv && use_swiglu_fusion(options);
   s.fuse_swiglu_epilogue = s.fuse_gemv && use_swiglu_epilogue(options);
@@ -157,5 +177,17 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
 // PersistentSpanBlocksEqualOneBlockPerSpan). Other shapes: kernel 2, which decoded SmolLM2 (head
 // dim 64, groups of 3) ~5% faster than 83 or 115 (1035 vs 989 / 984 tok/s at ctx 128).
 int default_span_kernel(int head_dim, DType kv_dtype) { return head_dim == 128 && kv_dtype == DType::F16 ? 115 : 2; }
+
+// Chunk split where the spans x KV heads leave most SMs idle: a block per span then walks its 4
+// chunks one after another (8B shape at ctx 1k: 4 spans x 8 heads = 32 blocks' worth of K/V for
+// 132 SMs), while the chunks' partials do not depend on each other. One chunk per block while
+// that still leaves the GPU under-filled, two where one span per block nearly fills it. One-span
+// tiles keep whole spans: their block merges itself (the folded merge, no second launch).
+int default_chunk_split(int n_split_items, int max_tile_spans, int n_kv_heads, int n_sm) {
+  if (max_tile_spans <= 1) return 0;
+  const int64_t spans = int64_t{n_split_items} * n_kv_heads;
+  if (spans >= n_sm) return 0;
+  return 2 * spans >= n_sm ? 2 : 1;
+}
 
 }  // namespace tern::cuda

@@ -104,6 +104,8 @@ class CudaBackend final : public Backend {
         attention_span_stages_(settings.attention_span_stages),
         attention_fold_merge_(settings.attention_fold_merge),
         attention_fold_max_spans_(settings.attention_fold_max_spans),
+        attention_chunk_split_(settings.attention_chunk_split),
+        attention_early_kv_(settings.attention_early_kv),
         fuse_gemv_(settings.fuse_gemv),
         fuse_swiglu_(settings.fuse_swiglu),
         fuse_swiglu_epilogue_(settings.fuse_swiglu_epilogue) {
@@ -132,6 +134,7 @@ class CudaBackend final : public Backend {
     s.tc_matmuls = tc_matmuls_;
     s.tc_attentions = tc_attentions_;
     s.folded_merges = folded_merges_;
+    s.chunk_splits = chunk_splits_;
     s.gemv_fusions = gemv_fusions_;
     s.fused_kv_writes = fused_kv_writes_;
     s.gemv_path = static_cast<int>(gemv_path_);
@@ -426,6 +429,7 @@ class CudaBackend final : public Backend {
       a.split = 1;
       const int kernel = attention_span_ >= 0 ? attention_span_ : default_span_kernel(p.head_dim, kv.k.dtype);
       if (kernel > 0) {  // else the chunk kernel
+        a.chunk_split = chunk_split(p.n_kv_heads);
         plan_attention_span(a, n_sm_, max_smem_bytes_, attention_span_stages_, kernel);
       }
       const size_t need = attention_partials_bytes(a);
@@ -434,7 +438,10 @@ class CudaBackend final : public Backend {
         partials_ = alloc(std::max({need, 2 * (partials_ ? partials_->bytes() : 0), size_t{1} << 20}));
       }
       a.partials = static_cast<float*>(partials_->data());
-      if (a.span_kernel > 0 && fold_merge(a)) plan_fold_merge(a);
+      if (a.span_kernel > 0 && a.chunk_split == 0 && fold_merge(a)) plan_fold_merge(a);
+      if (a.chunk_split > 0) ++chunk_splits_;
+      // Early K/V copies compare each row's slot with the step's kv_slots: small steps only.
+      a.early_kv = attention_early_kv_ && plan_.n_tokens <= 16 ? 1 : 0;
     }
     AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
     std::memcpy(&rec, &a, sizeof(a));
@@ -708,6 +715,15 @@ class CudaBackend final : public Backend {
     if (attention_fold_merge_ == 2 || layout_.max_tile_spans == 1) return true;
     return layout_.max_tile_spans <= attention_fold_max_spans_ && layout_.max_tile_tokens * a.heads_per_block <= 8;
   }
+  // Chunks per block of the two-chunk span kernels (attention.h, chunk split; same bits): the
+  // option or TERN_CUDA_ATTN_CHUNK_SPLIT, else per plan with the default kernel only (a kernel
+  // picked explicitly runs as asked, so the kernel tests compare what they name), never where
+  // the folded merge was asked for everywhere or for several spans (it needs whole spans).
+  int chunk_split(int n_kv_heads) const {
+    if (attention_chunk_split_ >= 0) return attention_chunk_split_;
+    if (attention_span_ >= 0 || attention_fold_merge_ == 2 || attention_fold_max_spans_ > 1) return 0;
+    return default_chunk_split(layout_.n_split_items, layout_.max_tile_spans, n_kv_heads, n_sm_);
+  }
   void plan_fold_merge(AttentionArgs& a) {
     const int group = a.n_heads / a.n_kv_heads;
     const int n_slices = (group + a.heads_per_block - 1) / a.heads_per_block;
@@ -772,7 +788,10 @@ class CudaBackend final : public Backend {
   int attention_span_stages_ = 3;    // TERN_CUDA_ATTN_SPAN_STAGES
   int attention_fold_merge_ = 1;     // 0 never, 1 where faster, 2 always (attention_fold_merge)
   int attention_fold_max_spans_ = 1;
+  int attention_chunk_split_ = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT / option; -1: default_chunk_split
+  bool attention_early_kv_ = true;   // TERN_CUDA_ATTN_EARLY_KV / option
   int64_t folded_merges_ = 0;
+  int64_t chunk_splits_ = 0;
   bool fuse_gemv_ = false;           // CudaBackendOptions::fuse_gemv on GemvPath::kAuto
   bool fuse_swiglu_ = false;         // and CudaBackendOptions::fuse_swiglu
   bool fuse_swiglu_epilogue_ = false;  // and CudaBackendOptions::fuse_swiglu_epilogue

@@ -74,6 +74,15 @@ struct CudaBackendOptions {
   // faster (tiles of one span: contexts up to 256), 2 = always (tests, A/B);
   // -1 = TERN_CUDA_ATTN_FOLD_MERGE (0 / 1 / 2) or else 1.
   int attention_fold_merge = -1;
+  // Chunk split of the two-chunk span kernels (attention.h; same bits): 1 or 2 K/V chunks per
+  // block with a record per chunk and the chunk merge, 0 = one block per span; -1 =
+  // TERN_CUDA_ATTN_CHUNK_SPLIT (0 / 1 / 2) or else, with the default kernel only, per plan
+  // (backend_settings.cpp default_chunk_split: short contexts, where spans x KV heads are few).
+  int attention_chunk_split = -1;
+  // Two-chunk span kernels: copy a block's first K/V chunks before the PDL wait, overlapping the
+  // kernel before (rows no token of the step writes; attention.h early_kv; same bytes, same bits)
+  // in steps of at most 16 tokens. 0 = off, 1 = on; -1 = TERN_CUDA_ATTN_EARLY_KV (0 / 1) or else on.
+  int attention_early_kv = -1;
   // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; GemvPath kAuto only):
   // an RMSNorm or SwiGLU producing its activations, and the residual add of its output. Same
   // bits as the separate ops; false, or TERN_CUDA_FUSE=0, keeps them separate (A/B, tests).
@@ -105,6 +114,7 @@ struct CudaBackendStats {
   int64_t tc_matmuls = 0;        // products recorded for the tensor-core prefill path
   int64_t tc_attentions = 0;     // attention ops recorded for the tensor-core prefill kernel
   int64_t folded_merges = 0;     // split attention ops whose span blocks merged (no merge kernel)
+  int64_t chunk_splits = 0;      // split attention ops run with the chunk split (attention.h)
   int64_t fused_kv_writes = 0;   // kv_write ops that joined the preceding rope's launch
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:

@@ -231,7 +231,12 @@ struct AttentionArgs {
   int fold_merge;       // span kernels: 1: the last span block of a tile merges it, no merge kernel
   int* merge_counters;  // with fold_merge: [n_tiles][gridDim.y] zero between launches
   int tc_variant;       // tensor-core kernel: block shape (attention_tc.h; TERN_CUDA_ATTN_TC_VARIANT)
-  float* partials;  // split mode: [n_partials, n_heads, head_dim + 2]
+  int early_kv;         // two-chunk span kernels: copy the first K/V chunks before the PDL wait
+                        // (rows no token of the step writes; attention.h)
+  int chunk_split;      // two-chunk span kernels: K/V chunks per block (1 or 2; attention.h chunk
+                        // split, partials per chunk and the chunk merge), 0: one block per span
+  float* partials;  // split mode: [n_partials, n_heads, head_dim + 2]; chunk split:
+                    // [n_partials, kAttnSpanChunks, n_heads, head_dim + 2]
   DevicePlan plan;
 };
 
