@@ -512,7 +512,7 @@ TEST_F(GpuAttention, DefaultChunkSplitEqualsPairKernelBitwise) {
     Caches c(*want, got, s, 300, seed);
     const auto blocks = c.take(4097);
     std::vector<BatchPlan> plans;
-    for (int pos : {100, 256, 300, 511, 1000, 1023, 1024, 2047, 4095, 4096}) {
+    for (int pos : {40, 100, 256, 300, 511, 1000, 1023, 1024, 2047, 4095, 4096}) {
       plans.emplace_back();
       add_sequence(plans.back(), pos, 1, blocks);
     }
@@ -520,7 +520,10 @@ TEST_F(GpuAttention, DefaultChunkSplitEqualsPairKernelBitwise) {
     add_sequence(plans.back(), 1000, 3, blocks);  // a verify tile
     const int64_t before = cuda::backend_stats(*got[0]).chunk_splits;
     expect_plans_equal(*want, got, c.all, s, plans, seed + 1);
-    EXPECT_GT(cuda::backend_stats(*got[0]).chunk_splits, before);
+    // (head_dim 256 with f32: the two-chunk kernels' 2 stages do not fit, kernel 1 takes whole spans)
+    if (!(s.head_dim == 256 && s.cache == DType::F32)) {
+      EXPECT_GT(cuda::backend_stats(*got[0]).chunk_splits, before);
+    }
     seed += 2;
   }
 }

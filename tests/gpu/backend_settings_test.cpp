@@ -62,7 +62,7 @@ TEST_F(BackendSettingsTest, DefaultsOnHopper) {
   EXPECT_EQ(s.attention_fold_merge, 1);
   EXPECT_EQ(s.attention_fold_max_spans, 1);
   EXPECT_EQ(s.attention_chunk_split, -1);  // per plan
-  EXPECT_TRUE(s.attention_early_kv);
+  EXPECT_FALSE(s.attention_early_kv);
   EXPECT_EQ(s.gemv_stage_bytes, 0);
   EXPECT_EQ(s.attention_tc_variant, 0);
   EXPECT_FALSE(s.attention_row_copy);
@@ -89,10 +89,10 @@ TEST_F(BackendSettingsTest, EnvironmentOverridesOptions) {
   setenv("TERN_CUDA_ATTN_FOLD_MERGE", "0", 1);
   setenv("TERN_CUDA_GEMV_STAGE_BYTES", "8192", 1);
   setenv("TERN_CUDA_ATTN_CHUNK_SPLIT", "2", 1);
-  setenv("TERN_CUDA_ATTN_EARLY_KV", "0", 1);
+  setenv("TERN_CUDA_ATTN_EARLY_KV", "1", 1);
   BackendSettings s = resolve_settings(CudaBackendOptions{}, 9, true);
   EXPECT_EQ(s.attention_chunk_split, 2);
-  EXPECT_FALSE(s.attention_early_kv);
+  EXPECT_TRUE(s.attention_early_kv);
   EXPECT_FALSE(s.pdl);
   EXPECT_TRUE(s.tc_prefill);
   EXPECT_FALSE(s.tc_attention);
@@ -152,15 +152,20 @@ TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F32), 2);
 }
 
-// The chunk split where spans x KV heads leave SMs idle (132 SMs: the H200), never for tiles of
-// one span (they merge themselves) or where whole spans already fill the GPU.
+// The chunk split where spans x KV heads leave SMs idle (132 SMs: the H200): one chunk per block
+// while 4 x spans x heads <= 264, two below 264 spans x heads; never inside one chunk (the block
+// merges itself), past 24 spans per tile, or where whole spans fill the GPU twice.
 TEST_F(BackendSettingsTest, DefaultChunkSplitPerPlan) {
-  EXPECT_EQ(cuda::default_chunk_split(1, 1, 8, 132), 0);     // ctx <= 256: the folded one-span merge
-  EXPECT_EQ(cuda::default_chunk_split(4, 4, 8, 132), 1);     // 8B decode at 1k: 32 spans
-  EXPECT_EQ(cuda::default_chunk_split(16, 16, 8, 132), 2);   // 8B decode at 4k: 128 spans
-  EXPECT_EQ(cuda::default_chunk_split(17, 17, 8, 132), 0);   // 4k + 1: 136 spans fill the SMs
-  EXPECT_EQ(cuda::default_chunk_split(128, 128, 8, 132), 0); // 32k: whole spans, persistent
-  EXPECT_EQ(cuda::default_chunk_split(4, 4, 3, 132), 1);     // SmolLM2 at 1k
+  EXPECT_EQ(cuda::default_chunk_split(1, 1, 63, 8, 132), 0);       // one chunk: the folded merge
+  EXPECT_EQ(cuda::default_chunk_split(1, 1, 128, 8, 132), 1);      // 8B decode at 128
+  EXPECT_EQ(cuda::default_chunk_split(5, 5, 1024, 8, 132), 1);     // 8B decode at 1k: 40 spans x heads
+  EXPECT_EQ(cuda::default_chunk_split(9, 9, 2048, 8, 132), 2);     // 8B at 2k: 72
+  EXPECT_EQ(cuda::default_chunk_split(17, 17, 4096, 8, 132), 2);   // 8B at 4k: 136
+  EXPECT_EQ(cuda::default_chunk_split(25, 25, 6144, 8, 132), 0);   // past 24 spans per tile
+  EXPECT_EQ(cuda::default_chunk_split(129, 129, 32768, 8, 132), 0);  // 32k: whole, persistent spans
+  EXPECT_EQ(cuda::default_chunk_split(17, 17, 4096, 3, 132), 1);   // SmolLM2 at 4k: 51
+  EXPECT_EQ(cuda::default_chunk_split(40, 5, 1024, 8, 132), 0);    // 8 sequences at 1k: 320
+  EXPECT_EQ(cuda::default_chunk_split(40, 5, 1024, 3, 132), 2);    // SmolLM2, 8 at 1k: 120
 }
 
 }  // namespace

@@ -231,7 +231,9 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
   const int parts = cs > 0 ? kAttnSpanChunks / cs : 1;
   int hpb = group < kAttnMaxHeadsPerBlock ? group : kAttnMaxHeadsPerBlock;
   auto n_blocks = [&](int h) { return int64_t{a.plan.n_split_items} * parts * a.n_kv_heads * ((group + h - 1) / h); };
-  while (hpb > 1 && n_blocks(hpb) < 2 * int64_t{n_sm}) hpb = (hpb + 1) / 2;
+  // With the chunk split the parts already multiply the blocks, and a whole GQA group per block
+  // measured fastest (8B at 1k: 12.9 us/layer with 4 q heads per block, 19.4 with 2, 27.3 with 1).
+  while (cs == 0 && hpb > 1 && n_blocks(hpb) < 2 * int64_t{n_sm}) hpb = (hpb + 1) / 2;
   if (g_force_hpb > 0) hpb = std::min(g_force_hpb, std::min(group, kAttnMaxHeadsPerBlock));
   AttentionArgs trial = a;
   trial.heads_per_block = hpb;

@@ -133,11 +133,12 @@ int attention_chunk_split(const CudaBackendOptions& options) {
   return -1;
 }
 // K/V copies before the PDL wait: the option wins when set (0 / 1), else TERN_CUDA_ATTN_EARLY_KV
-// (0 / 1), else on.
+// (0 / 1), else off (on the H200 it helped the attention alone at ctx 128 but slowed whole-model
+// decode, bench/RESULTS.md).
 bool attention_early_kv(const CudaBackendOptions& options) {
   if (options.attention_early_kv >= 0) return options.attention_early_kv != 0;
   const char* env = std::getenv("TERN_CUDA_ATTN_EARLY_KV");
-  return !(env != nullptr && std::strcmp(env, "0") == 0);
+  return env != nullptr && std::strcmp(env, "1") == 0;
 }
 int attention_fold_max_spans() {
   const char* env = std::getenv("TERN_CUDA_ATTN_FOLD_MAX_SPANS");
@@ -178,16 +179,21 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
 // dim 64, groups of 3) ~5% faster than 83 or 115 (1035 vs 989 / 984 tok/s at ctx 128).
 int default_span_kernel(int head_dim, DType kv_dtype) { return head_dim == 128 && kv_dtype == DType::F16 ? 115 : 2; }
 
-// Chunk split where the spans x KV heads leave most SMs idle: a block per span then walks its 4
-// chunks one after another (8B shape at ctx 1k: 4 spans x 8 heads = 32 blocks' worth of K/V for
-// 132 SMs), while the chunks' partials do not depend on each other. One chunk per block while
-// that still leaves the GPU under-filled, two where one span per block nearly fills it. One-span
-// tiles keep whole spans: their block merges itself (the folded merge, no second launch).
-int default_chunk_split(int n_split_items, int max_tile_spans, int n_kv_heads, int n_sm) {
-  if (max_tile_spans <= 1) return 0;
+// Chunk split where whole spans x KV heads leave SMs idle: a block per span then walks its 4
+// chunks one after another (8B shape at ctx 1k: 5 spans x 8 heads = 40 blocks' worth of K/V for
+// 132 SMs), while the chunks' partials do not depend on each other. Measured on the H200
+// (bench/RESULTS.md, attention alone): one chunk per block up to 4 x spans x heads <= 2 SMs'
+// worth (8B 1k: 23.8 -> 12.9 us/layer; SmolLM2 ctx 128 / 1k / 4k: 11.4 / 16.5 / 20.1 -> 8.9 /
+// 9.4 / 18.4), two chunks above that (8B 4k: 27.9 -> 24.4; one chunk: 35.7), whole spans once
+// spans x heads reach 2 x SMs or a tile has more than kMaxSpans spans (32k: 88.7 whole and
+// persistent, 182 with two chunks, the chunk merge's 512 records per query in a row). A plan
+// inside one chunk keeps whole spans: its one block merges itself (the folded merge).
+int default_chunk_split(int n_split_items, int max_tile_spans, int max_position, int n_kv_heads, int n_sm) {
+  constexpr int kMaxSpans = 24;
+  if (max_position < kAttnChunkTokens || max_tile_spans > kMaxSpans) return 0;
   const int64_t spans = int64_t{n_split_items} * n_kv_heads;
-  if (spans >= n_sm) return 0;
-  return 2 * spans >= n_sm ? 2 : 1;
+  if (spans >= 2 * int64_t{n_sm}) return 0;
+  return 4 * spans <= 2 * int64_t{n_sm} ? 1 : 2;
 }
 
 }  // namespace tern::cuda

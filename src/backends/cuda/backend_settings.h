@@ -25,7 +25,7 @@ struct BackendSettings {
   int attention_fold_merge = 1;     // 0 never, 1 where faster, 2 always (TERN_CUDA_ATTN_FOLD_MERGE)
   int attention_fold_max_spans = 1; // TERN_CUDA_ATTN_FOLD_MAX_SPANS
   int attention_chunk_split = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT (0 / 1 / 2); -1: default_chunk_split
-  bool attention_early_kv = true;   // TERN_CUDA_ATTN_EARLY_KV (0 / 1)
+  bool attention_early_kv = false;  // TERN_CUDA_ATTN_EARLY_KV (0 / 1)
   bool fuse_gemv = false;           // GEMV fusion, on GemvPath::kAuto only (TERN_CUDA_FUSE=0 off)
   bool fuse_swiglu = false;         // its SwiGLU prologue (TERN_CUDA_FUSE=swiglu / noswiglu)
   bool fuse_swiglu_epilogue = false;  // its SwiGLU epilogue (TERN_CUDA_FUSE=swiglu-epilogue)
@@ -41,7 +41,7 @@ int default_span_kernel(int head_dim, DType kv_dtype);
 
 // The chunk split (AttentionArgs::chunk_split: K/V chunks per block, 0 = whole spans) of a
 // split-mode plan with the default kernel: n_split_items (tile, span) items, the most spans of
-// one tile. Every choice gives the same bits (attention.h).
-int default_chunk_split(int n_split_items, int max_tile_spans, int n_kv_heads, int n_sm);
+// one tile, the plan's last position. Every choice gives the same bits (attention.h).
+int default_chunk_split(int n_split_items, int max_tile_spans, int max_position, int n_kv_heads, int n_sm);
 
 }  // namespace tern::cuda

@@ -722,7 +722,7 @@ class CudaBackend final : public Backend {
   int chunk_split(int n_kv_heads) const {
     if (attention_chunk_split_ >= 0) return attention_chunk_split_;
     if (attention_span_ >= 0 || attention_fold_merge_ == 2 || attention_fold_max_spans_ > 1) return 0;
-    return default_chunk_split(layout_.n_split_items, layout_.max_tile_spans, n_kv_heads, n_sm_);
+    return default_chunk_split(layout_.n_split_items, layout_.max_tile_spans, layout_.max_position, n_kv_heads, n_sm_);
   }
   void plan_fold_merge(AttentionArgs& a) {
     const int group = a.n_heads / a.n_kv_heads;
@@ -789,7 +789,7 @@ class CudaBackend final : public Backend {
   int attention_fold_merge_ = 1;     // 0 never, 1 where faster, 2 always (attention_fold_merge)
   int attention_fold_max_spans_ = 1;
   int attention_chunk_split_ = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT / option; -1: default_chunk_split
-  bool attention_early_kv_ = true;   // TERN_CUDA_ATTN_EARLY_KV / option
+  bool attention_early_kv_ = false;  // TERN_CUDA_ATTN_EARLY_KV / option
   int64_t folded_merges_ = 0;
   int64_t chunk_splits_ = 0;
   bool fuse_gemv_ = false;           // CudaBackendOptions::fuse_gemv on GemvPath::kAuto

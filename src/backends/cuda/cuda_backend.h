@@ -81,7 +81,8 @@ struct CudaBackendOptions {
   int attention_chunk_split = -1;
   // Two-chunk span kernels: copy a block's first K/V chunks before the PDL wait, overlapping the
   // kernel before (rows no token of the step writes; attention.h early_kv; same bytes, same bits)
-  // in steps of at most 16 tokens. 0 = off, 1 = on; -1 = TERN_CUDA_ATTN_EARLY_KV (0 / 1) or else on.
+  // in steps of at most 16 tokens. 0 = off, 1 = on; -1 = TERN_CUDA_ATTN_EARLY_KV (0 / 1) or else off
+  // (measured slower whole-model on the H200, bench/RESULTS.md).
   int attention_early_kv = -1;
   // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; GemvPath kAuto only):
   // an RMSNorm or SwiGLU producing its activations, and the residual add of its output. Same

@@ -31,7 +31,7 @@ PackedPlanLayout pack_plan(const BatchPlan& plan, const AttentionPlanSizes& size
   std::vector<int32_t> tc_begin, tc_count;
   cut_tiles(plan, sizes.tile_tokens, tile_begin, tile_count);
   cut_tiles(plan, sizes.tc_tile_tokens, tc_begin, tc_count);
-  int max_tile = 0, max_spans = 0;
+  int max_tile = 0, max_spans = 0, max_position = 0;
   for (size_t tile = 0; tile < tile_begin.size(); ++tile) {
     int max_pos = 0;
     for (int i = tile_begin[tile]; i < tile_begin[tile] + tile_count[tile]; ++i) {
@@ -41,6 +41,7 @@ PackedPlanLayout pack_plan(const BatchPlan& plan, const AttentionPlanSizes& size
     max_tile = std::max(max_tile, tile_count[tile]);
     tile_spans.push_back(n_spans);
     max_spans = std::max(max_spans, n_spans);
+    max_position = std::max(max_position, max_pos);
     for (int s = 0; s < n_spans; ++s) {
       split_tile.push_back(static_cast<int32_t>(tile));
       split_span.push_back(s);
@@ -63,6 +64,7 @@ PackedPlanLayout pack_plan(const BatchPlan& plan, const AttentionPlanSizes& size
   l.n_partials = static_cast<int>(n_partials);
   l.max_tile_tokens = max_tile;
   l.max_tile_spans = max_spans;
+  l.max_position = max_position;
   l.n_tc_tiles = static_cast<int>(tc_begin.size());
 
   words.clear();

@@ -36,6 +36,7 @@ struct PackedPlanLayout {
   int n_tokens = 0, n_seqs = 0, n_logit_rows = 0;
   int n_tiles = 0, n_split_items = 0, n_partials = 0, max_tile_tokens = 0, n_tc_tiles = 0;
   int max_tile_spans = 0;  // host only: the most spans of one tile (the folded merge's plan)
+  int max_position = 0;    // host only: the plan's last position (the chunk split's plan)
 };
 
 // Packs `plan` into `words` (resized).
