@@ -153,10 +153,12 @@ TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {
 }
 
 // The chunk split where spans x KV heads leave SMs idle (132 SMs: the H200): one chunk per block
-// while 4 x spans x heads <= 264, two below 264 spans x heads; never inside one chunk (the block
-// merges itself), past 24 spans per tile, or where whole spans fill the GPU twice.
+// while 4 x spans x heads <= 264, two below 264 spans x heads; never inside two chunks (one step
+// of the block, which merges itself), past 24 spans per tile, or where whole spans fill the GPU
+// twice.
 TEST_F(BackendSettingsTest, DefaultChunkSplitPerPlan) {
   EXPECT_EQ(cuda::default_chunk_split(1, 1, 63, 8, 132), 0);       // one chunk: the folded merge
+  EXPECT_EQ(cuda::default_chunk_split(1, 1, 127, 3, 132), 0);      // two chunks: one step
   EXPECT_EQ(cuda::default_chunk_split(1, 1, 128, 8, 132), 1);      // 8B decode at 128
   EXPECT_EQ(cuda::default_chunk_split(5, 5, 1024, 8, 132), 1);     // 8B decode at 1k: 40 spans x heads
   EXPECT_EQ(cuda::default_chunk_split(9, 9, 2048, 8, 132), 2);     // 8B at 2k: 72

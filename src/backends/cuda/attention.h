@@ -79,11 +79,23 @@
 // chunks into span partials in chunk order from (-inf, 0, 0), skipping empty chunks, and those
 // into the result in span order, skipping empty spans: fold_stats / fold_acc, the expressions
 // and order of the span blocks and their merge, so the same bits (tested against whole spans).
-// No persistent blocks and no folded merge with it. The backend picks it per plan with the
-// default kernel (backend_settings.cpp default_chunk_split: tiles of several spans whose spans x
-// KV heads are fewer than the SMs); TERN_CUDA_ATTN_CHUNK_SPLIT=0/1/2
+// No persistent blocks and no folded merge with it, and a whole GQA group (up to 4 q heads) per
+// block: the parts already multiply the blocks. The backend picks it per plan with the default
+// kernel (backend_settings.cpp default_chunk_split: past two chunks, up to 24 spans per tile,
+// while spans x KV heads are fewer than twice the SMs); TERN_CUDA_ATTN_CHUNK_SPLIT=0/1/2
 // (CudaBackendOptions::attention_chunk_split) forces it off / on for any two-chunk kernel.
-// TERN_CUDA_ATTN_SPAN_HPB=1/2/4 fixes the q heads per span block (A/B timing).
+// TERN_CUDA_ATTN_SPAN_HPB=1/2/4 fixes the q heads per span block (A/B timing). Measured on the
+// H200 (bench/RESULTS.md, 8B shape, us/layer): ctx 128 12.5 -> 9.2, 1k 23.5 -> 13.7, 2k 28.8 ->
+// 19.5; whole-model 8B Q4_K_M at 1k 298 -> 322 tok/s, SmolLM2 at 128 / 1k +10% / +12%.
+//
+// Early K/V copies (two-chunk kernels, AttentionArgs::early_kv; opt-in, TERN_CUDA_ATTN_EARLY_KV=1
+// or CudaBackendOptions::attention_early_kv, steps of at most 16 tokens): a block's first K/V
+// chunks are issued before the PDL wait, overlapping the kernel before. Sound because at most
+// one kernel runs ahead (each calls launch_dependents after its own wait) and what it may still
+// write in the cache are the rows of this step's tokens: a row whose slot is one of the step's
+// kv_slots is copied after the wait instead. Same bytes, same bits (tested); measured faster for
+// the attention alone at ctx 128 and with the two-chunk split at 4k, but not faster (32k: slower)
+// in whole-model decode, so off by default.
 //
 // Chunk kernel K/V copies: by default each 16-byte piece looks its row up in the block table (a
 // dependent global load per cp.async); TERN_CUDA_ATTN_ROW_COPY=1 (AttentionArgs::row_copy) looks

@@ -180,17 +180,19 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
 int default_span_kernel(int head_dim, DType kv_dtype) { return head_dim == 128 && kv_dtype == DType::F16 ? 115 : 2; }
 
 // Chunk split where whole spans x KV heads leave SMs idle: a block per span then walks its 4
-// chunks one after another (8B shape at ctx 1k: 5 spans x 8 heads = 40 blocks' worth of K/V for
-// 132 SMs), while the chunks' partials do not depend on each other. Measured on the H200
-// (bench/RESULTS.md, attention alone): one chunk per block up to 4 x spans x heads <= 2 SMs'
-// worth (8B 1k: 23.8 -> 12.9 us/layer; SmolLM2 ctx 128 / 1k / 4k: 11.4 / 16.5 / 20.1 -> 8.9 /
-// 9.4 / 18.4), two chunks above that (8B 4k: 27.9 -> 24.4; one chunk: 35.7), whole spans once
-// spans x heads reach 2 x SMs or a tile has more than kMaxSpans spans (32k: 88.7 whole and
-// persistent, 182 with two chunks, the chunk merge's 512 records per query in a row). A plan
-// inside one chunk keeps whole spans: its one block merges itself (the folded merge).
+// chunks two at a time (8B shape at ctx 1k: 5 spans x 8 heads = 40 blocks' worth of K/V for 132
+// SMs), while the chunks' partials do not depend on each other. Measured on the H200
+// (bench/RESULTS.md, attention alone, us/layer): one chunk per block while 4 x spans x heads <=
+// 2 x SMs (8B ctx 128 / 1k: 12.5 / 23.5 -> 9.2 / 13.7; SmolLM2 ctx 128 / 1k / 4k: 11.2 / 16.1 /
+// 19.5 -> 8.5 / 9.9 / 19.3), two chunks above that (8B 2k / 4k / 6k: 28.8 / 28.2 / 49.1 -> 19.5
+// / 30.1 / 39.6; one chunk at 4k: 35.7), whole spans once spans x heads reach 2 x SMs or a tile
+// has more than kMaxSpans spans (32k: 88.8 whole and persistent, 182 with two chunks: the chunk
+// merge folds 512 records per query in a row). Up to two chunks (positions < 128) the block's
+// one step already takes both, and it merges itself (the folded merge): SmolLM2 at ctx 64, 7.7
+// whole, 8.2 split.
 int default_chunk_split(int n_split_items, int max_tile_spans, int max_position, int n_kv_heads, int n_sm) {
   constexpr int kMaxSpans = 24;
-  if (max_position < kAttnChunkTokens || max_tile_spans > kMaxSpans) return 0;
+  if (max_position < 2 * kAttnChunkTokens || max_tile_spans > kMaxSpans) return 0;
   const int64_t spans = int64_t{n_split_items} * n_kv_heads;
   if (spans >= 2 * int64_t{n_sm}) return 0;
   return 4 * spans <= 2 * int64_t{n_sm} ? 1 : 2;
