@@ -46,9 +46,14 @@ std::vector<Shape> default_shapes() {
       {"8b gate+up", DType::Q8_0, 4096, {14336, 14336}},
       {"8b down", DType::Q8_0, 14336, {4096}},
       {"8b q+k+v", DType::F16, 4096, {4096, 1024, 1024}},
+      {"8b o", DType::F16, 4096, {4096}},
       {"8b gate+up", DType::F16, 4096, {14336, 14336}},
       {"8b down", DType::F16, 14336, {4096}},
+      {"8b head", DType::F16, 4096, {128256}},
+      {"8b q+k+v", DType::BF16, 4096, {4096, 1024, 1024}},
       {"8b gate+up", DType::BF16, 4096, {14336, 14336}},
+      {"8b down", DType::BF16, 14336, {4096}},
+      {"smol q+k+v", DType::F32, 576, {576, 192, 192}},
       {"8b gate+up", DType::Q4_1, 4096, {14336, 14336}},
       {"smol q+k+v", DType::Q4_1, 576, {576, 192, 192}},
       {"smol gate+up", DType::Q4_1, 576, {1536, 1536}},
@@ -135,6 +140,9 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
         if (s.dtype == DType::F16 || s.dtype == DType::BF16) {
           for (size_t i = old_size | 1; i < host.size(); i += 2) host[i] &= 0x3f;
         }
+        if (s.dtype == DType::F32) {
+          for (size_t i = old_size | 3; i < host.size(); i += 4) host[i] &= 0x3f;
+        }
       }
       void* p = nullptr;
       BENCH_CUDA(cudaMalloc(&p, b));
@@ -219,6 +227,41 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
                 same ? "bitwise equal" : "DIFFER (bug)");
     if (!same) ok = false;
   }
+  // The float kernels at n = 1: the previous ones and the streamed kernel's shapes.
+  a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kAuto);
+  const bool is_float = s.dtype == DType::F32 || s.dtype == DType::F16 || s.dtype == DType::BF16;
+  for (const std::string& variant : o.float_shapes) {
+    if (!ok || !is_float || n != 1 || variant == "none") break;
+    // "glu:" first: with the SwiGLU epilogue (two equal matrices), its output to a scratch row.
+    const bool glu = variant.rfind("glu:", 0) == 0;
+    if (glu && (a.n_mats != 2 || a.rows[0] != a.rows[1])) continue;
+    const std::string shape = glu ? variant.substr(4) : variant;
+    float* glu_out = nullptr;
+    if (glu) {
+      void* p = nullptr;
+      BENCH_CUDA(cudaMalloc(&p, sizeof(float) * a.rows[0]));
+      glu_out = static_cast<float*>(p);
+    }
+    a.fuse.glu_out = glu_out;
+    a.gemv_float_kernel = shape == "prev" ? 1 : 0;
+    a.gemv_float_rows = a.gemv_float_unroll = a.gemv_float_blocks = 0;
+    if (shape != "prev" && shape != "auto" &&
+        std::sscanf(shape.c_str(), "%dx%d/%d", &a.gemv_float_rows, &a.gemv_float_unroll, &a.gemv_float_blocks) < 2) {
+      std::fprintf(stderr, "gpu_bench --gemv-float: expected prev or RxU[/B] (e.g. 2x8), found '%s'\n", variant.c_str());
+      return false;
+    }
+    Timing t;
+    ok = time_path(a, copies, iters, stream, t);
+    a.fuse.glu_out = nullptr;
+    if (glu_out != nullptr) cudaFree(glu_out);
+    if (!ok) break;
+    line(("float/" + variant).c_str(), t);
+    const bool same = default_y.size() == t.y.size() &&
+                      std::memcmp(default_y.data(), t.y.data(), t.y.size() * sizeof(float)) == 0;
+    std::printf("gemv       -> %.2fx vs default; outputs %s\n", fresh.us / t.us, same ? "bitwise equal" : "DIFFER (bug)");
+    if (!same) ok = false;
+  }
+  a.gemv_float_kernel = a.gemv_float_rows = a.gemv_float_unroll = a.gemv_float_blocks = 0;
   for (auto& c : copies) {
     for (void* p : c) cudaFree(p);
   }

@@ -16,6 +16,12 @@ struct GemvBenchOptions {
   // row; gemv_rows.cu) or "auto" (the per-shape choice); empty: none. Each is compared bit for
   // bit with the default kernels' output.
   std::vector<std::string> rows_shapes = {"auto"};
+  // Float products (F32 / F16 / BF16) at n = 1, timed after the default (the register-streamed
+  // kernel, gemv_float_stream.cu): "prev" (the previous float kernels) or a streamed shape "RxU"
+  // (R rows per warp, U chunks per load batch), optionally "/B" (at most B blocks per SM), or
+  // "auto"; a "glu:" prefix adds the SwiGLU epilogue (gate+up shapes only). Each is compared bit
+  // for bit with the default's output (the products; not the epilogue's).
+  std::vector<std::string> float_shapes = {"prev"};
 };
 
 // Prints one line per shape and kernel path; 0 on success.

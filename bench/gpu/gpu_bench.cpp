@@ -7,6 +7,7 @@
 //             [--attn-shape 32/8/128]
 //   gpu_bench --gemv [--gemv-filter STR] [--gemv-n 1] [--gemv-iters 50] [--gemv-stage-bytes 8192,16384]
 //             [--gemv-no-legacy] [--gemv-rows auto,2x1,4x1,1x2,1x4 | none]
+//             [--gemv-float prev,1x8,1x16,2x4,2x8,4x4,2x8/2 | none]
 //
 // --preset synthesizes the model (formats/synth.h) into $TMPDIR once; random weights decode at
 // the same speed as real ones. Sections, each one line per measurement:
@@ -24,7 +25,8 @@
 //   batch    tok/s of B sequences decoding together (each at --batch-ctx tokens of context)
 //   gemv     (--gemv, instead of the model) each GEMV kernel alone per type and shape: us, GB/s,
 //            % of copy bandwidth, previous vs default kernels, then the multi-row / split-row
-//            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape (gemv_bench.h)
+//            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape, the float kernels per
+//            --gemv-float variant (gemv_bench.h)
 //   attn     (--attn, instead of the model) the attention op alone (attention_bench.h)
 // A forward's time includes its sync point: the copy of each logit row's argmax to the host
 // (greedy sampling on the device, as the engine's greedy steps do), or with --full-logits the
@@ -142,6 +144,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--gemv-stage-bytes") o.gemv_options.stage_bytes = parse_list(next());
     else if (a == "--gemv-no-legacy") o.gemv_options.skip_legacy = true;
     else if (a == "--gemv-rows") o.gemv_options.rows_shapes = split_list(next());
+    else if (a == "--gemv-float") o.gemv_options.float_shapes = split_list(next());
     else {
       std::fprintf(stderr, "gpu_bench: unknown argument '%s'\n", a.c_str());
       return false;

@@ -22,7 +22,8 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_ATTN_ROW_COPY", "TERN_CUDA_ATTN_TC_VARIANT", "TERN_CUDA_GEMV",            "TERN_CUDA_GEMV_ROWS",
     "TERN_CUDA_GEMV_PARTS",  "TERN_CUDA_GEMV_STAGE_BYTES", "TERN_CUDA_ATTN_SPAN",       "TERN_CUDA_ATTN_SPAN_STAGES",
     "TERN_CUDA_ATTN_FOLD_MERGE", "TERN_CUDA_ATTN_FOLD_MAX_SPANS", "TERN_CUDA_ATTN_CHUNK_SPLIT",
-    "TERN_CUDA_ATTN_EARLY_KV"};
+    "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
+    "TERN_CUDA_GEMV_FLOAT_GLU"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -144,6 +145,37 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
   EXPECT_EQ(s.attention_span_stages, 3);
   EXPECT_EQ(s.attention_fold_merge, 1);
   EXPECT_EQ(s.attention_tc_variant, 0);
+}
+
+// The float GEMV at n = 1: the register-streamed kernel with its SwiGLU epilogue by default; the
+// previous kernels, a fixed shape or no epilogue on request.
+TEST_F(BackendSettingsTest, FloatGemvSettings) {
+  BackendSettings s = resolve_settings(CudaBackendOptions{}, 9, true);
+  EXPECT_EQ(s.gemv_float_kernel, 0);
+  EXPECT_EQ(s.gemv_float_rows, 0);
+  EXPECT_EQ(s.gemv_float_unroll, 0);
+  EXPECT_EQ(s.gemv_float_blocks, 0);
+  EXPECT_TRUE(s.fuse_float_swiglu_epilogue);
+  setenv("TERN_CUDA_GEMV_FLOAT_SHAPE", "2x8", 1);
+  setenv("TERN_CUDA_GEMV_FLOAT_BLOCKS", "3", 1);
+  setenv("TERN_CUDA_GEMV_FLOAT_GLU", "0", 1);
+  s = resolve_settings(CudaBackendOptions{}, 9, true);
+  EXPECT_EQ(s.gemv_float_rows, 2);
+  EXPECT_EQ(s.gemv_float_unroll, 8);
+  EXPECT_EQ(s.gemv_float_blocks, 3);
+  EXPECT_FALSE(s.fuse_float_swiglu_epilogue);
+  unsetenv("TERN_CUDA_GEMV_FLOAT_GLU");
+  setenv("TERN_CUDA_GEMV_FLOAT", "prev", 1);  // the epilogue needs the streamed kernel
+  s = resolve_settings(CudaBackendOptions{}, 9, true);
+  EXPECT_EQ(s.gemv_float_kernel, 1);
+  EXPECT_FALSE(s.fuse_float_swiglu_epilogue);
+  setenv("TERN_CUDA_FUSE", "0", 1);
+  setenv("TERN_CUDA_GEMV_FLOAT", "stream", 1);
+  CudaBackendOptions o;
+  o.previous_float_gemv = true;
+  s = resolve_settings(o, 9, true);
+  EXPECT_EQ(s.gemv_float_kernel, 0);
+  EXPECT_FALSE(s.fuse_float_swiglu_epilogue);  // fusion off
 }
 
 TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {

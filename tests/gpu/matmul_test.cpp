@@ -359,5 +359,88 @@ TEST_F(GpuMatmul, RowsKernelOnFusedMatricesEqualsLegacy) {
   }
 }
 
+// The register-streamed float kernel (gemv_float_stream.cu, F32 / F16 / BF16 at n = 1) in every
+// compiled shape (rows per warp x chunks per load batch; one block per SM so that warps walk many
+// units, and the per-shape default) against the previous float kernels: the same bits for rows
+// of partial last chunks (cols not a multiple of 256), fewer rows than a unit, odd row counts
+// (a last unit with missing rows), rows wider than a load batch, all-zero activations, and q/k/v
+// fused launches whose units straddle matrices. n = 2 .. 6 take the previous kernels on both
+// sides, and must equal each row computed alone.
+TEST_F(GpuMatmul, StreamedFloatKernelEqualsPreviousKernels) {
+  cuda::CudaBackendOptions previous_options;
+  previous_options.previous_float_gemv = true;
+  std::unique_ptr<Backend> previous = gputest::make_cuda(previous_options);
+  ASSERT_NE(previous, nullptr);
+  struct Shape {
+    int rows, unroll, blocks;
+  };
+  std::vector<std::unique_ptr<Backend>> streamed;
+  for (const Shape& sh : {Shape{0, 0, 0}, Shape{1, 8, 1}, Shape{1, 16, 0}, Shape{2, 4, 1}, Shape{2, 8, 0},
+                          Shape{4, 4, 1}, Shape{4, 4, 0}}) {
+    cuda::CudaBackendOptions o;
+    o.float_gemv_rows = sh.rows;
+    o.float_gemv_unroll = sh.unroll;
+    o.float_gemv_blocks = sh.blocks;
+    streamed.push_back(gputest::make_cuda(o));
+    ASSERT_NE(streamed.back(), nullptr);
+  }
+  const Case cases[] = {{DType::F16, 1, 8},      {DType::F16, 3, 264},    {DType::BF16, 7, 1000},  {DType::F32, 33, 248},
+                        {DType::F16, 700, 4096}, {DType::BF16, 301, 4000}, {DType::F32, 65, 2056}, {DType::F16, 61, 14336},
+                        {DType::BF16, 9, 5128},  {DType::F32, 5, 8200}};
+  uint32_t seed = 900;
+  for (const Case& c : cases) {
+    const auto wv = gputest::random_floats(static_cast<size_t>(c.rows * c.cols), seed++, 0.05f);
+    const gputest::HostTensor w_host = c.dtype == DType::F32 ? gputest::host_f32(wv, c.rows, c.cols)
+                                                             : gputest::host_quantized(wv, c.dtype, c.rows, c.cols);
+    for (int64_t n_case : {1, 0, 2, 3, 4, 5, 6}) {  // 0: one all-zero activation row
+      const int64_t n = n_case == 0 ? 1 : n_case;
+      SCOPED_TRACE(describe(c, n_case));
+      auto xv = gputest::random_floats(static_cast<size_t>(n * c.cols), seed++);
+      if (n_case == 0) std::fill(xv.begin(), xv.end(), 0.0f);
+      auto product = [&](Backend& b) {
+        std::unique_ptr<Buffer> w_owner;
+        const Tensor w = b.upload_weight(w_host.t, w_owner);
+        DeviceTensor x = gputest::device_empty(b, DType::F32, n, c.cols);
+        DeviceTensor y = gputest::device_empty(b, DType::F32, n, c.rows);
+        b.copy_from_host(xv.data(), x.t);
+        b.matmul(w, x.t, y.t);
+        return gputest::download(b, y.t);
+      };
+      const std::vector<float> want = product(*previous);
+      for (auto& b : streamed) EXPECT_TRUE(gputest::bitwise_equal(product(*b), want)) << "streamed kernel differs";
+    }
+  }
+  // q/k/v in one launch: 71 + 53 + 21 rows, so units of 2 and 4 rows straddle the matrices.
+  const int64_t rows[3] = {71, 53, 21};
+  for (const auto& [dtype, cols] : {std::pair{DType::F16, int64_t{4096}}, std::pair{DType::BF16, int64_t{776}}}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + " fused cols " + std::to_string(cols));
+    gputest::HostTensor hw[3];
+    for (int m = 0; m < 3; ++m) {
+      hw[m] = gputest::host_quantized(gputest::random_floats(rows[m] * cols, 950 + m, 0.05f), dtype, rows[m], cols);
+    }
+    const auto xv = gputest::random_floats(cols, 960);
+    auto products = [&](Backend& b) {
+      std::unique_ptr<Buffer> owners[3];
+      Tensor w[3];
+      DeviceTensor y[3];
+      for (int m = 0; m < 3; ++m) {
+        w[m] = b.upload_weight(hw[m].t, owners[m]);
+        y[m] = gputest::device_empty(b, DType::F32, 1, rows[m]);
+      }
+      DeviceTensor x = gputest::device_empty(b, DType::F32, 1, cols);
+      b.copy_from_host(xv.data(), x.t);
+      for (int m = 0; m < 3; ++m) b.matmul(w[m], x.t, y[m].t);
+      std::vector<float> out;
+      for (int m = 0; m < 3; ++m) {
+        const auto v = gputest::download(b, y[m].t);
+        out.insert(out.end(), v.begin(), v.end());
+      }
+      return out;
+    };
+    const auto want = products(*previous);
+    for (auto& b : streamed) EXPECT_TRUE(gputest::bitwise_equal(products(*b), want)) << "streamed kernel differs";
+  }
+}
+
 }  // namespace
 }  // namespace tern

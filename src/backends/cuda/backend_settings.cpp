@@ -1,6 +1,7 @@
 #include "backends/cuda/backend_settings.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -48,6 +49,28 @@ bool use_swiglu_epilogue(const CudaBackendOptions& options) {
   if (env != nullptr && std::strcmp(env, "swiglu-epilogue") == 0) return true;
   if (env != nullptr && std::strcmp(env, "noswiglu") == 0) return false;
   return options.fuse_swiglu_epilogue;
+}
+
+// The float GEMV at n = 1 (CudaBackendOptions::previous_float_gemv): TERN_CUDA_GEMV_FLOAT=prev
+// takes the previous kernels, =stream the register-streamed one.
+int gemv_float_kernel(const CudaBackendOptions& options) {
+  const char* env = std::getenv("TERN_CUDA_GEMV_FLOAT");
+  if (env != nullptr && std::strcmp(env, "prev") == 0) return 1;
+  if (env != nullptr && std::strcmp(env, "stream") == 0) return 0;
+  return options.previous_float_gemv ? 1 : 0;
+}
+// Its shape, TERN_CUDA_GEMV_FLOAT_SHAPE=RxU (rows per warp x chunks per batch), else the options.
+void gemv_float_shape(const CudaBackendOptions& options, int& rows, int& unroll) {
+  rows = options.float_gemv_rows;
+  unroll = options.float_gemv_unroll;
+  const char* env = std::getenv("TERN_CUDA_GEMV_FLOAT_SHAPE");
+  int r = 0, u = 0;
+  if (env != nullptr && std::sscanf(env, "%dx%d", &r, &u) == 2) rows = r, unroll = u;
+}
+bool use_float_swiglu_epilogue(const CudaBackendOptions& options) {
+  const char* env = std::getenv("TERN_CUDA_GEMV_FLOAT_GLU");
+  if (env != nullptr && *env) return std::strcmp(env, "0") != 0;
+  return options.fuse_float_swiglu_epilogue;
 }
 
 // Attention K/V copies with one block-table lookup per row (attention.cu issue_chunk_rows,
@@ -168,6 +191,10 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.fuse_gemv = use_gemv_fusion(options) && s.gemv_path == GemvPath::kAuto;
   s.fuse_swiglu = s.fuse_gemv && use_swiglu_fusion(options);
   s.fuse_swiglu_epilogue = s.fuse_gemv && use_swiglu_epilogue(options);
+  s.gemv_float_kernel = gemv_float_kernel(options);
+  gemv_float_shape(options, s.gemv_float_rows, s.gemv_float_unroll);
+  s.gemv_float_blocks = gemv_shape_override("TERN_CUDA_GEMV_FLOAT_BLOCKS", options.float_gemv_blocks);
+  s.fuse_float_swiglu_epilogue = s.fuse_gemv && s.gemv_float_kernel == 0 && use_float_swiglu_epilogue(options);
   return s;
 }
 

@@ -29,6 +29,11 @@ struct BackendSettings {
   bool fuse_gemv = false;           // GEMV fusion, on GemvPath::kAuto only (TERN_CUDA_FUSE=0 off)
   bool fuse_swiglu = false;         // its SwiGLU prologue (TERN_CUDA_FUSE=swiglu / noswiglu)
   bool fuse_swiglu_epilogue = false;  // its SwiGLU epilogue (TERN_CUDA_FUSE=swiglu-epilogue)
+  int gemv_float_kernel = 0;        // 1: previous float kernels (TERN_CUDA_GEMV_FLOAT=prev / stream)
+  int gemv_float_rows = 0;          // TERN_CUDA_GEMV_FLOAT_SHAPE=RxU (0: per shape)
+  int gemv_float_unroll = 0;
+  int gemv_float_blocks = 0;        // TERN_CUDA_GEMV_FLOAT_BLOCKS (0: as many as fit)
+  bool fuse_float_swiglu_epilogue = false;  // with fuse_gemv (TERN_CUDA_GEMV_FLOAT_GLU=0 / 1)
 };
 
 // cc_major: the device's compute capability; bulk_compiled: gemv_bulk_compiled() (bulk-copy GEMVs

@@ -108,7 +108,12 @@ class CudaBackend final : public Backend {
         attention_early_kv_(settings.attention_early_kv),
         fuse_gemv_(settings.fuse_gemv),
         fuse_swiglu_(settings.fuse_swiglu),
-        fuse_swiglu_epilogue_(settings.fuse_swiglu_epilogue) {
+        fuse_swiglu_epilogue_(settings.fuse_swiglu_epilogue),
+        fuse_float_swiglu_epilogue_(settings.fuse_float_swiglu_epilogue),
+        gemv_float_kernel_(settings.gemv_float_kernel),
+        gemv_float_rows_(settings.gemv_float_rows),
+        gemv_float_unroll_(settings.gemv_float_unroll),
+        gemv_float_blocks_(settings.gemv_float_blocks) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
   }
@@ -322,6 +327,10 @@ class CudaBackend final : public Backend {
     a.stage_bytes_per_warp = gemv_stage_bytes_;
     a.gemv_rows_per_step = gemv_rows_per_step_;
     a.gemv_parts_per_row = gemv_parts_per_row_;
+    a.gemv_float_kernel = gemv_float_kernel_;
+    a.gemv_float_rows = gemv_float_rows_;
+    a.gemv_float_unroll = gemv_float_unroll_;
+    a.gemv_float_blocks = gemv_float_blocks_;
     add_matrix(a, w, out);
   }
 
@@ -672,6 +681,10 @@ class CudaBackend final : public Backend {
         up.rows != gate.rows || up.cols != gate.cols || out.rows != gate.rows || out.cols != gate.cols) {
       return false;
     }
+    // Without fuse_swiglu_epilogue, only the float products that the streamed kernel takes in
+    // one launch (n = 1; gemv_float_stream.cu pairs gate row r with up row r).
+    const bool is_float = prev->dtype == DType::F32 || prev->dtype == DType::F16 || prev->dtype == DType::BF16;
+    if (!fuse_swiglu_epilogue_ && !(is_float && prev->n == 1 && prev->gemv_float_kernel == 0)) return false;
     const int64_t n = prev->n, rows = prev->rows[0];
     auto is = [&](const Tensor& t, const float* p) { return t.f32() == p && f32_stride(t) == rows; };
     if (!is(gate, prev->y[0]) || !is(up, prev->y[1])) return false;
@@ -690,7 +703,10 @@ class CudaBackend final : public Backend {
   void elementwise(ElementwiseOp op, const Tensor& x, const Tensor& y, const Tensor& out) {
     TERN_CHECK_MSG(is_device(x) && is_device(y) && is_device(out), "elementwise op: tensors must be on the CUDA device");
     if (fuse_gemv_ && op == ElementwiseOp::kAdd && take_residual_add(x, y, out)) return;
-    if (fuse_swiglu_epilogue_ && op == ElementwiseOp::kSwiglu && take_swiglu_epilogue(x, y, out)) return;
+    if ((fuse_swiglu_epilogue_ || fuse_float_swiglu_epilogue_) && op == ElementwiseOp::kSwiglu &&
+        take_swiglu_epilogue(x, y, out)) {
+      return;
+    }
     ElementwiseArgs& a = queue_->push<ElementwiseArgs>(OpKind::kElementwise);
     a.op = op;
     a.a = x.f32();
@@ -795,6 +811,11 @@ class CudaBackend final : public Backend {
   bool fuse_gemv_ = false;           // CudaBackendOptions::fuse_gemv on GemvPath::kAuto
   bool fuse_swiglu_ = false;         // and CudaBackendOptions::fuse_swiglu
   bool fuse_swiglu_epilogue_ = false;  // and CudaBackendOptions::fuse_swiglu_epilogue
+  bool fuse_float_swiglu_epilogue_ = false;  // and CudaBackendOptions::fuse_float_swiglu_epilogue
+  int gemv_float_kernel_ = 0;  // MatmulArgs::gemv_float_kernel and the streamed kernel's shape
+  int gemv_float_rows_ = 0;
+  int gemv_float_unroll_ = 0;
+  int gemv_float_blocks_ = 0;
   std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks
   int64_t gemv_fusions_ = 0;
   PackedPlanLayout layout_;

@@ -98,6 +98,19 @@ struct CudaBackendOptions {
   bool fuse_gemv = true;
   bool fuse_swiglu = false;
   bool fuse_swiglu_epilogue = false;
+  // F32 / F16 / BF16 products at n = 1 (gemv.h): false = the register-streamed kernel
+  // (gemv_float_stream.cu, fusions in-kernel), true = the previous float kernels; same bits
+  // either way. TERN_CUDA_GEMV_FLOAT=prev / =stream overrides it. float_gemv_rows x
+  // float_gemv_unroll (1 x 8, 1 x 16, 2 x 4, 2 x 8, 4 x 4; TERN_CUDA_GEMV_FLOAT_SHAPE=RxU) fix the
+  // streamed kernel's rows per warp and chunks per load batch instead of the per-shape choice (0),
+  // float_gemv_blocks (TERN_CUDA_GEMV_FLOAT_BLOCKS) caps its blocks per SM (tests, sweeps).
+  bool previous_float_gemv = false;
+  int float_gemv_rows = 0;
+  int float_gemv_unroll = 0;
+  int float_gemv_blocks = 0;
+  // The SwiGLU epilogue for float gate/up products that the streamed kernel takes (a warp's two
+  // rows are gate row r and up row r), with fuse_gemv; TERN_CUDA_GEMV_FLOAT_GLU=0 / 1 overrides.
+  bool fuse_float_swiglu_epilogue = true;
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).

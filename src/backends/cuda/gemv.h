@@ -89,6 +89,12 @@ bool launch_gemv_quant(const MatmulArgs& a, const LaunchEnv& env);
 // cols % 8 == 0 (gemv_float.cu), and its one-time shared-memory setup.
 void launch_gemv_float(const MatmulArgs& a, const LaunchEnv& env);
 void init_gemv_float(int max_smem_bytes);
+// The register-streamed kernel for F32 / F16 / BF16 rows at n = 1 (gemv_float_stream.cu): whether
+// it takes the product (16-byte aligned rows, cols % 8 == 0, x fits in shared memory; any fusion,
+// done in the kernel), its launcher and its one-time shared-memory setup.
+bool gemv_float_stream_supports(const MatmulArgs& a);
+void launch_gemv_float_stream(const MatmulArgs& a, const LaunchEnv& env);
+void init_gemv_float_stream(int max_smem_bytes);
 // Sets the quantized kernels' dynamic shared-memory limit (once per device).
 void init_gemv_quant(int max_smem_bytes);
 // The n = 1 multi-row / split-row kernel (gemv_rows.cu, GemvPath::kRows): whether it takes the

@@ -198,6 +198,14 @@ struct MatmulArgs {
   int stage_bytes_per_warp;  // bulk-copy pipeline budget per warp (0: the kernel's default)
   int gemv_rows_per_step;    // GemvPath::kRows: weight rows per warp step, 1 / 2 / 4 (0: chosen per shape)
   int gemv_parts_per_row;    // GemvPath::kRows: warps per weight row, 1 / 2 / 4 (0: chosen per shape)
+  // F32 / F16 / BF16 rows at n = 1 (gemv.h): 0 = the register-streamed kernel
+  // (gemv_float_stream.cu), 1 = the previous float kernels (A/B timing, tests). Its rows per warp
+  // (1 / 2 / 4) and chunks per load batch (4 / 8 / 16), 0: chosen per shape; its blocks per SM
+  // at most gemv_float_blocks (0: as many as fit).
+  int gemv_float_kernel;
+  int gemv_float_rows;
+  int gemv_float_unroll;
+  int gemv_float_blocks;
   const void* w[kMaxFusedMatmuls];
   size_t w_stride_bytes[kMaxFusedMatmuls];
   int64_t rows[kMaxFusedMatmuls];

@@ -167,6 +167,19 @@ void launch_matmul(const MatmulArgs& fused, const LaunchEnv& env) {
   // n takes the same arithmetic for a given row (batch invariance).
   if (launch_gemv_quant(fused, env)) return;  // the quantized kernels take any fusion in-kernel
   MatmulArgs a = fused;
+  // The register-streamed float kernel (n = 1 only: any n takes the same per-row arithmetic, so
+  // the other float kernels below give the same bits for n > 1) takes the RMSNorm prologue and
+  // the epilogues in-kernel; a SwiGLU prologue runs as its own kernel first.
+  MatmulArgs plain = a;
+  if (plain.fuse.prologue == GemvPrologue::kSwiglu) {
+    plain.fuse.prologue = GemvPrologue::kNone;
+    plain.fuse.write_x = 0;
+  }
+  if (gemv_float_stream_supports(plain)) {
+    if (a.fuse.prologue == GemvPrologue::kSwiglu) launch_prologue_op(a, env);
+    launch_gemv_float_stream(plain, env);
+    return;
+  }
   if (a.fuse.prologue != GemvPrologue::kNone) {
     launch_prologue_op(a, env);
     a.fuse.prologue = GemvPrologue::kNone;
@@ -203,6 +216,7 @@ void launch_glu_after(const MatmulArgs& a, const LaunchEnv& env) {
 void init_matmul(int max_smem_bytes) {
   init_gemv_quant(max_smem_bytes);
   init_gemv_float(max_smem_bytes);
+  init_gemv_float_stream(max_smem_bytes);
   init_gemv_rows(max_smem_bytes);
 }
 

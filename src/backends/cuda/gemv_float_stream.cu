@@ -1,0 +1,327 @@
+// F32 / F16 / BF16 weight rows (16-byte aligned, cols % 8 == 0) at n = 1: the register-streamed
+// GEMV, with the fused ops of kernels.h GemvFusion done in the kernel.
+//
+// Arithmetic (gemv.h): lane l owns elements 8l .. 8l + 7 of every 256-element chunk of a row,
+// accumulates them into one fp32 sum with fmaf in element order, chunk after chunk, and the
+// lanes' sums meet in warp_sum_tree: the order of matmul.cu's one-row-per-warp kernel and of
+// gemv_float.cu's bulk-staged one, so all three give the same bits.
+//
+// Speed: the weights are a pure stream and x is small, so each block copies x (or forms it: the
+// RMSNorm / SwiGLU prologue) into shared memory once, in fp32, and each warp reads its weight
+// rows straight from global memory into registers with 16-byte non-coherent loads that skip L1
+// (no staging ring to shrink L1, no per-chunk re-read of x through L1: what made the bulk kernel
+// lose on 14336-wide rows). A warp takes kRows rows at once (their loads interleaved, x read once
+// for all of them) and kUnroll chunks of each per batch, so kRows * kUnroll 16-byte loads per lane
+// are in flight; each row's chunks are still added in order, so splitting the work this way does
+// not change a row's sum. The first batch is issued before the kernel waits for its predecessor
+// (PDL): the weights depend on nothing earlier. The grid is the resident blocks (each warp walks
+// units w, w + warps, ...), or fewer when the units split evenly over fewer.
+//
+// Fused ops (gemv_fusion.cuh, the same functions as the ops' own kernels, so the same bits): the
+// RMSNorm prologue (every block recomputes 1 / rms by the norm kernel's tree; block 0 stores the
+// normalized row when write_x), the residual epilogue, and the SwiGLU epilogue (kPair: a warp's
+// two rows are gate row r and up row r, and lane 0 stores silu(g) * u after both). A SwiGLU
+// prologue runs as its own kernel before this one (matmul.cu; see form_x).
+#include <algorithm>
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/gemv.h"
+#include "backends/cuda/gemv_fusion.cuh"
+#include "backends/cuda/launch.cuh"
+#include "core/check.h"
+
+namespace tern::cuda {
+namespace {
+
+constexpr int kThreads = kGemvWarps * 32;  // 256: the RMSNorm tree's block size
+constexpr int kStaticSmemBytes = 256;      // rms_inv_combine's warp sums, the SwiGLU store's flag
+
+template <DType T>
+constexpr int vecs_per_chunk() {  // 16-byte loads per lane per 256-element chunk
+  return T == DType::F32 ? 2 : 1;
+}
+
+// One 16-byte load that bypasses L1 (nothing is reused) and asks L2 to fetch 256-byte sectors
+// ahead: a warp's chunk is 512 (2-byte types) or 1024 contiguous bytes.
+__device__ __forceinline__ uint4 load_stream16(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// Lane's 8 elements of a chunk, from its kVecs loaded words, as floats in element order.
+template <DType T>
+__device__ __forceinline__ void unpack8(const uint4 (&v)[vecs_per_chunk<T>()], float (&w)[8]) {
+  if constexpr (T == DType::F32) {
+    w[0] = __uint_as_float(v[0].x); w[1] = __uint_as_float(v[0].y);
+    w[2] = __uint_as_float(v[0].z); w[3] = __uint_as_float(v[0].w);
+    w[4] = __uint_as_float(v[1].x); w[5] = __uint_as_float(v[1].y);
+    w[6] = __uint_as_float(v[1].z); w[7] = __uint_as_float(v[1].w);
+  } else {
+    const uint32_t words[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t lo = static_cast<uint16_t>(words[i] & 0xffffu), hi = static_cast<uint16_t>(words[i] >> 16);
+      if constexpr (T == DType::F16) {
+        w[2 * i] = half_bits_to_float(lo);
+        w[2 * i + 1] = half_bits_to_float(hi);
+      } else {
+        w[2 * i] = bf16_bits_to_float(lo);
+        w[2 * i + 1] = bf16_bits_to_float(hi);
+      }
+    }
+  }
+}
+
+// Forms the activation row in shared memory (xs, cols floats): a.x as given, or the RMSNorm
+// prologue's output (rms_norm_value of gemv_fusion.cuh element by element: the norm kernel's
+// expression). Four elements per thread and pass, so that the weight words a lane loaded before
+// the PDL wait stay in registers meanwhile. (A SwiGLU prologue, an exp and a division per
+// element, did not leave them room: the 64-register instances spilled ~250 bytes; matmul.cu runs
+// the SwiGLU kernel first instead.) Every thread of the block calls it; xs is visible to the
+// block on return.
+__device__ __forceinline__ float4 load_float4(const float* p, bool vec) {
+  if (vec) return *reinterpret_cast<const float4*>(p);
+  return make_float4(p[0], p[1], p[2], p[3]);
+}
+__device__ __forceinline__ void form_x(const MatmulArgs& a, float* xs) {
+  const int cols = static_cast<int>(a.cols);  // a multiple of 8
+  const GemvFusion& f = a.fuse;
+  if (f.prologue == GemvPrologue::kNone) {
+    const bool vec = (reinterpret_cast<uintptr_t>(a.x) & 15) == 0;
+    for (int c = 4 * threadIdx.x; c < cols; c += 4 * kThreads) {
+      *reinterpret_cast<float4*>(xs + c) = load_float4(a.x + c, vec);
+    }
+    __syncthreads();
+    return;
+  }
+  const float inv = rms_inv_row<kThreads>(f.src, cols, f.eps);
+  const bool store = f.write_x != 0 && blockIdx.x == 0;
+  const bool vec = ((reinterpret_cast<uintptr_t>(f.src) | reinterpret_cast<uintptr_t>(f.src2) |
+                     reinterpret_cast<uintptr_t>(a.x)) & 15) == 0;
+  for (int c = 4 * threadIdx.x; c < cols; c += 4 * kThreads) {
+    const float4 u = load_float4(f.src + c, vec), g = load_float4(f.src2 + c, vec);
+    const float4 o = make_float4(rms_norm_value(u.x, inv, g.x), rms_norm_value(u.y, inv, g.y),
+                                 rms_norm_value(u.z, inv, g.z), rms_norm_value(u.w, inv, g.w));
+    *reinterpret_cast<float4*>(xs + c) = o;
+    if (store) {
+      float* out = const_cast<float*>(a.x) + c;
+      if (vec) {
+        *reinterpret_cast<float4*>(out) = o;
+      } else {
+        out[0] = o.x; out[1] = o.y; out[2] = o.z; out[3] = o.w;
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// Blocks per SM the register budget is sized for: left alone, ptxas hoists the shared-memory
+// loads of x for a whole batch and needs 110-160 registers (1-2 blocks per SM). Capped, a lane
+// keeps its loaded words plus one chunk's work: 4 blocks (64 registers) for 8 words in flight,
+// 2 (128) for 16, 1 for 32 (F32 at 16 chunks).
+template <DType T, int kRows, int kUnroll>
+constexpr int min_blocks() {
+  constexpr int words = kRows * kUnroll * vecs_per_chunk<T>();
+  return words <= 8 ? 4 : (words <= 16 ? 2 : 1);
+}
+
+template <DType T, int kRows, int kUnroll, bool kPair>
+__global__ void __launch_bounds__(kThreads, (min_blocks<T, kRows, kUnroll>())) gemv_float_stream_kernel(MatmulArgs a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  float* xs = reinterpret_cast<float*>(smem);
+  constexpr int kVecs = vecs_per_chunk<T>();
+  constexpr int kChunkBytes = 256 * (T == DType::F32 ? 4 : 2);
+  static_assert(!kPair || kRows == 2, "the SwiGLU epilogue pairs gate row r with up row r");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int cols = static_cast<int>(a.cols);
+  const int n_chunks = (cols + 255) / 256;
+  // Unit u: joint rows u * kRows .. + kRows - 1 (kPair: gate row u and up row u).
+  const int64_t total_rows = a.total_rows();
+  const int64_t n_units = kPair ? a.rows[0] : (total_rows + kRows - 1) / kRows;
+  const int64_t unit_stride = int64_t{gridDim.x} * kGemvWarps;
+  auto unit_row = [&](int64_t u, int r) -> int64_t { return kPair ? u + r * a.rows[0] : u * kRows + r; };
+  // Lane's byte offset within a chunk, and whether its elements exist in chunk c (the last chunk
+  // of a row that is not a multiple of 256 wide is partial; cols % 8 == 0 keeps lanes whole).
+  const int lane_off = lane * 16 * kVecs;
+  auto lane_in = [&](int c) { return c * 256 + 8 * lane < cols; };
+
+  const uint8_t* wr[kRows];
+  bool valid[kRows];
+  auto set_unit = [&](int64_t u) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t gr = unit_row(u, r);
+      valid[r] = gr < total_rows;
+      // A missing row (the last unit of an odd split) re-reads row 0 of the unit; never stored.
+      wr[r] = mat_row(a, valid[r] ? gr : unit_row(u, 0)).w + lane_off;
+    }
+  };
+  uint4 buf[kRows][kUnroll][kVecs];
+  auto load_batch = [&](int c0) {
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      if (c0 + k < n_chunks && lane_in(c0 + k)) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+          for (int v = 0; v < kVecs; ++v) buf[r][k][v] = load_stream16(wr[r] + int64_t{c0 + k} * kChunkBytes + 16 * v);
+        }
+      }
+    }
+  };
+
+  int64_t unit = int64_t{blockIdx.x} * kGemvWarps + warp;
+  if (unit < n_units) {
+    set_unit(unit);
+    load_batch(0);  // before the wait: the weights depend on no earlier kernel
+  }
+  pdl_enter();
+  form_x(a, xs);
+  if (unit >= n_units) return;
+
+  float acc[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  int c0 = 0;
+  while (true) {
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int c = c0 + k;
+      if (c < n_chunks && lane_in(c)) {
+        const float4 p = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane);
+        const float4 q = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane + 4);
+        const float xv[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          float w[8];
+          unpack8<T>(buf[r][k], w);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[r] = __fmaf_rn(w[i], xv[i], acc[r]);
+        }
+      }
+    }
+    c0 += kUnroll;
+    if (c0 >= n_chunks) {  // the unit's rows are complete
+      float sums[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        sums[r] = warp_sum_tree(acc[r]);
+        acc[r] = 0.0f;
+      }
+      if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (valid[r]) {
+            const MatRow row = mat_row(a, unit_row(unit, r));
+            row.y[row.r] = sums[r];
+            fused_residual(a, 0, row.r, sums[r]);
+          }
+        }
+        if constexpr (kPair) {  // after both stores, so an in-place output wins
+          a.fuse.glu_out[unit] = swiglu_value(sums[0], sums[1]);
+        }
+      }
+      unit += unit_stride;
+      if (unit >= n_units) break;
+      set_unit(unit);
+      c0 = 0;
+    }
+    load_batch(c0);
+  }
+}
+
+template <DType T, int kRows, int kUnroll, bool kPair>
+void launch_instance(const MatmulArgs& a, const LaunchEnv& env) {
+  auto* kernel = gemv_float_stream_kernel<T, kRows, kUnroll, kPair>;
+  const int smem = static_cast<int>(a.cols) * 4;
+  int per_sm = 0;
+  TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  per_sm = std::max(per_sm, 1);
+  if (a.gemv_float_blocks > 0) per_sm = std::min(per_sm, a.gemv_float_blocks);
+  const int64_t n_units = kPair ? a.rows[0] : (a.total_rows() + kRows - 1) / kRows;
+  const int64_t resident = int64_t{per_sm} * a.n_sm;
+  // Each warp takes ceil(units / resident warps) units; no more blocks than that needs.
+  const int64_t per_warp = (n_units + resident * kGemvWarps - 1) / (resident * kGemvWarps);
+  const int64_t blocks = std::max<int64_t>(1, (n_units + per_warp * kGemvWarps - 1) / (per_warp * kGemvWarps));
+  launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kThreads, static_cast<size_t>(smem), a);
+}
+
+// The shapes compiled: kRows x kUnroll (kRows * kUnroll 16-byte loads per lane for 2-byte types,
+// twice that for F32).
+template <DType T>
+void launch_shape(const MatmulArgs& a, const LaunchEnv& env, int rows, int unroll) {
+  const bool pair = a.fuse.glu_out != nullptr;
+  if (pair) {
+    if (unroll <= 4) launch_instance<T, 2, 4, true>(a, env);
+    else launch_instance<T, 2, 8, true>(a, env);
+    return;
+  }
+  if (rows == 1 && unroll >= 16) launch_instance<T, 1, 16, false>(a, env);
+  else if (rows == 1) launch_instance<T, 1, 8, false>(a, env);
+  else if (rows == 2 && unroll <= 4) launch_instance<T, 2, 4, false>(a, env);
+  else if (rows == 2) launch_instance<T, 2, 8, false>(a, env);
+  else launch_instance<T, 4, 4, false>(a, env);
+}
+
+template <DType T, int kRows, int kUnroll, bool kPair>
+void allow_instance(int max_smem_bytes) {
+  auto* kernel = gemv_float_stream_kernel<T, kRows, kUnroll, kPair>;
+  cudaFuncAttributes attr{};
+  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kStaticSmemBytes),
+                 "gemv_float_stream: static shared memory exceeds kStaticSmemBytes");
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       max_smem_bytes - kStaticSmemBytes));
+}
+
+template <DType T>
+void allow_typed(int max_smem_bytes) {
+  allow_instance<T, 1, 8, false>(max_smem_bytes);
+  allow_instance<T, 1, 16, false>(max_smem_bytes);
+  allow_instance<T, 2, 4, false>(max_smem_bytes);
+  allow_instance<T, 2, 8, false>(max_smem_bytes);
+  allow_instance<T, 4, 4, false>(max_smem_bytes);
+  allow_instance<T, 2, 4, true>(max_smem_bytes);
+  allow_instance<T, 2, 8, true>(max_smem_bytes);
+}
+
+}  // namespace
+
+bool gemv_float_stream_supports(const MatmulArgs& a) {
+  if (a.n != 1 || a.gemv_path == static_cast<int32_t>(GemvPath::kLegacy) || a.gemv_float_kernel != 0) return false;
+  if (a.dtype != DType::F32 && a.dtype != DType::F16 && a.dtype != DType::BF16) return false;
+  if (a.cols % 8 != 0 || a.cols * 4 > a.max_smem_bytes - kStaticSmemBytes) return false;
+  for (int m = 0; m < a.n_mats; ++m) {
+    if (reinterpret_cast<uintptr_t>(a.w[m]) % 16 != 0 || a.w_stride_bytes[m] % 16 != 0) return false;
+  }
+  // The SwiGLU epilogue pairs the rows of two equal matrices. A SwiGLU prologue is the caller's
+  // to run first (form_x).
+  return a.fuse.prologue != GemvPrologue::kSwiglu &&
+         (a.fuse.glu_out == nullptr || (a.n_mats == 2 && a.rows[0] == a.rows[1]));
+}
+
+void launch_gemv_float_stream(const MatmulArgs& a, const LaunchEnv& env) {
+  int rows = a.gemv_float_rows, unroll = a.gemv_float_unroll;
+  if (rows <= 0) {
+    // Per shape (H200, gpu_bench --gemv): see launch_shape for the instances.
+    rows = 1;
+    unroll = 8;
+  }
+  switch (a.dtype) {
+    case DType::F32: launch_shape<DType::F32>(a, env, rows, unroll); break;
+    case DType::F16: launch_shape<DType::F16>(a, env, rows, unroll); break;
+    default: launch_shape<DType::BF16>(a, env, rows, unroll); break;
+  }
+}
+
+void init_gemv_float_stream(int max_smem_bytes) {
+  allow_typed<DType::F32>(max_smem_bytes);
+  allow_typed<DType::F16>(max_smem_bytes);
+  allow_typed<DType::BF16>(max_smem_bytes);
+}
+
+}  // namespace tern::cuda
