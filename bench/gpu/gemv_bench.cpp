@@ -232,17 +232,31 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
   const bool is_float = s.dtype == DType::F32 || s.dtype == DType::F16 || s.dtype == DType::BF16;
   for (const std::string& variant : o.float_shapes) {
     if (!ok || !is_float || n != 1 || variant == "none") break;
-    // "glu:" first: with the SwiGLU epilogue (two equal matrices), its output to a scratch row.
-    const bool glu = variant.rfind("glu:", 0) == 0;
+    // Prefixes "glu:" (the SwiGLU epilogue, two equal matrices; its output to a scratch row) and
+    // "dyn:" (dynamic units: a zeroed work counter), in any order.
+    std::string shape = variant;
+    bool glu = false, dyn = false;
+    for (bool more = true; more;) {
+      more = false;
+      if (shape.rfind("glu:", 0) == 0) glu = more = true, shape = shape.substr(4);
+      if (shape.rfind("dyn:", 0) == 0) dyn = more = true, shape = shape.substr(4);
+    }
     if (glu && (a.n_mats != 2 || a.rows[0] != a.rows[1])) continue;
-    const std::string shape = glu ? variant.substr(4) : variant;
     float* glu_out = nullptr;
     if (glu) {
       void* p = nullptr;
       BENCH_CUDA(cudaMalloc(&p, sizeof(float) * a.rows[0]));
       glu_out = static_cast<float*>(p);
     }
+    int* counter = nullptr;
+    if (dyn) {
+      void* p = nullptr;
+      BENCH_CUDA(cudaMalloc(&p, 64));
+      BENCH_CUDA(cudaMemset(p, 0, 64));
+      counter = static_cast<int*>(p);
+    }
     a.fuse.glu_out = glu_out;
+    a.gemv_float_counter = counter;
     a.gemv_float_kernel = shape == "prev" ? 1 : 0;
     a.gemv_float_rows = a.gemv_float_unroll = a.gemv_float_blocks = 0;
     if (shape != "prev" && shape != "auto" &&
@@ -253,7 +267,9 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     Timing t;
     ok = time_path(a, copies, iters, stream, t);
     a.fuse.glu_out = nullptr;
+    a.gemv_float_counter = nullptr;
     if (glu_out != nullptr) cudaFree(glu_out);
+    if (counter != nullptr) cudaFree(counter);
     if (!ok) break;
     line(("float/" + variant).c_str(), t);
     const bool same = default_y.size() == t.y.size() &&

@@ -19,7 +19,8 @@ struct GemvBenchOptions {
   // Float products (F32 / F16 / BF16) at n = 1, timed after the default (the register-streamed
   // kernel, gemv_float_stream.cu): "prev" (the previous float kernels) or a streamed shape "RxU"
   // (R rows per warp, U chunks per load batch), optionally "/B" (at most B blocks per SM), or
-  // "auto"; a "glu:" prefix adds the SwiGLU epilogue (gate+up shapes only). Each is compared bit
+  // "auto"; a "glu:" prefix adds the SwiGLU epilogue (gate+up shapes only), "dyn:" dynamic units
+  // (a work counter; CudaBackendOptions::float_gemv_dynamic). Each is compared bit
   // for bit with the default's output (the products; not the epilogue's).
   std::vector<std::string> float_shapes = {"prev"};
 };

@@ -23,7 +23,7 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_GEMV_PARTS",  "TERN_CUDA_GEMV_STAGE_BYTES", "TERN_CUDA_ATTN_SPAN",       "TERN_CUDA_ATTN_SPAN_STAGES",
     "TERN_CUDA_ATTN_FOLD_MERGE", "TERN_CUDA_ATTN_FOLD_MAX_SPANS", "TERN_CUDA_ATTN_CHUNK_SPLIT",
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
-    "TERN_CUDA_GEMV_FLOAT_GLU"};
+    "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -156,6 +156,9 @@ TEST_F(BackendSettingsTest, FloatGemvSettings) {
   EXPECT_EQ(s.gemv_float_unroll, 0);
   EXPECT_EQ(s.gemv_float_blocks, 0);
   EXPECT_TRUE(s.fuse_float_swiglu_epilogue);
+  EXPECT_FALSE(s.gemv_float_dynamic);
+  setenv("TERN_CUDA_GEMV_FLOAT_DYNAMIC", "1", 1);
+  EXPECT_TRUE(resolve_settings(CudaBackendOptions{}, 9, true).gemv_float_dynamic);
   setenv("TERN_CUDA_GEMV_FLOAT_SHAPE", "2x8", 1);
   setenv("TERN_CUDA_GEMV_FLOAT_BLOCKS", "3", 1);
   setenv("TERN_CUDA_GEMV_FLOAT_GLU", "0", 1);
@@ -169,6 +172,7 @@ TEST_F(BackendSettingsTest, FloatGemvSettings) {
   s = resolve_settings(CudaBackendOptions{}, 9, true);
   EXPECT_EQ(s.gemv_float_kernel, 1);
   EXPECT_FALSE(s.fuse_float_swiglu_epilogue);
+  EXPECT_FALSE(s.gemv_float_dynamic);
   setenv("TERN_CUDA_FUSE", "0", 1);
   setenv("TERN_CUDA_GEMV_FLOAT", "stream", 1);
   CudaBackendOptions o;

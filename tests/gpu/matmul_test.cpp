@@ -361,7 +361,8 @@ TEST_F(GpuMatmul, RowsKernelOnFusedMatricesEqualsLegacy) {
 
 // The register-streamed float kernel (gemv_float_stream.cu, F32 / F16 / BF16 at n = 1) in every
 // compiled shape (rows per warp x chunks per load batch; one block per SM so that warps walk many
-// units, and the per-shape default) against the previous float kernels: the same bits for rows
+// units, and the per-shape default; fixed strides and dynamic units) against the previous float
+// kernels: the same bits for rows
 // of partial last chunks (cols not a multiple of 256), fewer rows than a unit, odd row counts
 // (a last unit with missing rows), rows wider than a load batch, all-zero activations, and q/k/v
 // fused launches whose units straddle matrices. n = 2 .. 6 take the previous kernels on both
@@ -373,14 +374,17 @@ TEST_F(GpuMatmul, StreamedFloatKernelEqualsPreviousKernels) {
   ASSERT_NE(previous, nullptr);
   struct Shape {
     int rows, unroll, blocks;
+    bool dynamic;  // units claimed from the work counter (reset by each launch for the next)
   };
   std::vector<std::unique_ptr<Backend>> streamed;
-  for (const Shape& sh : {Shape{0, 0, 0}, Shape{1, 8, 1}, Shape{1, 16, 0}, Shape{2, 4, 1}, Shape{2, 8, 0},
-                          Shape{4, 4, 1}, Shape{4, 4, 0}}) {
+  for (const Shape& sh : {Shape{0, 0, 0, false}, Shape{1, 8, 1, false}, Shape{1, 16, 0, false}, Shape{2, 4, 1, false},
+                          Shape{2, 8, 0, false}, Shape{4, 4, 1, false}, Shape{4, 4, 0, false}, Shape{0, 0, 0, true},
+                          Shape{1, 8, 1, true}, Shape{2, 8, 1, true}}) {
     cuda::CudaBackendOptions o;
     o.float_gemv_rows = sh.rows;
     o.float_gemv_unroll = sh.unroll;
     o.float_gemv_blocks = sh.blocks;
+    o.float_gemv_dynamic = sh.dynamic;
     streamed.push_back(gputest::make_cuda(o));
     ASSERT_NE(streamed.back(), nullptr);
   }

@@ -67,6 +67,11 @@ void gemv_float_shape(const CudaBackendOptions& options, int& rows, int& unroll)
   int r = 0, u = 0;
   if (env != nullptr && std::sscanf(env, "%dx%d", &r, &u) == 2) rows = r, unroll = u;
 }
+bool use_float_gemv_dynamic(const CudaBackendOptions& options) {
+  const char* env = std::getenv("TERN_CUDA_GEMV_FLOAT_DYNAMIC");
+  if (env != nullptr && *env) return std::strcmp(env, "0") != 0;
+  return options.float_gemv_dynamic;
+}
 bool use_float_swiglu_epilogue(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_GEMV_FLOAT_GLU");
   if (env != nullptr && *env) return std::strcmp(env, "0") != 0;
@@ -194,6 +199,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.gemv_float_kernel = gemv_float_kernel(options);
   gemv_float_shape(options, s.gemv_float_rows, s.gemv_float_unroll);
   s.gemv_float_blocks = gemv_shape_override("TERN_CUDA_GEMV_FLOAT_BLOCKS", options.float_gemv_blocks);
+  s.gemv_float_dynamic = s.gemv_float_kernel == 0 && use_float_gemv_dynamic(options);
   s.fuse_float_swiglu_epilogue = s.fuse_gemv && s.gemv_float_kernel == 0 && use_float_swiglu_epilogue(options);
   return s;
 }

@@ -33,6 +33,7 @@ struct BackendSettings {
   int gemv_float_rows = 0;          // TERN_CUDA_GEMV_FLOAT_SHAPE=RxU (0: per shape)
   int gemv_float_unroll = 0;
   int gemv_float_blocks = 0;        // TERN_CUDA_GEMV_FLOAT_BLOCKS (0: as many as fit)
+  bool gemv_float_dynamic = false;  // TERN_CUDA_GEMV_FLOAT_DYNAMIC=1 / 0
   bool fuse_float_swiglu_epilogue = false;  // with fuse_gemv (TERN_CUDA_GEMV_FLOAT_GLU=0 / 1)
 };
 

@@ -116,6 +116,7 @@ class CudaBackend final : public Backend {
         gemv_float_blocks_(settings.gemv_float_blocks) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
+    if (settings.gemv_float_dynamic) gemv_float_counter_ = alloc(64);  // MatmulArgs::gemv_float_counter
   }
   ~CudaBackend() override {
     queue_->flush();
@@ -124,6 +125,7 @@ class CudaBackend final : public Backend {
     partials_.reset();
     merge_counters_.reset();
     fusion_counter_.reset();
+    gemv_float_counter_.reset();
     tc_x16_.reset();
     tc_w16_.reset();
     tc_gemm_.reset();
@@ -331,6 +333,7 @@ class CudaBackend final : public Backend {
     a.gemv_float_rows = gemv_float_rows_;
     a.gemv_float_unroll = gemv_float_unroll_;
     a.gemv_float_blocks = gemv_float_blocks_;
+    a.gemv_float_counter = gemv_float_counter_ != nullptr ? static_cast<int*>(gemv_float_counter_->data()) : nullptr;
     add_matrix(a, w, out);
   }
 
@@ -817,6 +820,7 @@ class CudaBackend final : public Backend {
   int gemv_float_unroll_ = 0;
   int gemv_float_blocks_ = 0;
   std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks
+  std::unique_ptr<Buffer> gemv_float_counter_;  // MatmulArgs::gemv_float_counter (dynamic units)
   int64_t gemv_fusions_ = 0;
   PackedPlanLayout layout_;
   DevicePlan plan_{};

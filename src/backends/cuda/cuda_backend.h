@@ -104,7 +104,10 @@ struct CudaBackendOptions {
   // float_gemv_unroll (1 x 8, 1 x 16, 2 x 4, 2 x 8, 4 x 4; TERN_CUDA_GEMV_FLOAT_SHAPE=RxU) fix the
   // streamed kernel's rows per warp and chunks per load batch instead of the per-shape choice (0),
   // float_gemv_blocks (TERN_CUDA_GEMV_FLOAT_BLOCKS) caps its blocks per SM (tests, sweeps).
+  // float_gemv_dynamic: its warps claim units from a counter as they finish instead of walking a
+  // fixed stride (TERN_CUDA_GEMV_FLOAT_DYNAMIC=1 / 0).
   bool previous_float_gemv = false;
+  bool float_gemv_dynamic = false;
   int float_gemv_rows = 0;
   int float_gemv_unroll = 0;
   int float_gemv_blocks = 0;

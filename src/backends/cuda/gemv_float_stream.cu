@@ -77,33 +77,57 @@ __device__ __forceinline__ void unpack8(const uint4 (&v)[vecs_per_chunk<T>()], f
 }
 
 // Forms the activation row in shared memory (xs, cols floats): a.x as given, or the RMSNorm
-// prologue's output (rms_norm_value of gemv_fusion.cuh element by element: the norm kernel's
-// expression). Four elements per thread and pass, so that the weight words a lane loaded before
-// the PDL wait stay in registers meanwhile. (A SwiGLU prologue, an exp and a division per
-// element, did not leave them room: the 64-register instances spilled ~250 bytes; matmul.cu runs
-// the SwiGLU kernel first instead.) Every thread of the block calls it; xs is visible to the
-// block on return.
+// prologue's output (rms_inv_row's tree and rms_norm_value of gemv_fusion.cuh: the norm kernel's
+// bits). x is the previous kernel's output, and its loads queue behind the weight words already
+// in flight, so each round trip after the PDL wait is a bubble in the stream: the norm weight
+// (constant) goes to shared memory (gs) before the wait (preload_norm_weight), the tree's pass
+// over the input keeps what it read (rms_partial's keep), and the normalized row is formed from
+// shared memory: one round trip, as for a plain x. (A SwiGLU prologue, an exp and a division per
+// element, left the weight words no room: 64-register instances spilled ~250 bytes; matmul.cu
+// runs the SwiGLU kernel first instead.) Every thread of the block calls these; xs is visible to
+// the block on return.
 __device__ __forceinline__ float4 load_float4(const float* p, bool vec) {
   if (vec) return *reinterpret_cast<const float4*>(p);
   return make_float4(p[0], p[1], p[2], p[3]);
 }
-__device__ __forceinline__ void form_x(const MatmulArgs& a, float* xs) {
+__device__ __forceinline__ void preload_norm_weight(const MatmulArgs& a, float* gs) {
+  if (a.fuse.prologue != GemvPrologue::kRmsNorm) return;
+  const int cols = static_cast<int>(a.cols);
+  const bool vec = (reinterpret_cast<uintptr_t>(a.fuse.src2) & 15) == 0;
+  for (int c = 4 * threadIdx.x; c < cols; c += 4 * kThreads) {
+    *reinterpret_cast<float4*>(gs + c) = load_float4(a.fuse.src2 + c, vec);
+  }
+}
+__device__ __forceinline__ void form_x(const MatmulArgs& a, float* xs, const float* gs) {
   const int cols = static_cast<int>(a.cols);  // a multiple of 8
   const GemvFusion& f = a.fuse;
   if (f.prologue == GemvPrologue::kNone) {
+    // Four float4 per thread in flight (a 4096-wide row in one round trip).
     const bool vec = (reinterpret_cast<uintptr_t>(a.x) & 15) == 0;
-    for (int c = 4 * threadIdx.x; c < cols; c += 4 * kThreads) {
-      *reinterpret_cast<float4*>(xs + c) = load_float4(a.x + c, vec);
+    for (int c0 = 4 * threadIdx.x; c0 < cols; c0 += 16 * kThreads) {
+      float4 v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int c = c0 + k * 4 * kThreads;
+        if (c < cols) v[k] = load_float4(a.x + c, vec);
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int c = c0 + k * 4 * kThreads;
+        if (c < cols) *reinterpret_cast<float4*>(xs + c) = v[k];
+      }
     }
     __syncthreads();
     return;
   }
-  const float inv = rms_inv_row<kThreads>(f.src, cols, f.eps);
+  // The norm kernel's tree on 256 virtual threads: thread t is virtual thread t (kThreads == 256).
+  double part[1];
+  part[0] = rms_partial<16>(f.src, cols, threadIdx.x, xs);
+  const float inv = rms_inv_combine<kThreads>(part, cols, f.eps);  // its barriers publish xs and gs
   const bool store = f.write_x != 0 && blockIdx.x == 0;
-  const bool vec = ((reinterpret_cast<uintptr_t>(f.src) | reinterpret_cast<uintptr_t>(f.src2) |
-                     reinterpret_cast<uintptr_t>(a.x)) & 15) == 0;
+  const bool vec = (reinterpret_cast<uintptr_t>(a.x) & 15) == 0;
   for (int c = 4 * threadIdx.x; c < cols; c += 4 * kThreads) {
-    const float4 u = load_float4(f.src + c, vec), g = load_float4(f.src2 + c, vec);
+    const float4 u = *reinterpret_cast<const float4*>(xs + c), g = *reinterpret_cast<const float4*>(gs + c);
     const float4 o = make_float4(rms_norm_value(u.x, inv, g.x), rms_norm_value(u.y, inv, g.y),
                                  rms_norm_value(u.z, inv, g.z), rms_norm_value(u.w, inv, g.w));
     *reinterpret_cast<float4*>(xs + c) = o;
@@ -179,86 +203,138 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<T, kRows, kUnroll>())) g
     set_unit(unit);
     load_batch(0);  // before the wait: the weights depend on no earlier kernel
   }
+  float* gs = xs + cols;  // the RMSNorm weight (smem_bytes: only with that prologue)
+  preload_norm_weight(a, gs);
   pdl_enter();
-  form_x(a, xs);
-  if (unit >= n_units) return;
-
-  float acc[kRows];
+  form_x(a, xs, gs);
+  // Dynamic units (a.gemv_float_counter): after its first unit a warp takes unit
+  // unit_stride + k, k claimed from the counter while the current unit streams, so warps that
+  // run faster take more units and all finish within about one unit of each other.
+  int* const counter = a.gemv_float_counter;
+  if (unit < n_units) {
+    int claim = 0;
+    if (counter != nullptr && lane == 0) claim = atomicAdd(counter, 1);
+    float acc[kRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
-  int c0 = 0;
-  while (true) {
+    for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+    int c0 = 0;
+    while (true) {
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      const int c = c0 + k;
-      if (c < n_chunks && lane_in(c)) {
-        const float4 p = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane);
-        const float4 q = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane + 4);
-        const float xv[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+      for (int k = 0; k < kUnroll; ++k) {
+        const int c = c0 + k;
+        if (c < n_chunks && lane_in(c)) {
+          const float4 p = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane);
+          const float4 q = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane + 4);
+          const float xv[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          float w[8];
-          unpack8<T>(buf[r][k], w);
+          for (int r = 0; r < kRows; ++r) {
+            float w[8];
+            unpack8<T>(buf[r][k], w);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[r] = __fmaf_rn(w[i], xv[i], acc[r]);
-        }
-      }
-    }
-    c0 += kUnroll;
-    if (c0 >= n_chunks) {  // the unit's rows are complete
-      float sums[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        sums[r] = warp_sum_tree(acc[r]);
-        acc[r] = 0.0f;
-      }
-      if (lane == 0) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          if (valid[r]) {
-            const MatRow row = mat_row(a, unit_row(unit, r));
-            row.y[row.r] = sums[r];
-            fused_residual(a, 0, row.r, sums[r]);
+            for (int i = 0; i < 8; ++i) acc[r] = __fmaf_rn(w[i], xv[i], acc[r]);
           }
         }
-        if constexpr (kPair) {  // after both stores, so an in-place output wins
-          a.fuse.glu_out[unit] = swiglu_value(sums[0], sums[1]);
-        }
       }
-      unit += unit_stride;
-      if (unit >= n_units) break;
-      set_unit(unit);
-      c0 = 0;
+      c0 += kUnroll;
+      if (c0 >= n_chunks) {  // the unit's rows are complete
+        float sums[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          sums[r] = warp_sum_tree(acc[r]);
+          acc[r] = 0.0f;
+        }
+        if (lane == 0) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            if (valid[r]) {
+              const MatRow row = mat_row(a, unit_row(unit, r));
+              row.y[row.r] = sums[r];
+              fused_residual(a, 0, row.r, sums[r]);
+            }
+          }
+          if constexpr (kPair) {  // after both stores, so an in-place output wins
+            a.fuse.glu_out[unit] = swiglu_value(sums[0], sums[1]);
+          }
+        }
+        unit = counter != nullptr ? unit_stride + __shfl_sync(kFullMask, claim, 0) : unit + unit_stride;
+        if (unit >= n_units) break;
+        if (counter != nullptr && lane == 0) claim = atomicAdd(counter, 1);
+        set_unit(unit);
+        c0 = 0;
+      }
+      load_batch(c0);
     }
-    load_batch(c0);
   }
+  if (counter != nullptr) {
+    // Every claim of the launch is made once all blocks got here: the last one resets the
+    // counter for the next launch (which touches it only after its PDL wait).
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      if (atomicAdd(counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+        counter[0] = 0;
+        counter[1] = 0;
+      }
+    }
+  }
+}
+
+// x, and the RMSNorm weight when the launch has that prologue.
+int smem_bytes(const MatmulArgs& a) {
+  return static_cast<int>(a.cols) * 4 * (a.fuse.prologue == GemvPrologue::kRmsNorm ? 2 : 1);
+}
+
+// Blocks per SM of an instance at this launch's shared memory (at most gemv_float_blocks).
+template <DType T, int kRows, int kUnroll, bool kPair>
+int blocks_per_sm(const MatmulArgs& a) {
+  int per_sm = 0;
+  TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_float_stream_kernel<T, kRows, kUnroll, kPair>,
+                                                                kThreads, smem_bytes(a)));
+  per_sm = std::max(per_sm, 1);
+  return a.gemv_float_blocks > 0 ? std::min(per_sm, a.gemv_float_blocks) : per_sm;
+}
+
+int64_t units_of(const MatmulArgs& a, int rows, bool pair) { return pair ? a.rows[0] : (a.total_rows() + rows - 1) / rows; }
+
+// The share of the warps' unit slots that hold work when every resident warp takes
+// ceil(units / warps) units: 1 when the units split evenly.
+double balance(const MatmulArgs& a, int rows, int per_sm) {
+  const int64_t units = units_of(a, rows, false), warps = int64_t{per_sm} * a.n_sm * kGemvWarps;
+  const int64_t rounds = (units + warps - 1) / warps;
+  return static_cast<double>(units) / static_cast<double>(rounds * warps);
 }
 
 template <DType T, int kRows, int kUnroll, bool kPair>
 void launch_instance(const MatmulArgs& a, const LaunchEnv& env) {
   auto* kernel = gemv_float_stream_kernel<T, kRows, kUnroll, kPair>;
-  const int smem = static_cast<int>(a.cols) * 4;
-  int per_sm = 0;
-  TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-  per_sm = std::max(per_sm, 1);
-  if (a.gemv_float_blocks > 0) per_sm = std::min(per_sm, a.gemv_float_blocks);
-  const int64_t n_units = kPair ? a.rows[0] : (a.total_rows() + kRows - 1) / kRows;
-  const int64_t resident = int64_t{per_sm} * a.n_sm;
+  const int64_t n_units = units_of(a, kRows, kPair);
+  const int64_t resident = int64_t{blocks_per_sm<T, kRows, kUnroll, kPair>(a)} * a.n_sm;
   // Each warp takes ceil(units / resident warps) units; no more blocks than that needs.
   const int64_t per_warp = (n_units + resident * kGemvWarps - 1) / (resident * kGemvWarps);
   const int64_t blocks = std::max<int64_t>(1, (n_units + per_warp * kGemvWarps - 1) / (per_warp * kGemvWarps));
-  launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kThreads, static_cast<size_t>(smem), a);
+  launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kThreads, static_cast<size_t>(smem_bytes(a)), a);
 }
 
 // The shapes compiled: kRows x kUnroll (kRows * kUnroll 16-byte loads per lane for 2-byte types,
-// twice that for F32).
+// twice that for F32). rows == 0: per shape. On the H200 (gpu_bench --gemv, 8B F16, us at 1x8 /
+// 1x16 / 2x8 / 4x4): q+k+v 17.6 / 15.3 / 16.2 / 15.5, o 11.8 / 12.1 / 10.5 / 11.6, gate+up
+// 60.5 / 60.2 / 59.0 / 62.6, down 40.9 / 32.8 / 31.1 / 32.3 (the previous kernels: 22.1, 17.0,
+// 68.2, 54.0). 2x8 wins but where its units split badly over the warps (q+k+v: 3072 units over
+// 2112 warps, a second round for half of them); 1x16 has the same words in flight and twice the
+// units, so it takes those shapes.
 template <DType T>
 void launch_shape(const MatmulArgs& a, const LaunchEnv& env, int rows, int unroll) {
   const bool pair = a.fuse.glu_out != nullptr;
   if (pair) {
-    if (unroll <= 4) launch_instance<T, 2, 4, true>(a, env);
+    if (rows > 0 && unroll <= 4) launch_instance<T, 2, 4, true>(a, env);
     else launch_instance<T, 2, 8, true>(a, env);
     return;
+  }
+  if (rows <= 0) {
+    const double b28 = balance(a, 2, blocks_per_sm<T, 2, 8, false>(a));
+    const double b116 = balance(a, 1, blocks_per_sm<T, 1, 16, false>(a));
+    rows = b116 > 1.05 * b28 ? 1 : 2;
+    unroll = rows == 1 ? 16 : 8;
   }
   if (rows == 1 && unroll >= 16) launch_instance<T, 1, 16, false>(a, env);
   else if (rows == 1) launch_instance<T, 1, 8, false>(a, env);
@@ -294,7 +370,7 @@ void allow_typed(int max_smem_bytes) {
 bool gemv_float_stream_supports(const MatmulArgs& a) {
   if (a.n != 1 || a.gemv_path == static_cast<int32_t>(GemvPath::kLegacy) || a.gemv_float_kernel != 0) return false;
   if (a.dtype != DType::F32 && a.dtype != DType::F16 && a.dtype != DType::BF16) return false;
-  if (a.cols % 8 != 0 || a.cols * 4 > a.max_smem_bytes - kStaticSmemBytes) return false;
+  if (a.cols % 8 != 0 || a.cols * 8 > a.max_smem_bytes - kStaticSmemBytes) return false;  // x and gs
   for (int m = 0; m < a.n_mats; ++m) {
     if (reinterpret_cast<uintptr_t>(a.w[m]) % 16 != 0 || a.w_stride_bytes[m] % 16 != 0) return false;
   }
@@ -305,12 +381,7 @@ bool gemv_float_stream_supports(const MatmulArgs& a) {
 }
 
 void launch_gemv_float_stream(const MatmulArgs& a, const LaunchEnv& env) {
-  int rows = a.gemv_float_rows, unroll = a.gemv_float_unroll;
-  if (rows <= 0) {
-    // Per shape (H200, gpu_bench --gemv): see launch_shape for the instances.
-    rows = 1;
-    unroll = 8;
-  }
+  const int rows = a.gemv_float_rows, unroll = a.gemv_float_unroll;
   switch (a.dtype) {
     case DType::F32: launch_shape<DType::F32>(a, env, rows, unroll); break;
     case DType::F16: launch_shape<DType::F16>(a, env, rows, unroll); break;

@@ -20,10 +20,11 @@ namespace tern::cuda {
 constexpr int kRmsTreeThreads = 256;
 
 // The square sum of virtual thread v of a row (the canonical per-thread order). Loads go out in
-// batches of 8 (all in flight together) before their squares are added in order: a loop that
-// waits on each load in turn costs a memory latency per element.
-__device__ __forceinline__ double rms_partial(const float* x, int64_t cols, int v) {
-  constexpr int kBatch = 8;
+// batches of kBatch (all in flight together) before their squares are added in order: a loop that
+// waits on each load in turn costs a memory latency per element. With keep set, the elements
+// read are also stored to keep[c] (a caller that needs x again after the tree).
+template <int kBatch = 8>
+__device__ __forceinline__ double rms_partial(const float* x, int64_t cols, int v, float* keep = nullptr) {
   double sum = 0.0;
   for (int64_t c0 = v; c0 < cols; c0 += int64_t{kBatch} * kRmsTreeThreads) {
     float t[kBatch];
@@ -31,6 +32,13 @@ __device__ __forceinline__ double rms_partial(const float* x, int64_t cols, int 
     for (int k = 0; k < kBatch; ++k) {
       const int64_t c = c0 + int64_t{k} * kRmsTreeThreads;
       t[k] = c < cols ? x[c] : 0.0f;
+    }
+    if (keep != nullptr) {
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int64_t c = c0 + int64_t{k} * kRmsTreeThreads;
+        if (c < cols) keep[c] = t[k];
+      }
     }
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {

@@ -210,6 +210,10 @@ struct MatmulArgs {
   size_t w_stride_bytes[kMaxFusedMatmuls];
   int64_t rows[kMaxFusedMatmuls];
   float* y[kMaxFusedMatmuls];  // [n, rows_m]
+  // The register-streamed float kernel's work counter (two ints, zero between launches): with
+  // it, warps claim their units after the first one as they finish (gemv_float_stream.cu);
+  // nullptr: each warp walks a fixed stride of units.
+  int* gemv_float_counter;
   GemvFusion fuse;             // all zero: a plain product
 
   TERN_HOST_DEVICE int64_t total_rows() const { return rows[0] + (n_mats > 1 ? rows[1] : 0) + (n_mats > 2 ? rows[2] : 0); }
