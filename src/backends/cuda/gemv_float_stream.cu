@@ -15,7 +15,11 @@
 // are in flight; each row's chunks are still added in order, so splitting the work this way does
 // not change a row's sum. The first batch is issued before the kernel waits for its predecessor
 // (PDL): the weights depend on nothing earlier. The grid is the resident blocks (each warp walks
-// units w, w + warps, ...), or fewer when the units split evenly over fewer.
+// units w, w + warps, ...), or fewer when the units split evenly over fewer. On the H200 this
+// streams 8B F16 gate+up at 93.5% of the copy bandwidth, down at 89%, the head at 98%, q+k+v and
+// o at 73-75% (bench/RESULTS.md). Measured and left off: half the blocks per SM so that the next
+// kernel's blocks fit beside them (180.5 against 211.2 tok/s on 8B F16 decode) and dynamic units
+// (float_gemv_dynamic, 200.8).
 //
 // Fused ops (gemv_fusion.cuh, the same functions as the ops' own kernels, so the same bits): the
 // RMSNorm prologue (every block recomputes 1 / rms by the norm kernel's tree; block 0 stores the

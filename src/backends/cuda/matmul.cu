@@ -121,7 +121,9 @@ bool float_rows_aligned(const MatmulArgs& a) {
 // kernel above (H200, gpu_bench --gemv, both giving the same bits): one activation row and rows
 // of at most 4096 elements (8B F16 q+k+v 47.6% -> 54% of the copy bandwidth, gate+up 68% -> 81%).
 // It lost on 14336-wide rows (ffn_down 52% -> 41%: every chunk re-reads 57 KiB of x through an L1
-// that the stages have shrunk) and on four activation rows (0.64-0.83x).
+// that the stages have shrunk) and on four activation rows (0.64-0.83x). One activation row now
+// takes the register-streamed kernel (gemv_float_stream.cu), so this choice only applies under
+// TERN_CUDA_GEMV_FLOAT=prev (the previous float kernels, for A/B timing).
 bool float_bulk_measured_faster(const MatmulArgs& a) {
   return a.gemv_path != static_cast<int32_t>(GemvPath::kLegacy) && a.n == 1 && a.cols <= 4096;
 }
