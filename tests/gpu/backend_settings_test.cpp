@@ -110,8 +110,8 @@ TEST_F(BackendSettingsTest, EnvironmentOverridesOptions) {
   EXPECT_FALSE(s.fuse_gemv);
   EXPECT_FALSE(s.fuse_swiglu);
   EXPECT_EQ(s.gemv_path, GemvPath::kRows);
-  setenv("TERN_CUDA_FUSE", "1", 1);  // fusion runs on the default kernels only
-  EXPECT_FALSE(resolve_settings(CudaBackendOptions{}, 9, true).fuse_gemv);
+  setenv("TERN_CUDA_FUSE", "1", 1);  // the rows kernel takes the fused records too
+  EXPECT_TRUE(resolve_settings(CudaBackendOptions{}, 9, true).fuse_gemv);
   setenv("TERN_CUDA_GEMV", "legacy", 1);
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_path, GemvPath::kLegacy);
 }

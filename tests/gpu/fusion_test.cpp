@@ -29,9 +29,25 @@ class GpuFusion : public ::testing::Test {
     epilogue_ = gputest::make_cuda(epi);
     plain_ = gputest::make_cuda(off);
     ASSERT_TRUE(fused_ && epilogue_ && plain_);
+    // The multi-row / split-row kernel (gemv_rows.cu: n = 1, rows of more than 2048 elements of
+    // q8_0 / k-quants) with the RMSNorm prologue and the residual epilogue, in each of its shapes
+    // (0 x 0: chosen per product).
+    for (const auto& [rows, parts] : {std::pair{0, 0}, std::pair{2, 1}, std::pair{4, 1}, std::pair{1, 2}, std::pair{1, 4}}) {
+      cuda::CudaBackendOptions o;
+      o.rows_gemv = true;
+      o.gemv_rows_per_step = rows;
+      o.gemv_parts_per_row = parts;
+      rows_.push_back(gputest::make_cuda(o));
+      ASSERT_NE(rows_.back(), nullptr);
+    }
   }
   std::unique_ptr<Backend> fused_, epilogue_, plain_;
+  std::vector<std::unique_ptr<Backend>> rows_;
 };
+
+bool rows_kernel_type(DType t) {
+  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0;
+}
 
 bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
@@ -87,6 +103,13 @@ TEST_F(GpuFusion, NormPrologueEqualsSeparateOps) {
         const auto b = norm_then_products(*plain_, x, g, w1, w2, w3);
         EXPECT_TRUE(gputest::bitwise_equal(a, b));
         EXPECT_EQ(cuda::backend_stats(*fused_).gemv_fusions - before, 2);  // the norm, and its carry
+        if (n == 1 && cols > 2048 && rows_kernel_type(t)) {
+          for (auto& r : rows_) {
+            const int64_t rows_before = cuda::backend_stats(*r).gemv_fusions;
+            EXPECT_TRUE(gputest::bitwise_equal(norm_then_products(*r, x, g, w1, w2, w3), b)) << "rows kernel";
+            EXPECT_EQ(cuda::backend_stats(*r).gemv_fusions - rows_before, 2);
+          }
+        }
       }
     }
   }
@@ -136,6 +159,14 @@ TEST_F(GpuFusion, SwigluPrologueAndResidualEpilogueEqualSeparateOps) {
           const auto b = swiglu_product_residual(*plain_, gate, up, w, x, residual_first);
           EXPECT_TRUE(gputest::bitwise_equal(a, b));
           EXPECT_EQ(cuda::backend_stats(*fused_).gemv_fusions - before, n <= 4 ? 2 : 1);
+          if (n == 1 && ff > 2048 && rows_kernel_type(t)) {  // the residual epilogue (no SwiGLU prologue)
+            for (auto& r : rows_) {
+              const int64_t rows_before = cuda::backend_stats(*r).gemv_fusions;
+              EXPECT_TRUE(gputest::bitwise_equal(swiglu_product_residual(*r, gate, up, w, x, residual_first), b))
+                  << "rows kernel";
+              EXPECT_EQ(cuda::backend_stats(*r).gemv_fusions - rows_before, 1);
+            }
+          }
         }
       }
     }

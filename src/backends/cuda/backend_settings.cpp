@@ -193,7 +193,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.attention_fold_max_spans = attention_fold_max_spans();
   s.attention_chunk_split = attention_chunk_split(options);
   s.attention_early_kv = attention_early_kv(options);
-  s.fuse_gemv = use_gemv_fusion(options) && s.gemv_path == GemvPath::kAuto;
+  s.fuse_gemv = use_gemv_fusion(options) && s.gemv_path != GemvPath::kLegacy;
   s.fuse_swiglu = s.fuse_gemv && use_swiglu_fusion(options);
   s.fuse_swiglu_epilogue = s.fuse_gemv && use_swiglu_epilogue(options);
   s.gemv_float_kernel = gemv_float_kernel(options);

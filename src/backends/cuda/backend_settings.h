@@ -26,7 +26,7 @@ struct BackendSettings {
   int attention_fold_max_spans = 1; // TERN_CUDA_ATTN_FOLD_MAX_SPANS
   int attention_chunk_split = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT (0 / 1 / 2); -1: default_chunk_split
   bool attention_early_kv = false;  // TERN_CUDA_ATTN_EARLY_KV (0 / 1)
-  bool fuse_gemv = false;           // GEMV fusion, on GemvPath::kAuto only (TERN_CUDA_FUSE=0 off)
+  bool fuse_gemv = false;           // GEMV fusion, not on GemvPath::kLegacy (TERN_CUDA_FUSE=0 off)
   bool fuse_swiglu = false;         // its SwiGLU prologue (TERN_CUDA_FUSE=swiglu / noswiglu)
   bool fuse_swiglu_epilogue = false;  // its SwiGLU epilogue (TERN_CUDA_FUSE=swiglu-epilogue)
   int gemv_float_kernel = 0;        // 1: previous float kernels (TERN_CUDA_GEMV_FLOAT=prev / stream)

@@ -811,7 +811,7 @@ class CudaBackend final : public Backend {
   bool attention_early_kv_ = false;  // TERN_CUDA_ATTN_EARLY_KV / option
   int64_t folded_merges_ = 0;
   int64_t chunk_splits_ = 0;
-  bool fuse_gemv_ = false;           // CudaBackendOptions::fuse_gemv on GemvPath::kAuto
+  bool fuse_gemv_ = false;           // CudaBackendOptions::fuse_gemv, not on GemvPath::kLegacy
   bool fuse_swiglu_ = false;         // and CudaBackendOptions::fuse_swiglu
   bool fuse_swiglu_epilogue_ = false;  // and CudaBackendOptions::fuse_swiglu_epilogue
   bool fuse_float_swiglu_epilogue_ = false;  // and CudaBackendOptions::fuse_float_swiglu_epilogue

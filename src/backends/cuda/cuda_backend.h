@@ -84,7 +84,7 @@ struct CudaBackendOptions {
   // in steps of at most 16 tokens. 0 = off, 1 = on; -1 = TERN_CUDA_ATTN_EARLY_KV (0 / 1) or else off
   // (measured slower whole-model on the H200, bench/RESULTS.md).
   int attention_early_kv = -1;
-  // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; GemvPath kAuto only):
+  // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; not on GemvPath kLegacy):
   // an RMSNorm or SwiGLU producing its activations, and the residual add of its output. Same
   // bits as the separate ops; false, or TERN_CUDA_FUSE=0, keeps them separate (A/B, tests).
   // fuse_swiglu adds the SwiGLU prologue (n <= 4). Off by default: every block of the down

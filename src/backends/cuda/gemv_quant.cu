@@ -127,11 +127,11 @@ constexpr int min_blocks_per_sm() {
 // kernel), a separate instance so the others keep their registers.
 template <DType T, bool kBulk, int kTile, bool kPair = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, kTile>())
-    gemv_quant_kernel(MatmulArgs a, int n_stages, int seg_rows) {
+    gemv_quant_kernel(MatmulArgs a, int n_stages, int seg_rows, int prefetch) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int kBlockElems = QType<T>::kBlockElems, kBlockBytes = QType<T>::kBlockBytes;
   constexpr int kFullStepBytes = step_bytes<T>();
-  if constexpr (!kBulk) n_stages = stages<T>();
+  if constexpr (!kBulk) n_stages = stages<T>(), prefetch = n_stages - 1;  // cp.async groups count on it
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cols = static_cast<int>(a.cols);
   const int n_units = cols / 32;
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
   const Cursor start{0, 0, 0, n_rows > 0 ? mat_row(a, group_row(0)).w : nullptr};
   Cursor in = start, out = start;
   // The first weight steps do not depend on x: start them before quantizing it.
-  for (int k = 0; k < n_stages - 1; ++k) {
+  for (int k = 0; k < prefetch; ++k) {
     if (k < total) {
       issue(in);
       advance(in);
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
   }
   pdl_enter();  // x is the previous kernel's output
   if (a.fuse.prologue != GemvPrologue::kNone) {
-    quantize_tile_fused(a, x0, nt, l, xq, xd, xs, xh);
+    quantize_tile_fused(a, x0, nt, l, xq, xd, xs, xh, blockIdx.y == 0);
   } else {
     quantize_tile(a, x0, nt, l, xq, xd, xs, xh);
   }
@@ -231,7 +231,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
   }
   uint32_t phases = 0;  // kBulk: bit k = parity of stage k's next completion
   for (int it = 0; it < total; ++it) {
-    if (it + n_stages - 1 < total) {
+    // Refill the stage consumed by the previous iteration (steps below `prefetch` went out above).
+    if (it + n_stages - 1 < total && it + n_stages - 1 >= prefetch) {
       issue(in);
       advance(in);
     }
@@ -301,7 +302,8 @@ void launch_instance(const MatmulArgs& a, const LaunchEnv& env, int n_stages, in
   const int64_t row_blocks = std::min<int64_t>((groups + kGemvWarps - 1) / kGemvWarps, std::min<int64_t>(target, 65535));
   // x tiles vary fastest, so blocks sharing weight rows run together and re-read them from L2.
   const dim3 grid(static_cast<unsigned>(x_tiles), static_cast<unsigned>(row_blocks));
-  launch_kernel(env, kernel, grid, kGemvWarps * 32, static_cast<size_t>(l.total), a, n_stages, seg_rows);
+  launch_kernel(env, kernel, grid, kGemvWarps * 32, static_cast<size_t>(l.total), a, n_stages, seg_rows,
+                prefetch_steps(n_stages));
 }
 
 template <DType T>
@@ -335,9 +337,11 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
     n_stages = std::clamp(budget / pitch, 2, kMaxStages);
     while (n_stages > 2 && smem_layout<T>(cols, kGemvMaxXRows, n_stages, seg_rows).total > smem_limit) --n_stages;
   }
-  // The rows kernel has no fused prologue or epilogue (the backend fuses only on kAuto).
-  if (a.gemv_path == static_cast<int32_t>(GemvPath::kRows) && gemv_rows_supports(a) &&
-      a.fuse.prologue == GemvPrologue::kNone && a.fuse.residual == nullptr && a.fuse.glu_out == nullptr) {
+  // The multi-row / split-row kernel (n = 1): on kRows wherever it takes the product, on kAuto
+  // for the shapes where it measured faster (gemv_rows_default).
+  const bool rows_path = a.gemv_path == static_cast<int32_t>(GemvPath::kRows) ||
+                         (a.gemv_path == static_cast<int32_t>(GemvPath::kAuto) && gemv_rows_default(a));
+  if (rows_path && gemv_rows_supports(a)) {
     launch_gemv_rows(a, env);
     return true;
   }

@@ -102,7 +102,7 @@ __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
 // part p of the group takes steps [p * part_steps, (p + 1) * part_steps) of each.
 template <DType T, int kRows, int kParts>
 __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
-    gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps) {
+    gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) uint8_t smem[];
   using W = typename WItemOf<T>::type;
@@ -168,14 +168,19 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   Cursor in{0, 0, 0, {}};
   load_set(in);
   Cursor out = in;
-  for (int k = 0; k < n_stages - 1; ++k) {
+  for (int k = 0; k < prefetch; ++k) {
     if (k < total) {
       issue(in);
       advance(in, true);
     }
   }
   pdl_enter();  // x is the previous kernel's output
-  quantize_tile(a, 0, 1, l, xq, xd, xs, xh);
+  // An RMSNorm prologue (the only one gemv_rows_supports takes): block 0 stores the normed rows.
+  if (a.fuse.prologue != GemvPrologue::kNone) {
+    quantize_tile_fused(a, 0, 1, l, xq, xd, xs, xh, blockIdx.x == 0);
+  } else {
+    quantize_tile(a, 0, 1, l, xq, xd, xs, xh);
+  }
   __syncthreads();
   if (my_sets == 0) return;  // the whole group: its parts share the sets
   const XTile x{xq, xd, xs, xh, l.row_pitch, l.unit_pitch};
@@ -186,7 +191,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   for (int k = 0; k < kLevels; ++k) stack[k] = 0.0f;
   uint32_t phases = 0;
   for (int it = 0; it < total; ++it) {
-    if (it + n_stages - 1 < total) {
+    // Refill the stage consumed by the previous iteration (steps below `prefetch` went out above).
+    if (it + n_stages - 1 < total && it + n_stages - 1 >= prefetch) {
       issue(in);
       advance(in, true);
     }
@@ -225,6 +231,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
         if (lane < kRows) {
           const MatRow row = mat_row(a, r);
           row.y[row.r] = mine;
+          fused_residual(a, 0, row.r, mine);
         }
       } else {
         float* slot = partials + (out.set_k & 1) * 4 * kRows;
@@ -243,7 +250,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
             if (p < n_parts) counter_push(runs, p, slot[p * kRows + lane]);
           }
           const MatRow row = mat_row(a, r);
-          row.y[row.r] = counter_close(runs, n_parts);
+          const float acc = counter_close(runs, n_parts);
+          row.y[row.r] = acc;
+          fused_residual(a, 0, row.r, acc);
         }
       }
     }
@@ -264,9 +273,11 @@ bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_st
   const int cols = static_cast<int>(a.cols);
   const int budget = a.stage_bytes_per_warp > 0 ? a.stage_bytes_per_warp : kDefaultStageBytesPerWarp;
   int n_stages = std::clamp(budget / rows_stage_pitch<T, kRows>(), 2, kMaxStages);
-  while (n_stages > 2 && rows_smem_layout<T, kRows>(cols, n_stages).total > a.max_smem_bytes) --n_stages;
+  // The fused prologue's static shared memory comes out of the same per-block budget.
+  const int smem_limit = a.max_smem_bytes - kFusionStaticSmemBytes;
+  while (n_stages > 2 && rows_smem_layout<T, kRows>(cols, n_stages).total > smem_limit) --n_stages;
   const SmemLayout l = rows_smem_layout<T, kRows>(cols, n_stages);
-  if (l.total > a.max_smem_bytes) return false;
+  if (l.total > smem_limit) return false;
   int per_sm = 0;
   TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, l.total));
   const int64_t max_groups = std::max<int64_t>(1, int64_t{std::max(per_sm, 1)} * a.n_sm * (kGemvWarps / kParts));
@@ -275,7 +286,7 @@ bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_st
   const int64_t groups = (n_sets + sets_per_group - 1) / sets_per_group;
   const int64_t blocks = std::min<int64_t>((groups + kGemvWarps / kParts - 1) / (kGemvWarps / kParts), 65535);
   launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kGemvWarps * 32, static_cast<size_t>(l.total), a,
-                n_stages, part_steps);
+                n_stages, part_steps, prefetch_steps(n_stages));
   return true;
 }
 
@@ -321,7 +332,12 @@ template <DType T>
 void allow_rows_smem(int max_smem_bytes) {
   for (auto* k : {gemv_rows_kernel<T, 1, 1>, gemv_rows_kernel<T, 1, 2>, gemv_rows_kernel<T, 1, 4>,
                   gemv_rows_kernel<T, 2, 1>, gemv_rows_kernel<T, 4, 1>}) {
-    TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
+    cudaFuncAttributes attr{};
+    TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
+    TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
+                   "gemv_rows: static shared memory exceeds kFusionStaticSmemBytes");
+    TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         max_smem_bytes - kFusionStaticSmemBytes));
   }
 }
 
@@ -329,6 +345,8 @@ void allow_rows_smem(int max_smem_bytes) {
 
 bool gemv_rows_supports(const MatmulArgs& a) {
   if (a.n != 1 || a.cols <= kStepElems / 2) return false;  // short rows take segmented steps
+  // Fusion: the RMSNorm prologue and the residual epilogue; not the SwiGLU ones (both opt-in).
+  if (a.fuse.prologue == GemvPrologue::kSwiglu || a.fuse.glu_out != nullptr) return false;
   switch (a.dtype) {
     case DType::Q8_0: return bulk_eligible<DType::Q8_0>(a);
     case DType::Q4_K: return bulk_eligible<DType::Q4_K>(a);
@@ -336,6 +354,11 @@ bool gemv_rows_supports(const MatmulArgs& a) {
     case DType::Q6_K: return bulk_eligible<DType::Q6_K>(a);
     default: return false;
   }
+}
+
+bool gemv_rows_default(const MatmulArgs& a) {
+  (void)a;
+  return false;
 }
 
 void launch_gemv_rows(const MatmulArgs& a, const LaunchEnv& env) {

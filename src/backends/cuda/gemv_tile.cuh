@@ -4,6 +4,9 @@
 // bulk-copy eligibility of a product.
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/gemv.h"
 #include "backends/cuda/gemv_fusion.cuh"
@@ -49,6 +52,19 @@ constexpr int kDefaultStageBytesPerWarp = 6144;
 // values); after the last one it would leave the block's shared memory (a memcheck error, and an
 // illegal-address fault once static shared memory moved the end off the allocation granule).
 constexpr int kStageTailSlack = 160;
+
+// Weight steps a bulk-copy pipeline issues before its PDL wait, i.e. before the previous kernel
+// has finished: every stage (n_stages; the loop's first refill then waits until the first step
+// is consumed), so a warp of a small product (q / k / v / o: one or two one-step rows a warp) has
+// all its weights in flight while the activations are formed. TERN_CUDA_GEMV_PREFETCH=shallow
+// keeps the previous n_stages - 1 for A/B timing (read once per process).
+inline int prefetch_steps(int n_stages) {
+  static const bool shallow = [] {
+    const char* e = std::getenv("TERN_CUDA_GEMV_PREFETCH");
+    return e != nullptr && std::strcmp(e, "shallow") == 0;
+  }();
+  return shallow ? n_stages - 1 : n_stages;
+}
 
 struct SmemLayout {
   int row_pitch;    // bytes of one quantized activation row
@@ -138,16 +154,16 @@ constexpr int kFusionStaticSmemBytes = 256;
 
 // quantize_tile with a fused prologue (a.fuse, gemv_fusion.cuh): the tile is formed from the op's
 // inputs instead of read from a.x, and the blocks of row group 0 store an RMSNorm's output to
-// a.x. Two threads per unit, 16 elements each (a unit's halves, as xh splits it), meeting for
+// a.x (store_block: the caller's choice of blocks, one per activation tile). Two threads per unit, 16 elements each (a unit's halves, as xh splits it), meeting for
 // amax in one shuffle: the extra loads and arithmetic of the prologue would otherwise push the
 // kernel's single-row tiles past their 64-80 registers. The values, amax and int sums are those
 // quantize_tile forms from the stored activations, so the tile is the same bit for bit.
 __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t x0, int nt, const SmemLayout& l,
-                                                    uint8_t* xq, float* xd, int* xs, int* xh) {
+                                                    uint8_t* xq, float* xd, int* xs, int* xh, bool store_block) {
   __shared__ float row_inv[kGemvMaxXRows];  // RMSNorm: 1 / rms per activation row
   if (a.fuse.prologue == GemvPrologue::kRmsNorm) fused_rms_inv_rows<kGemvWarps * 32>(a, x0, nt, row_inv);
   const int cols = static_cast<int>(a.cols), n_units = cols / 32;
-  const bool store = a.fuse.write_x != 0 && a.fuse.prologue == GemvPrologue::kRmsNorm && blockIdx.y == 0;
+  const bool store = a.fuse.write_x != 0 && a.fuse.prologue == GemvPrologue::kRmsNorm && store_block;
   const int lane = threadIdx.x & 31, total = 2 * nt * n_units;
   // i - lane is uniform across the warp, so whole warps take part in the shuffle.
   for (int i = threadIdx.x; i - lane < total; i += blockDim.x) {
