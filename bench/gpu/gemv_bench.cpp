@@ -1,12 +1,13 @@
 // gpu_bench --gemv: the GEMV kernels alone, per weight type and shape, against the copy bandwidth.
 //
-// Each case launches launch_matmul (kernels.h) on device buffers, once with the previous kernels
-// (GemvPath::kLegacy) and once with the default ones, and prints microseconds per product,
+// Each case launches launch_matmul (kernels.h) on device buffers with the previous kernels
+// (GemvPath::kLegacy), the single-row kernels alone (GemvPath::kSingle, the default before the
+// multi-row kernel took some n = 1 products) and the default path, and prints microseconds per product,
 // weight GB/s and the % of the measured device-to-device copy bandwidth. The weight is
 // replicated into enough copies that the launches cycle through more than 3x the L2 cache, so
 // every launch streams from HBM as in a decode step. Launches go back to back on one stream with
 // programmatic dependent launch, as inside the decode graph, so a kernel's ramp overlaps its
-// predecessor's tail as it does there. The outputs of the two paths are compared bit for bit.
+// predecessor's tail as it does there. The outputs of the paths are compared bit for bit.
 #include "gemv_bench.h"
 
 #include <cuda_runtime_api.h>
@@ -189,6 +190,12 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     ok = ok && time_path(a, copies, iters, stream, legacy);
     if (ok) line("legacy", legacy);
   }
+  // The single-row kernels alone (the default before the multi-row kernel took the n = 1
+  // products where it is faster), then the default's per-shape choice.
+  Timing single;
+  a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kSingle);
+  ok = ok && time_path(a, copies, iters, stream, single);
+  if (ok) line("single", single);
   a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kAuto);
   const std::vector<int> budgets = o.stage_bytes.empty() ? std::vector<int>{0} : o.stage_bytes;
   for (int budget : budgets) {
@@ -197,6 +204,11 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     if (!ok) break;
     const std::string name = budget > 0 ? "default/" + std::to_string(budget / 1024) + "K" : "default";
     line(name.c_str(), fresh);
+    const bool same_single = single.y.size() == fresh.y.size() &&
+                             std::memcmp(single.y.data(), fresh.y.data(), single.y.size() * sizeof(float)) == 0;
+    std::printf("gemv       -> %.2fx vs single; outputs %s\n", single.us / fresh.us,
+                same_single ? "bitwise equal" : "DIFFER (bug)");
+    if (!same_single) ok = false;
     if (!o.skip_legacy) {
       const bool same = legacy.y.size() == fresh.y.size() &&
                         std::memcmp(legacy.y.data(), fresh.y.data(), legacy.y.size() * sizeof(float)) == 0;

@@ -112,6 +112,9 @@ TEST_F(BackendSettingsTest, EnvironmentOverridesOptions) {
   EXPECT_EQ(s.gemv_path, GemvPath::kRows);
   setenv("TERN_CUDA_FUSE", "1", 1);  // the rows kernel takes the fused records too
   EXPECT_TRUE(resolve_settings(CudaBackendOptions{}, 9, true).fuse_gemv);
+  setenv("TERN_CUDA_GEMV", "single", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_path, GemvPath::kSingle);
+  EXPECT_TRUE(resolve_settings(CudaBackendOptions{}, 9, true).fuse_gemv);
   setenv("TERN_CUDA_GEMV", "legacy", 1);
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_path, GemvPath::kLegacy);
 }

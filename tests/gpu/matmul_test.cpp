@@ -258,13 +258,19 @@ TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
     ASSERT_NE(fresh.back(), nullptr);
   }
   unsetenv("TERN_CUDA_GEMV_STAGE_BYTES");
+  // The single-row kernels alone (the default takes the multi-row kernel for some n = 1 shapes).
+  cuda::CudaBackendOptions single_options;
+  single_options.single_gemv = true;
+  fresh.push_back(gputest::make_cuda(single_options));
+  ASSERT_NE(fresh.back(), nullptr);
   // On sm_90 the default and the multi-row backends really run their kernels (a binary without
   // sm_90 code would fall back to the legacy ones and make this test vacuous).
   const auto info = cuda::device_info(0);
   ASSERT_TRUE(info.is_ok());
   if (info.value().cc_major >= 9) {
     EXPECT_EQ(cuda::backend_stats(*fresh[1]).gemv_path, 0);
-    EXPECT_EQ(cuda::backend_stats(*fresh.back()).gemv_path, 2);
+    EXPECT_EQ(cuda::backend_stats(*fresh[fresh.size() - 2]).gemv_path, 2);
+    EXPECT_EQ(cuda::backend_stats(*fresh.back()).gemv_path, 3);
   }
   // Rows of at most 2048 elements whose matrices split into whole groups take segmented steps
   // (several rows per warp step): 576 / 544 / 512-wide rows four or eight to a step, 1536 / 2048

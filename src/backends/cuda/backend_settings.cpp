@@ -93,16 +93,17 @@ int attention_tc_variant() {
   return v >= 0 && v < attention_tc_variants() ? v : 0;
 }
 
-// The GEMV kernel family: TERN_CUDA_GEMV (legacy / default / rows) overrides the options; bulk
+// The GEMV kernel family: TERN_CUDA_GEMV (legacy / default / rows / single) overrides the options; bulk
 // copies need sm_90 and kernels compiled for it (not sm_80 code JIT-compiled for a newer GPU).
 GemvPath gemv_path(const CudaBackendOptions& options, int cc_major, bool bulk_compiled) {
   const char* env = std::getenv("TERN_CUDA_GEMV");
-  bool legacy = options.legacy_gemv, rows = options.rows_gemv;
-  if (env != nullptr && std::strcmp(env, "legacy") == 0) legacy = true, rows = false;
-  if (env != nullptr && std::strcmp(env, "default") == 0) legacy = false, rows = false;
-  if (env != nullptr && std::strcmp(env, "rows") == 0) legacy = false, rows = true;
+  bool legacy = options.legacy_gemv, rows = options.rows_gemv, single = options.single_gemv;
+  if (env != nullptr && std::strcmp(env, "legacy") == 0) legacy = true, rows = false, single = false;
+  if (env != nullptr && std::strcmp(env, "default") == 0) legacy = false, rows = false, single = false;
+  if (env != nullptr && std::strcmp(env, "rows") == 0) legacy = false, rows = true, single = false;
+  if (env != nullptr && std::strcmp(env, "single") == 0) legacy = false, rows = false, single = true;
   if (legacy || cc_major < 9 || !bulk_compiled) return GemvPath::kLegacy;
-  return rows ? GemvPath::kRows : GemvPath::kAuto;
+  return rows ? GemvPath::kRows : (single ? GemvPath::kSingle : GemvPath::kAuto);
 }
 
 // A GEMV shape override: the environment variable when set, else the option.

@@ -56,11 +56,14 @@ struct CudaBackendOptions {
   // timing. Same bits either way. TERN_CUDA_GEMV=legacy / =default overrides it;
   // TERN_CUDA_GEMV_STAGE_BYTES sets the bulk pipelines' bytes per warp (benchmark sweeps).
   bool legacy_gemv = false;
-  // The n = 1 multi-row / split-row GEMV (gemv_rows.cu) for long quantized rows; same bits.
-  // TERN_CUDA_GEMV=rows turns it on. gemv_rows_per_step (1 / 2 / 4) and gemv_parts_per_row
-  // (1 / 2 / 4) fix its shape instead of the per-shape choice (0), as do TERN_CUDA_GEMV_ROWS /
-  // TERN_CUDA_GEMV_PARTS (tests, benchmark sweeps).
+  // The n = 1 multi-row / split-row GEMV (gemv_rows.cu) for long quantized rows; same bits. By
+  // default it takes the products where it measured faster (gemv_rows_default: q4_k / q6_k /
+  // q8_0 products of up to 64k rows); rows_gemv (TERN_CUDA_GEMV=rows) sends it every product it
+  // takes, single_gemv (TERN_CUDA_GEMV=single) none (the previous default, A/B timing).
+  // gemv_rows_per_step (1 / 2 / 4) and gemv_parts_per_row (1 / 2 / 4) fix its shape instead of
+  // the per-shape choice (0), as do TERN_CUDA_GEMV_ROWS / TERN_CUDA_GEMV_PARTS (tests, sweeps).
   bool rows_gemv = false;
+  bool single_gemv = false;
   int gemv_rows_per_step = 0;
   int gemv_parts_per_row = 0;
   // Split-mode attention kernel, same bits for all (attention.h): 0 = chunk kernel, 1 = span
@@ -138,7 +141,7 @@ struct CudaBackendStats {
   int64_t fused_kv_writes = 0;   // kv_write ops that joined the preceding rope's launch
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
-                                 // 0 default, 1 legacy, 2 multi-row / split-row)
+                                 // 0 default, 1 legacy, 2 multi-row / split-row, 3 single-row)
 };
 CudaBackendStats backend_stats(const Backend& backend);
 

@@ -22,10 +22,13 @@
 // gives the single-warp result (the closing of a row's steps merges the low bits, i.e. the last
 // partial run, first, then the full runs' subtrees: the same as pushing the runs as leaves).
 //
-// The grid is balanced rather than maximal: with W resident warps and S row sets, every group
-// takes ceil(S / groups) sets, and the number of groups is cut to what that needs, so no warp
-// streams two sets while others idle.
+// The grid is balanced: with W resident warps and S row sets, every group takes at most
+// ceil(S / W) sets, so no warp streams two sets while others idle, and the sets are dealt out
+// across every resident block first (launch_rows_instance, spread), so a small product loads
+// every SM alike.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
@@ -89,7 +92,7 @@ __host__ __device__ int rows_stage_pitch() {
 
 template <DType T, int kRows>
 __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
-  SmemLayout l = smem_layout<T>(cols, 1, 0);
+  SmemLayout l = smem_layout<T>(cols, 1, n_stages);
   l.stage_pitch = rows_stage_pitch<T, kRows>();
   l.total = l.stage_off + kGemvWarps * n_stages * l.stage_pitch;
   // + partial sums of the split rows: [groups][2 buffers][kParts <= 4][kRows] floats.
@@ -97,12 +100,15 @@ __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
   return l;
 }
 
-// Grid: blocks of kGemvWarps / kParts groups. Group q (q = block * groups_per_block + group in
-// block) takes row sets q, q + n_groups, ... (set k = joint rows k * kRows .. k * kRows + kRows - 1);
-// part p of the group takes steps [p * part_steps, (p + 1) * part_steps) of each.
+// Grid: blocks of kGemvWarps / kParts groups. Group q takes row sets q, q + n_groups, ... (set k =
+// joint rows k * kRows .. k * kRows + kRows - 1); part p of the group takes steps
+// [p * part_steps, (p + 1) * part_steps) of each. spread == 0: q = block * groups_per_block +
+// group in block, so the sets fill the first blocks; spread == 1: q = block + blocks * group in
+// block, so consecutive sets go to different blocks and a grid of every resident block spreads
+// a small product's sets evenly over the SMs (not half of them at two blocks and the rest idle).
 template <DType T, int kRows, int kParts>
 __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
-    gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch) {
+    gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch, int spread) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) uint8_t smem[];
   using W = typename WItemOf<T>::type;
@@ -122,11 +128,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   int* xh = reinterpret_cast<int*>(smem + l.h_off);
   float* partials = reinterpret_cast<float*>(smem + l.stage_off + kGemvWarps * n_stages * l.stage_pitch) +
                     group * 2 * 4 * kRows;
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem) + warp * kMaxStages;
+  uint64_t* bars = warp_bars(smem, warp, n_stages);
   uint8_t* stage = smem + l.stage_off + warp * n_stages * l.stage_pitch;
   const int64_t n_sets = a.total_rows() / kRows;
   const int64_t set_stride = int64_t{gridDim.x} * kGroups;
-  const int64_t first_set = int64_t{blockIdx.x} * kGroups + group;
+  const int64_t first_set = spread ? int64_t{blockIdx.x} + int64_t{gridDim.x} * group : int64_t{blockIdx.x} * kGroups + group;
   const int my_sets = first_set < n_sets ? static_cast<int>((n_sets - first_set + set_stride - 1) / set_stride) : 0;
   const int total = my_sets * my_steps;
 
@@ -264,8 +270,19 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
 #endif
 }
 
+// Whether the grid spreads the row sets over every resident block (the kernel's spread == 1):
+// on by default; TERN_CUDA_GEMV_SPREAD=0 packs them into the fewest blocks (A/B timing; read
+// once per process).
+bool spread_sets() {
+  static const bool spread = [] {
+    const char* e = std::getenv("TERN_CUDA_GEMV_SPREAD");
+    return !(e != nullptr && std::strcmp(e, "0") == 0);
+  }();
+  return spread;
+}
+
 // Launches one instance; false when even two stages do not fit shared memory (four rows of
-// wide q6_k steps), which the caller answers with one row per step. (One row per step always
+// wide q6_k steps), which the caller answers with fewer rows per step. (One row per step always
 // fits: launch_typed in gemv_quant.cu has checked a larger layout.)
 template <DType T, int kRows, int kParts>
 bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_steps) {
@@ -284,24 +301,35 @@ bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_st
   const int64_t n_sets = a.total_rows() / kRows;
   const int64_t sets_per_group = (n_sets + max_groups - 1) / max_groups;
   const int64_t groups = (n_sets + sets_per_group - 1) / sets_per_group;
-  const int64_t blocks = std::min<int64_t>((groups + kGemvWarps / kParts - 1) / (kGemvWarps / kParts), 65535);
+  // Packed: the fewest blocks that hold the groups. Spread: every resident block (at most one per
+  // group that has a set), the sets dealt out across blocks first; no group takes more than
+  // sets_per_group either way, so the longest warp's work is the same.
+  const bool spread = spread_sets();
+  const int64_t max_blocks = int64_t{std::max(per_sm, 1)} * a.n_sm;
+  const int64_t wanted = spread ? std::min(max_blocks, groups)
+                                : (groups + kGemvWarps / kParts - 1) / (kGemvWarps / kParts);
+  const int64_t blocks = std::min<int64_t>(wanted, 65535);
   launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kGemvWarps * 32, static_cast<size_t>(l.total), a,
-                n_stages, part_steps, prefetch_steps(n_stages));
+                n_stages, part_steps, prefetch_steps(n_stages, true), spread ? 1 : 0);
   return true;
 }
 
 // Rows per step and parts per row for a product: the overrides when set (benchmark sweeps), else
-// rows split over two warps when a row has several steps and there are too few rows to give every
-// resident warp two (ffn_down), two rows per step when every warp gets at least two sets.
+// what measured fastest on the 8B products (H200, gpu_bench --gemv-rows, bench/RESULTS.md
+// session 5): two rows per step, four for the small q4_k products (q+k 8.52 -> 6.71 us, o 7.87
+// -> 6.16; 2x1: 6.80 / 6.36). Splitting rows over warps measured no faster anywhere, ffn_down
+// included (q6_k 4096 x 14336: 21.2-21.8 us in every shape), so it stays opt-in.
 struct RowsShape {
   int rows, parts;
 };
 
 RowsShape pick_shape(const MatmulArgs& a, int n_steps) {
-  RowsShape s{1, 1};
-  const int64_t warps = int64_t{a.n_sm} * 3 * kGemvWarps;  // ~resident at three blocks per SM
-  if (n_steps >= 2 && a.total_rows() < 2 * warps) s.parts = 2;
-  else if (n_steps == 1 && a.total_rows() >= 4 * warps) s.rows = 2;
+  RowsShape s{2, 1};
+  if (a.dtype == DType::Q4_K && a.total_rows() <= 8192) s.rows = 4;
+  // q6_k rows of several steps (ffn_down): one row per step keeps the kernel at 80 registers,
+  // and the trimmed activation tile (tile_halves) then lets three blocks share an SM, where two
+  // rows per step (120 registers) hold it to two.
+  if (a.dtype == DType::Q6_K && n_steps > 1) s.rows = 1;
   if (a.gemv_rows_per_step > 0) s.rows = a.gemv_rows_per_step;
   if (a.gemv_parts_per_row > 0) s.parts = a.gemv_parts_per_row;
   return s;
@@ -316,12 +344,14 @@ void launch_rows_typed(const MatmulArgs& a, const LaunchEnv& env) {
   while (part_steps * s.parts < n_steps) part_steps *= 2;
   if ((n_steps + part_steps - 1) / part_steps != s.parts) s.parts = 1, part_steps = n_steps;
   if (s.parts == 1) part_steps = n_steps;
-  if (a.total_rows() % s.rows != 0) s.rows = 1;
+  // Sets of consecutive rows must tile the joint row index; else fewer rows per step.
+  while (s.rows > 1 && a.total_rows() % s.rows != 0) s.rows /= 2;
   bool launched = false;
   if (s.rows == 1 && s.parts == 2) launched = launch_rows_instance<T, 1, 2>(a, env, part_steps);
   else if (s.rows == 1 && s.parts == 4) launched = launch_rows_instance<T, 1, 4>(a, env, part_steps);
-  else if (s.rows == 2 && s.parts == 1) launched = launch_rows_instance<T, 2, 1>(a, env, part_steps);
   else if (s.rows == 4 && s.parts == 1) launched = launch_rows_instance<T, 4, 1>(a, env, part_steps);
+  // Two rows per step: the shape asked for, or four that do not fit shared memory.
+  if (!launched && s.rows >= 2 && s.parts == 1) launched = launch_rows_instance<T, 2, 1>(a, env, part_steps);
   // One row per step, one warp per row: the shape asked for, one without an instance (rows and
   // parts both above 1), or the fallback of one that does not fit.
   if (!launched) launched = launch_rows_instance<T, 1, 1>(a, env, n_steps);
@@ -356,9 +386,13 @@ bool gemv_rows_supports(const MatmulArgs& a) {
   }
 }
 
+// The default path's choice (GemvPath::kAuto): every 8B product it takes measured faster on it
+// (H200, q4_k / q6_k / q8_0, 1.03-1.27x) except the vocabulary head (128256 rows: 113 us against
+// the single-row kernel's 110, which streams it at 92% of the copy bandwidth), so products of up
+// to 64k rows of the measured types. q5_k was not measured and keeps the single-row kernel.
 bool gemv_rows_default(const MatmulArgs& a) {
-  (void)a;
-  return false;
+  if (a.n != 1 || a.total_rows() > 65536) return false;
+  return a.dtype == DType::Q4_K || a.dtype == DType::Q6_K || a.dtype == DType::Q8_0;
 }
 
 void launch_gemv_rows(const MatmulArgs& a, const LaunchEnv& env) {

@@ -151,10 +151,12 @@ constexpr int kMaxFusedMatmuls = 3;
 // Which GEMV kernels a product takes (gemv.h). Every path gives the same bits; kLegacy keeps the
 // previous kernels for A/B timing (TERN_CUDA_GEMV=legacy).
 enum class GemvPath : int32_t {
-  kAuto = 0,    // sm_90: bulk-copy (TMA) staging for 16-byte aligned rows, single-row tiles at n = 1
+  kAuto = 0,    // sm_90: bulk-copy (TMA) staging for 16-byte aligned rows, single-row tiles at n = 1,
+                // and gemv_rows.cu for the n = 1 products where it measured faster (gemv_rows_default)
   kLegacy = 1,  // per-lane cp.async staging; one-row-per-warp float kernel
-  kRows = 2,    // kAuto, plus gemv_rows.cu at n = 1 for long quantized rows: several rows per warp
+  kRows = 2,    // kAuto, with gemv_rows.cu for every n = 1 product it takes: several rows per warp
                 // step, rows split over warps, balanced grid (TERN_CUDA_GEMV=rows)
+  kSingle = 3,  // kAuto without gemv_rows.cu: the previous default (TERN_CUDA_GEMV=single)
 };
 
 // Ops fused into a GEMV launch (cuda_backend.cpp's peephole; gemv_fusion.cuh has the shared
