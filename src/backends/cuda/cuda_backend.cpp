@@ -645,6 +645,12 @@ class CudaBackend final : public Backend {
       if (untouched && prev->fuse.residual == nullptr) {
         f = prev->fuse;
         f.write_x = 0;  // the previous launch stored x
+        // Nothing either launch writes is touched by the other: this one's output lies apart
+        // from the previous one's activations and outputs (its other reads, the norm's inputs
+        // and the weights, were checked above or are never written).
+        bool apart = disjoint(yr, x_rows(*prev));
+        for (int m = 0; m < prev->n_mats; ++m) apart = apart && disjoint(yr, {prev->y[m], prev->rows[m], prev->rows[m], n});
+        f.concurrent = apart && prev->fuse.glu_out == nullptr ? 1 : 0;
         ++gemv_fusions_;
       }
     }

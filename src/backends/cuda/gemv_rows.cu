@@ -140,11 +140,19 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     int set_k, t, slot;
     const uint8_t* w[kRows];  // the set's rows, at this part's first step
   };
+  // A SwiGLU epilogue (GemvFusion::glu_out; kRows >= 2, one part) pairs the matrices' rows: row
+  // i of set k is gate row (or, i odd, up row) k * kRows / 2 + i / 2, so lanes 2j and 2j + 1 end
+  // with the two sums of one output. Only which warp computes a row changes, never how.
+  const bool pair = a.fuse.glu_out != nullptr;
+  auto joint_row = [&](int64_t set, int i) -> int64_t {
+    if (!pair) return set * kRows + i;
+    return (i & 1) * a.rows[0] + set * (kRows / 2) + (i >> 1);
+  };
   auto load_set = [&](Cursor& c) {
     if (c.set_k >= my_sets) return;
-    const int64_t r0 = (first_set + int64_t{c.set_k} * set_stride) * kRows;
+    const int64_t set = first_set + int64_t{c.set_k} * set_stride;
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) c.w[i] = mat_row(a, r0 + i).w + static_cast<size_t>(step0) * kFullStepBytes;
+    for (int i = 0; i < kRows; ++i) c.w[i] = mat_row(a, joint_row(set, i)).w + static_cast<size_t>(step0) * kFullStepBytes;
   };
   // Only the issuing cursor tracks the rows' addresses.
   auto advance = [&](Cursor& c, bool with_rows) {
@@ -180,7 +188,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
       advance(in, true);
     }
   }
-  pdl_enter();  // x is the previous kernel's output
+  // x is the previous kernel's output, so the kernel waits for it here; a concurrent launch
+  // (GemvFusion::concurrent: v after q+k, carrying their RMSNorm) reads only what the kernels
+  // before its predecessor wrote, complete once the predecessor's blocks have passed their own
+  // wait (which launched this one), and waits for the predecessor only before it exits.
+  const bool concurrent = a.fuse.concurrent != 0;
+  if (!concurrent) pdl_enter();
   // An RMSNorm prologue (the only one gemv_rows_supports takes): block 0 stores the normed rows.
   if (a.fuse.prologue != GemvPrologue::kNone) {
     quantize_tile_fused(a, 0, 1, l, xq, xd, xs, xh, blockIdx.x == 0);
@@ -188,7 +201,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     quantize_tile(a, 0, 1, l, xq, xd, xs, xh);
   }
   __syncthreads();
-  if (my_sets == 0) return;  // the whole group: its parts share the sets
+  if (my_sets == 0) {  // the whole group: its parts share the sets
+    if (concurrent) pdl_enter();
+    return;
+  }
   const XTile x{xq, xd, xs, xh, l.row_pitch, l.unit_pitch};
   const int row_of_lane = lane % kRows;
 
@@ -232,12 +248,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     if (my_steps > 1) counter_push(stack, out.t, step_sum);
     if (out.t == my_steps - 1) {
       const float mine = my_steps == 1 ? step_sum : counter_close(stack, my_steps);
-      const int64_t r = (first_set + int64_t{out.set_k} * set_stride) * kRows + row_of_lane;
+      const int64_t r = joint_row(first_set + int64_t{out.set_k} * set_stride, row_of_lane);
       if constexpr (kParts == 1) {
+        const MatRow row = mat_row(a, r);
         if (lane < kRows) {
-          const MatRow row = mat_row(a, r);
           row.y[row.r] = mine;
           fused_residual(a, 0, row.r, mine);
+        }
+        if (kRows >= 2 && pair) {
+          const float up = __shfl_down_sync(kFullMask, mine, 1);
+          __syncwarp();  // after the up row's store, so an in-place output wins
+          if (lane < kRows && (lane & 1) == 0) a.fuse.glu_out[row.r] = swiglu_value(mine, up);
         }
       } else {
         float* slot = partials + (out.set_k & 1) * 4 * kRows;
@@ -265,9 +286,21 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     advance(out, false);
     __syncwarp();  // every lane is done with this stage before lane 0 refills it
   }
+  if (concurrent) pdl_enter();  // completes after the predecessor: the stream's order
 #else
   __trap();  // launch_gemv_rows runs only on sm_90+ (bulk copies)
 #endif
+}
+
+// Whether a launch marked concurrent (GemvFusion::concurrent) runs alongside its predecessor: on
+// by default; TERN_CUDA_GEMV_CONCURRENT=0 makes it wait first like every other launch (A/B
+// timing; read once per process).
+bool run_concurrent() {
+  static const bool on = [] {
+    const char* e = std::getenv("TERN_CUDA_GEMV_CONCURRENT");
+    return !(e != nullptr && std::strcmp(e, "0") == 0);
+  }();
+  return on;
 }
 
 // Whether the grid spreads the row sets over every resident block (the kernel's spread == 1):
@@ -309,7 +342,9 @@ bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_st
   const int64_t wanted = spread ? std::min(max_blocks, groups)
                                 : (groups + kGemvWarps / kParts - 1) / (kGemvWarps / kParts);
   const int64_t blocks = std::min<int64_t>(wanted, 65535);
-  launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kGemvWarps * 32, static_cast<size_t>(l.total), a,
+  MatmulArgs args = a;
+  if (!run_concurrent()) args.fuse.concurrent = 0;
+  launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kGemvWarps * 32, static_cast<size_t>(l.total), args,
                 n_stages, part_steps, prefetch_steps(n_stages, true), spread ? 1 : 0);
   return true;
 }
@@ -339,6 +374,8 @@ template <DType T>
 void launch_rows_typed(const MatmulArgs& a, const LaunchEnv& env) {
   const int n_steps = static_cast<int>((a.cols + kStepElems - 1) / kStepElems);
   RowsShape s = pick_shape(a, n_steps);
+  const bool pair = a.fuse.glu_out != nullptr;  // SwiGLU epilogue: pairs of rows, one part
+  if (pair) s.rows = std::max(s.rows, 2), s.parts = 1;
   // Parts cover aligned runs of part_steps = 2^k steps; every part must get at least one step.
   int part_steps = 1;
   while (part_steps * s.parts < n_steps) part_steps *= 2;
@@ -354,6 +391,7 @@ void launch_rows_typed(const MatmulArgs& a, const LaunchEnv& env) {
   if (!launched && s.rows >= 2 && s.parts == 1) launched = launch_rows_instance<T, 2, 1>(a, env, part_steps);
   // One row per step, one warp per row: the shape asked for, one without an instance (rows and
   // parts both above 1), or the fallback of one that does not fit.
+  TERN_CHECK_MSG(launched || !pair, "gemv_rows: a SwiGLU epilogue needs two rows per step");
   if (!launched) launched = launch_rows_instance<T, 1, 1>(a, env, n_steps);
   TERN_CHECK_MSG(launched, "gemv_rows: one row per step must fit where gemv_quant's layout fit");
 }
@@ -375,8 +413,8 @@ void allow_rows_smem(int max_smem_bytes) {
 
 bool gemv_rows_supports(const MatmulArgs& a) {
   if (a.n != 1 || a.cols <= kStepElems / 2) return false;  // short rows take segmented steps
-  // Fusion: the RMSNorm prologue and the residual epilogue; not the SwiGLU ones (both opt-in).
-  if (a.fuse.prologue == GemvPrologue::kSwiglu || a.fuse.glu_out != nullptr) return false;
+  // Fusion: the RMSNorm prologue, the residual and SwiGLU epilogues; not the SwiGLU prologue.
+  if (a.fuse.prologue == GemvPrologue::kSwiglu) return false;
   switch (a.dtype) {
     case DType::Q8_0: return bulk_eligible<DType::Q8_0>(a);
     case DType::Q4_K: return bulk_eligible<DType::Q4_K>(a);

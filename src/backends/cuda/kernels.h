@@ -174,7 +174,12 @@ struct GemvFusion {
   const float* src2;   // kRmsNorm: the norm weight [cols]; kSwiglu: up rows
   int64_t src2_stride;
   float eps;           // kRmsNorm
-  int32_t unused;
+  // 1: the launch reads and writes nothing its predecessor (the launch of the same activations
+  // that carried this RMSNorm first: q/k/v split by weight type) writes or reads, except the
+  // norm's inputs both only read, so a kernel may run it alongside that launch and wait for the
+  // predecessor only before it exits (completion stays ordered along the stream). Kernels that
+  // ignore it wait first, as always (gemv_rows.cu honours it).
+  int32_t concurrent;
   int* done_blocks;    // kSwiglu with write_x: the backend's block counter (zero between launches)
   float* residual;     // epilogue (n_mats == 1): residual[i * residual_stride + r] += y[i, r]
   int64_t residual_stride;
