@@ -57,7 +57,7 @@ TEST_F(BackendSettingsTest, DefaultsOnHopper) {
   EXPECT_EQ(s.gemv_path, GemvPath::kAuto);
   EXPECT_TRUE(s.fuse_gemv);
   EXPECT_FALSE(s.fuse_swiglu);
-  EXPECT_FALSE(s.fuse_swiglu_epilogue);
+  EXPECT_TRUE(s.fuse_swiglu_epilogue);
   EXPECT_EQ(s.attention_span, -1);  // per layer shape
   EXPECT_EQ(s.attention_span_stages, 3);
   EXPECT_EQ(s.attention_fold_merge, 1);
@@ -99,6 +99,7 @@ TEST_F(BackendSettingsTest, EnvironmentOverridesOptions) {
   EXPECT_FALSE(s.tc_attention);
   EXPECT_TRUE(s.fuse_gemv);
   EXPECT_TRUE(s.fuse_swiglu);
+  EXPECT_FALSE(s.fuse_swiglu_epilogue);  // the prologue instead
   EXPECT_EQ(s.attention_span, 115);
   EXPECT_EQ(s.attention_span_stages, 2);
   EXPECT_EQ(s.attention_fold_merge, 0);

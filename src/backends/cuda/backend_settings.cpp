@@ -32,8 +32,9 @@ bool use_tc_attention(const CudaBackendOptions& options) {
   return options.tc_attention;
 }
 
-// GEMV fusion (CudaBackendOptions::fuse_gemv, fuse_swiglu): TERN_CUDA_FUSE=0 turns it off,
-// =swiglu / =noswiglu turn the SwiGLU prologue on / off.
+// GEMV fusion (CudaBackendOptions::fuse_gemv, fuse_swiglu, fuse_swiglu_epilogue):
+// TERN_CUDA_FUSE=0 turns it off, =swiglu takes the SwiGLU prologue (instead of the epilogue),
+// =swiglu-epilogue the epilogue, =noswiglu neither.
 bool use_gemv_fusion(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_FUSE");
   return options.fuse_gemv && !(env != nullptr && std::strcmp(env, "0") == 0);
@@ -196,7 +197,8 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.attention_early_kv = attention_early_kv(options);
   s.fuse_gemv = use_gemv_fusion(options) && s.gemv_path != GemvPath::kLegacy;
   s.fuse_swiglu = s.fuse_gemv && use_swiglu_fusion(options);
-  s.fuse_swiglu_epilogue = s.fuse_gemv && use_swiglu_epilogue(options);
+  // One SwiGLU fusion or the other: the epilogue, folded first, would leave the prologue nothing.
+  s.fuse_swiglu_epilogue = s.fuse_gemv && use_swiglu_epilogue(options) && !s.fuse_swiglu;
   s.gemv_float_kernel = gemv_float_kernel(options);
   gemv_float_shape(options, s.gemv_float_rows, s.gemv_float_unroll);
   s.gemv_float_blocks = gemv_shape_override("TERN_CUDA_GEMV_FLOAT_BLOCKS", options.float_gemv_blocks);

@@ -7,13 +7,11 @@
 // half a super-block, whose four scales and mins come out of three words with vector masks).
 //
 // Shared memory of a block:
-//   bars   [warps][n_stages] mbarriers of the bulk-copy pipelines (unused by per-lane staging)
+//   bars   [warps][kMaxStages] mbarriers of the bulk-copy pipelines (unused by per-lane staging)
 //   xq     [nt][n_groups * kGroupPitch] int8: the activation tile, 128 elements (four units) per
 //          group, each group padded to 144 bytes so 16-byte loads of 8 lanes hit distinct banks
-//   xd, xs [nt][unit_pitch]: per-unit activation scale (float) and sum of the int8 values (int;
-//          only for the types that read it, gemv_tile.cuh tile_sums)
-//   xh     [nt][2 * unit_pitch]: sums of each 16-element half of a unit (q6_k's sub-block offset;
-//          q6_k only)
+//   xd, xs [nt][unit_pitch]: per-unit activation scale (float) and sum of the int8 values (int)
+//   xh     [nt][2 * unit_pitch]: sums of each 16-element half of a unit (q6_k's sub-block offset)
 //   stage  [warps][n_stages][stage_pitch]: each warp's pipelined copies of its weight row's steps
 // A bulk-copied step starts at byte 0 of its buffer. A per-lane staged step starts at byte
 // (src & 15), so the 16-byte cp.async copies stay aligned whatever the row's alignment; the
@@ -145,7 +143,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
   float* xd = reinterpret_cast<float*>(smem + l.d_off);
   int* xs = reinterpret_cast<int*>(smem + l.s_off);
   int* xh = reinterpret_cast<int*>(smem + l.h_off);
-  uint64_t* bars = warp_bars(smem, warp, n_stages);  // kBulk: one per stage
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem) + warp * kMaxStages;  // kBulk: one per stage
   // Segmented mode (seg_rows > 1, rows of at most 2048 elements): a warp step takes seg_rows
   // consecutive rows, one segment of seg_lanes lanes each, and the cursor below walks groups of
   // rows instead of rows. Lane i of a segment holds item i of its row, as lane i does in a full

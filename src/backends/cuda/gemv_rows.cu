@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   int* xh = reinterpret_cast<int*>(smem + l.h_off);
   float* partials = reinterpret_cast<float*>(smem + l.stage_off + kGemvWarps * n_stages * l.stage_pitch) +
                     group * 2 * 4 * kRows;
-  uint64_t* bars = warp_bars(smem, warp, n_stages);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem) + warp * kMaxStages;
   uint8_t* stage = smem + l.stage_off + warp * n_stages * l.stage_pitch;
   const int64_t n_sets = a.total_rows() / kRows;
   const int64_t set_stride = int64_t{gridDim.x} * kGroups;
@@ -303,13 +303,15 @@ bool run_concurrent() {
   return on;
 }
 
-// Whether the grid spreads the row sets over every resident block (the kernel's spread == 1):
-// on by default; TERN_CUDA_GEMV_SPREAD=0 packs them into the fewest blocks (A/B timing; read
-// once per process).
+// Whether the grid spreads the row sets over every resident block (the kernel's spread == 1)
+// instead of packing them into the fewest blocks: off, TERN_CUDA_GEMV_SPREAD=1 turns it on (A/B;
+// read once per process). Measured slower on the H200 (8B q4_k q+k 6.94 -> 7.75 us, q6_k v 4.32
+// -> 5.37, Q4_K_M decode 336.0 -> 330.3 tok/s): more blocks repeat the activation prologue, and a
+// product's sets on fewer SMs leave the rest to the next launch's early start.
 bool spread_sets() {
   static const bool spread = [] {
     const char* e = std::getenv("TERN_CUDA_GEMV_SPREAD");
-    return !(e != nullptr && std::strcmp(e, "0") == 0);
+    return e != nullptr && std::strcmp(e, "1") == 0;
   }();
   return spread;
 }
@@ -353,18 +355,15 @@ bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_st
 // what measured fastest on the 8B products (H200, gpu_bench --gemv-rows, bench/RESULTS.md
 // session 5): two rows per step, four for the small q4_k products (q+k 8.52 -> 6.71 us, o 7.87
 // -> 6.16; 2x1: 6.80 / 6.36). Splitting rows over warps measured no faster anywhere, ffn_down
-// included (q6_k 4096 x 14336: 21.2-21.8 us in every shape), so it stays opt-in.
+// included (q6_k 4096 x 14336: 21.2-21.8 us in every shape), so it stays opt-in; one row per
+// step at three blocks per SM measured slower there (26.2 us against 22.7 for 2x1).
 struct RowsShape {
   int rows, parts;
 };
 
-RowsShape pick_shape(const MatmulArgs& a, int n_steps) {
+RowsShape pick_shape(const MatmulArgs& a) {
   RowsShape s{2, 1};
   if (a.dtype == DType::Q4_K && a.total_rows() <= 8192) s.rows = 4;
-  // q6_k rows of several steps (ffn_down): one row per step keeps the kernel at 80 registers,
-  // and the trimmed activation tile (tile_halves) then lets three blocks share an SM, where two
-  // rows per step (120 registers) hold it to two.
-  if (a.dtype == DType::Q6_K && n_steps > 1) s.rows = 1;
   if (a.gemv_rows_per_step > 0) s.rows = a.gemv_rows_per_step;
   if (a.gemv_parts_per_row > 0) s.parts = a.gemv_parts_per_row;
   return s;
@@ -373,7 +372,7 @@ RowsShape pick_shape(const MatmulArgs& a, int n_steps) {
 template <DType T>
 void launch_rows_typed(const MatmulArgs& a, const LaunchEnv& env) {
   const int n_steps = static_cast<int>((a.cols + kStepElems - 1) / kStepElems);
-  RowsShape s = pick_shape(a, n_steps);
+  RowsShape s = pick_shape(a);
   const bool pair = a.fuse.glu_out != nullptr;  // SwiGLU epilogue: pairs of rows, one part
   if (pair) s.rows = std::max(s.rows, 2), s.parts = 1;
   // Parts cover aligned runs of part_steps = 2^k steps; every part must get at least one step.

@@ -72,46 +72,25 @@ inline int prefetch_steps(int n_stages, bool deep_default) {
   return deep ? n_stages : n_stages - 1;
 }
 
-// Which per-unit activation sums the lane items of T read (gemv_items.cuh): the int sum of a unit
-// (q4_0, q4_1: offsets and mins; q4_k, q5_k: mins), the sums of its 16-element halves (q6_k's
-// sub-block offset). The tile holds only those: at 14336 columns (ffn_down) the 3.5 KB of sums
-// q6_k does not read decide whether three blocks fit an SM or two.
-template <DType T>
-__host__ __device__ constexpr bool tile_sums() {
-  return T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q4_K || T == DType::Q5_K;
-}
-template <DType T>
-__host__ __device__ constexpr bool tile_halves() {
-  return T == DType::Q6_K;
-}
-
 struct SmemLayout {
   int row_pitch;    // bytes of one quantized activation row
   int unit_pitch;   // units of one row of xd / xs (a multiple of 4: 16-byte loads)
   int x_off, d_off, s_off, h_off, stage_off;
   int stage_pitch;  // bytes of one stage buffer
   int total;
-  bool sums, halves;  // whether xs / xh are formed (tile_sums, tile_halves); else 0 bytes
 };
-
-// The mbarriers of warp w's bulk pipeline: n_stages of them at the start of shared memory.
-__device__ __forceinline__ uint64_t* warp_bars(uint8_t* smem, int warp, int n_stages) {
-  return reinterpret_cast<uint64_t*>(smem) + warp * n_stages;
-}
 
 template <DType T>
 __host__ __device__ SmemLayout smem_layout(int cols, int nt_alloc, int n_stages, int seg_rows = 1) {
   SmemLayout l;
   const int n_units = cols / 32;
-  l.sums = tile_sums<T>();
-  l.halves = tile_halves<T>();
   l.row_pitch = (n_units + kItemUnits - 1) / kItemUnits * kGroupPitch;
   l.unit_pitch = (n_units + kItemUnits - 1) / kItemUnits * kItemUnits;
-  l.x_off = round16(kGemvWarps * n_stages * 8);  // the bulk pipelines' mbarriers come first
+  l.x_off = kGemvWarps * kMaxStages * 8;  // the bulk pipelines' mbarriers come first
   l.d_off = l.x_off + nt_alloc * l.row_pitch;
   l.s_off = l.d_off + round16(nt_alloc * l.unit_pitch * 4);
-  l.h_off = l.s_off + (l.sums ? round16(nt_alloc * l.unit_pitch * 4) : 0);
-  l.stage_off = l.h_off + (l.halves ? round16(nt_alloc * l.unit_pitch * 8) : 0);
+  l.h_off = l.s_off + round16(nt_alloc * l.unit_pitch * 4);
+  l.stage_off = l.h_off + round16(nt_alloc * l.unit_pitch * 8);
   // A row's steps are full steps, or one step of the whole row when it is shorter (seg_rows such
   // rows per step in segmented mode).
   const int row_step_bytes =
@@ -168,11 +147,9 @@ __device__ __forceinline__ void quantize_tile(const MatmulArgs& a, int64_t x0, i
     dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
     dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
     xd[j * l.unit_pitch + u] = __fdiv_rn(amax, 127.0f);
-    if (l.sums) xs[j * l.unit_pitch + u] = half_sum[0] + half_sum[1];
-    if (l.halves) {
-      xh[j * 2 * l.unit_pitch + 2 * u] = half_sum[0];
-      xh[j * 2 * l.unit_pitch + 2 * u + 1] = half_sum[1];
-    }
+    xs[j * l.unit_pitch + u] = half_sum[0] + half_sum[1];
+    xh[j * 2 * l.unit_pitch + 2 * u] = half_sum[0];
+    xh[j * 2 * l.unit_pitch + 2 * u + 1] = half_sum[1];
   }
 }
 
@@ -229,10 +206,10 @@ __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t
       uint4* dst = reinterpret_cast<uint4*>(xq + j * l.row_pitch + (u / kItemUnits) * kGroupPitch +
                                             (u % kItemUnits) * 32);
       dst[half] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-      if (l.halves) xh[j * 2 * l.unit_pitch + 2 * u + half] = half_sum;
+      xh[j * 2 * l.unit_pitch + 2 * u + half] = half_sum;
       if (half == 0) {
         xd[j * l.unit_pitch + u] = __fdiv_rn(amax, 127.0f);
-        if (l.sums) xs[j * l.unit_pitch + u] = half_sum + other_sum;
+        xs[j * l.unit_pitch + u] = half_sum + other_sum;
       }
     }
   }
