@@ -1,6 +1,8 @@
-// The n = 1 quantized GEMV with several weight rows per warp step and rows split over warps
-// (GemvPath::kRows, TERN_CUDA_GEMV=rows): same items, same canonical tree (gemv.h), so the same
-// bits as gemv_quant.cu's kernels; only which warp computes which subtree changes.
+// The n = 1 quantized GEMV with several weight rows per warp step and rows split over warps (the
+// default for the products gemv_rows_default picks; GemvPath::kRows, TERN_CUDA_GEMV=rows, for
+// all it takes): same items, same canonical tree (gemv.h), so the same bits as gemv_quant.cu's
+// kernels; only which warp computes which subtree changes. It takes the RMSNorm prologue, the
+// residual and SwiGLU epilogues (gemv_fusion.cuh) and GemvFusion::concurrent.
 //
 // Why (H200, bench/RESULTS.md "GEMV at the HBM limit"): the single-row kernel spends ~540 warp
 // instructions per 2.3 KB q4_k step with ~1 eligible warp per scheduler, so it is bound by
@@ -22,10 +24,10 @@
 // gives the single-warp result (the closing of a row's steps merges the low bits, i.e. the last
 // partial run, first, then the full runs' subtrees: the same as pushing the runs as leaves).
 //
-// The grid is balanced: with W resident warps and S row sets, every group takes at most
-// ceil(S / W) sets, so no warp streams two sets while others idle, and the sets are dealt out
-// across every resident block first (launch_rows_instance, spread), so a small product loads
-// every SM alike.
+// The grid is balanced rather than maximal: with W resident warps and S row sets, every group
+// takes ceil(S / groups) sets, and the number of groups is cut to what that needs, so no warp
+// streams two sets while others idle (dealing the sets over every resident block instead,
+// TERN_CUDA_GEMV_SPREAD=1, measured slower).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -101,11 +103,11 @@ __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
 }
 
 // Grid: blocks of kGemvWarps / kParts groups. Group q takes row sets q, q + n_groups, ... (set k =
-// joint rows k * kRows .. k * kRows + kRows - 1); part p of the group takes steps
-// [p * part_steps, (p + 1) * part_steps) of each. spread == 0: q = block * groups_per_block +
-// group in block, so the sets fill the first blocks; spread == 1: q = block + blocks * group in
-// block, so consecutive sets go to different blocks and a grid of every resident block spreads
-// a small product's sets evenly over the SMs (not half of them at two blocks and the rest idle).
+// joint rows k * kRows .. k * kRows + kRows - 1, or paired gate / up rows under a SwiGLU
+// epilogue); part p of the group takes steps [p * part_steps, (p + 1) * part_steps) of each.
+// spread == 0: q = block * groups_per_block + group in block, so the sets fill the first blocks;
+// spread == 1: q = block + blocks * group in block, so consecutive sets go to different blocks
+// and a grid of every resident block spreads a small product's sets over all SMs.
 template <DType T, int kRows, int kParts>
 __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch, int spread) {
