@@ -294,13 +294,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
 #endif
 }
 
-// Whether a launch marked concurrent (GemvFusion::concurrent) runs alongside its predecessor: on
-// by default; TERN_CUDA_GEMV_CONCURRENT=0 makes it wait first like every other launch (A/B
-// timing; read once per process).
+// Whether a launch marked concurrent (GemvFusion::concurrent) runs alongside its predecessor: off
+// by default, TERN_CUDA_GEMV_CONCURRENT=1 turns it on (read once per process). Such a launch
+// reads the norm's inputs without a griddepcontrol.wait of its own: it relies on its
+// predecessor's blocks having passed theirs before it could launch, and on nothing of the SM's
+// L1 holding those rows from before their writer ran. The PTX model promises visibility only to
+// a grid that waits, and the measured gain was small (8B Q4_K_M 334.0 -> 336.0 tok/s on the
+// H200, bench/RESULTS.md), so the default keeps every launch behind its own wait.
 bool run_concurrent() {
   static const bool on = [] {
     const char* e = std::getenv("TERN_CUDA_GEMV_CONCURRENT");
-    return !(e != nullptr && std::strcmp(e, "0") == 0);
+    return e != nullptr && std::strcmp(e, "1") == 0;
   }();
   return on;
 }

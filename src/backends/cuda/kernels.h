@@ -178,7 +178,8 @@ struct GemvFusion {
   // that carried this RMSNorm first: q/k/v split by weight type) writes or reads, except the
   // norm's inputs both only read, so a kernel may run it alongside that launch and wait for the
   // predecessor only before it exits (completion stays ordered along the stream). Kernels that
-  // ignore it wait first, as always (gemv_rows.cu honours it).
+  // ignore it wait first, as always (gemv_rows.cu honours it, only with
+  // TERN_CUDA_GEMV_CONCURRENT=1: gemv_rows.cu run_concurrent()).
   int32_t concurrent;
   int* done_blocks;    // kSwiglu with write_x: the backend's block counter (zero between launches)
   float* residual;     // epilogue (n_mats == 1): residual[i * residual_stride + r] += y[i, r]
