@@ -394,20 +394,19 @@ void Engine::step() {
   if (plan_prefills(n_decoding)) progressed = true;
 
   if (plan_.n_tokens() > 0) {
-    // Only each row's argmax crosses to the host unless some runner samples from the logits; then
-    // the logits do, and greedy runners of the step pick from them.
-    bool full = false;
-    for (const auto& ap : running_) full = full || (ap->planned && ap->runner.needs_logits());
-    logits_.resize(full ? plan_.logit_rows.size() * static_cast<size_t>(model_->config().n_vocab) : 0);
-    argmax_.resize(full ? 0 : plan_.logit_rows.size());
-    model_->forward(plan_, *pool_, Model::Outputs{full ? logits_.data() : nullptr, full ? nullptr : argmax_.data()});
+    // Only each row's argmax (and candidates) cross to the host unless some runner needs the
+    // logits; then the logits do, and every runner of the step picks from them (StepRunner).
+    step_runners_.clear();
+    for (const auto& ap : running_)
+      if (ap->planned) step_runners_.push_back(&ap->runner);
+    const StepOutputs out = step_.forward(*model_, plan_, *pool_, step_runners_);
     ++metrics_.steps;
     metrics_.step_tokens += plan_.n_tokens();
     for (auto& ap : running_) {
       Active& a = *ap;
       if (!a.planned) continue;
       a.planned = false;
-      Status s = a.runner.consume(logits_, argmax_);
+      Status s = a.runner.consume(out);
       if (!s.is_ok()) {
         fail(a, s);
       } else if (a.runner.done()) {

@@ -165,8 +165,8 @@ class Engine {
   std::vector<std::unique_ptr<Active>> preempted_;  // by admission rank; resumed first
   uint64_t next_rank_ = 0;
   BatchPlan plan_;
-  std::vector<float> logits_;  // [plan_.logit_rows.size(), n_vocab]
-  std::vector<int32_t> argmax_;  // [plan_.logit_rows.size()]: each logit row's argmax
+  StepRunner step_;                             // the step's outputs
+  std::vector<SequenceRunner*> step_runners_;   // the runners with rows in plan_
 
   std::thread thread_;
 };

@@ -47,12 +47,32 @@ int SequenceRunner::tokens_to_prefill() const {
   return 0;
 }
 
-LogitRow SequenceRunner::row(std::span<const float> logits, std::span<const int32_t> argmax, int i) const {
+LogitRow SequenceRunner::row(const StepOutputs& out, int i) const {
   const int r = first_logit_row_ + i;
-  LogitRow out;
-  if (!logits.empty()) out.logits = logits.subspan(static_cast<size_t>(r) * n_vocab_, n_vocab_);
-  if (!argmax.empty()) out.argmax = argmax[r];
-  return out;
+  LogitRow row;
+  if (!out.logits.empty()) row.logits = out.logits.subspan(static_cast<size_t>(r) * n_vocab_, n_vocab_);
+  if (!out.argmax.empty()) row.argmax = out.argmax[r];
+  if (const CandidateRows* c = out.candidates; c != nullptr) {
+    const size_t first = static_cast<size_t>(r) * static_cast<size_t>(c->count);
+    row.candidates.ids = std::span<const int32_t>(c->ids + first, static_cast<size_t>(c->count));
+    row.candidates.logits = std::span<const float>(c->logits + first, static_cast<size_t>(c->count));
+    row.candidates.flags = c->flags[r];
+    if (c->exp_sums != nullptr && c->temperatures[r] > 0.0f) {
+      row.candidates.exp_sum = c->exp_sums[r];
+      row.candidates.sum_temperature = c->temperatures[r];
+    }
+    row.candidates.n_vocab = n_vocab_;
+  }
+  if (out.fetch_logits != nullptr) row.fetch_logits = [&out, r] { return out.fetch_logits(r); };
+  return row;
+}
+
+OutputNeed SequenceRunner::need() const {
+  if (mode_ == Mode::kPrefillOnly) return OutputNeed::kLogits;
+  if (!options_->device_candidates) return needs_logits() ? OutputNeed::kLogits : OutputNeed::kArgmax;
+  // Speculative sampling verifies with whole distributions (spec/verify.h).
+  const bool verifying = phase_ == Phase::kDecode && !draft_.tokens.empty() && !forced_;
+  return sampler_.need(verifying);
 }
 
 Status SequenceRunner::sync() {
@@ -79,7 +99,7 @@ Status SequenceRunner::sync() {
   }
   synced_once_ = true;
   if (cached == want.size()) {
-    finish_prefill();  // the session already held exactly this prompt, logits included
+    finish_prefill(s.last_row());  // the session already held exactly this prompt, logits included
   } else {
     phase_ = Phase::kPrefill;
   }
@@ -145,13 +165,17 @@ Result<SequenceRunner::DecodePlan> SequenceRunner::plan_decode(BatchPlan& plan, 
   return DecodePlan::kPlanned;
 }
 
-Status SequenceRunner::consume(std::span<const float> logits, std::span<const int32_t> argmax) {
+Status SequenceRunner::consume(const StepOutputs& out) {
   TERN_CHECK(planned_rows_ > 0);
   const size_t rows = static_cast<size_t>(first_logit_row_ + n_logit_rows_);
-  TERN_CHECK(logits.size() >= rows * n_vocab_ || (argmax.size() >= rows && !needs_logits()));
+  const OutputNeed need_now = need();
+  TERN_CHECK(out.logits.size() >= rows * n_vocab_ ||
+             (out.argmax.size() >= rows && (need_now == OutputNeed::kArgmax ||
+                                            (need_now == OutputNeed::kCandidates && out.candidates != nullptr))));
   Session& s = *session_;
   planned_rows_ = 0;
-  s.commit_rows(feed_, row(logits, argmax, n_logit_rows_ - 1));
+  const LogitRow last = row(out, n_logit_rows_ - 1);
+  s.commit_rows(feed_, last);
   ++result_.stats.forwards;
 
   if (phase_ == Phase::kPrefill) {
@@ -160,7 +184,7 @@ Status SequenceRunner::consume(std::span<const float> logits, std::span<const in
     const int done = static_cast<int>(s.tokens_.size()) - prefill_base_;
     if (!resuming_ && done > 0 && options_->on_prefill_progress)
       options_->on_prefill_progress(std::min(done, prefill_total_), prefill_total_);
-    if (s.tokens_.size() == target().size()) finish_prefill();
+    if (s.tokens_.size() == target().size()) finish_prefill(last);
     return Status::ok();
   }
 
@@ -173,9 +197,9 @@ Status SequenceRunner::consume(std::span<const float> logits, std::span<const in
     n_accepted = k;
     std::vector<int32_t> h = history_;
     h.insert(h.end(), draft_.tokens.begin(), draft_.tokens.end());
-    next = sampler_.sample(s.last_row(), h);
+    next = sampler_.sample(last, h);
   } else if (k > 0) {
-    const VerifyOutcome v = verify_draft(draft_, [&](int i) { return row(logits, argmax, i); }, sampler_, history_);
+    const VerifyOutcome v = verify_draft(draft_, [&](int i) { return row(out, i); }, sampler_, history_);
     n_accepted = v.n_accepted;
     next = v.next;
     result_.stats.drafts_proposed += k;
@@ -183,13 +207,13 @@ Status SequenceRunner::consume(std::span<const float> logits, std::span<const in
     o.drafter->commit(k, n_accepted);
     if (n_accepted < k) {
       s.truncate(base_ + 1 + n_accepted);  // drop the rejected drafts' KV
-      const LogitRow r = row(logits, argmax, n_accepted);
+      const LogitRow r = row(out, n_accepted);
       s.last_logits_.assign(r.logits.begin(), r.logits.end());
       s.last_argmax_ = r.argmax;
       s.last_logits_valid_ = true;
     }
   } else {
-    next = sampler_.sample(s.last_row(), history_);
+    next = sampler_.sample(last, history_);
     if (o.drafter != nullptr) o.drafter->commit(0, 0);
   }
   s.register_full_blocks();
@@ -205,7 +229,7 @@ Status SequenceRunner::consume(std::span<const float> logits, std::span<const in
   return Status::ok();
 }
 
-void SequenceRunner::finish_prefill() {
+void SequenceRunner::finish_prefill(const LogitRow& last) {
   if (resuming_) {
     // Rebuilt after a preemption: the pending token was sampled before it, decoding goes on.
     resuming_ = false;
@@ -219,10 +243,10 @@ void SequenceRunner::finish_prefill() {
     phase_ = Phase::kDone;
     return;
   }
-  start_decode();
+  start_decode(last);
 }
 
-void SequenceRunner::start_decode() {
+void SequenceRunner::start_decode(const LogitRow& last) {
   const GenerateOptions& o = *options_;
   const tok::Tokenizer* tokenizer = session_->tokenizer_;
   history_.assign(prompt_.begin(), prompt_.end());
@@ -245,7 +269,7 @@ void SequenceRunner::start_decode() {
     end_generation();
     return;
   }
-  pending_ = sampler_.sample(session_->last_row(), history_);
+  pending_ = sampler_.sample(last, history_);
   result_.stats.time_to_first_token_seconds = now_seconds() - t_start_;
 }
 

@@ -27,6 +27,7 @@
 
 #include "core/status.h"
 #include "engine/session.h"
+#include "engine/step_outputs.h"
 #include "engine/stop_matcher.h"
 #include "engine/think_tracker.h"
 #include "ops/batch_plan.h"
@@ -76,15 +77,22 @@ class SequenceRunner {
   // anyway: verifying drafts next to a prefill chunk costs their full compute). Greedy output is
   // the same either way.
   Result<DecodePlan> plan_decode(BatchPlan& plan, bool allow_draft = true);
-  // Applies the forward of a plan this runner appended rows to: logits, every logit row of that
-  // plan [plan.logit_rows.size(), n_vocab], or, when the step computed only each row's argmax
-  // (Model::Outputs; only if needs_logits() is false), empty logits and argmax
-  // [plan.logit_rows.size()].
-  Status consume(std::span<const float> logits, std::span<const int32_t> argmax);
-  // Whether consume() needs the logits, not just their argmax: sampling, penalties, or a prefill
-  // whose caller wants the last logits (Mode::kPrefillOnly). The driver skips the logits' copy
-  // when no runner of the step needs them.
+  // Applies the forward of a plan this runner appended rows to: out holds every logit row of that
+  // plan (StepOutputs), with at least what need() asked for.
+  Status consume(const StepOutputs& out);
+  // What consume() needs of this step's rows (StepRunner takes the richest need of a step):
+  // the argmax (greedy), the candidates (sampling; the row itself is fetched when they do not
+  // provably suffice), or the logits (penalties, speculative sampling without truncation, or a
+  // prefill whose caller wants the last logits: Mode::kPrefillOnly). Call after planning.
+  OutputNeed need() const;
+  // Whether a result with only the argmax falls short: anything but argmax-only greedy.
   bool needs_logits() const { return mode_ == Mode::kPrefillOnly || !sampler_.argmax_only(); }
+  int candidates_wanted() const { return sampler_.candidates_wanted(); }
+  float exp_sum_temperature() const { return sampler_.exp_sum_temperature(); }
+  // This runner's rows among the plan's logit rows (valid between planning and consume()).
+  int first_logit_row() const { return first_logit_row_; }
+  int n_logit_rows() const { return n_logit_rows_; }
+  const CandidateStats& candidate_stats() const { return sampler_.candidate_stats(); }
   // Releases the session's KV and returns to kSync; the generation resumes after the next sync().
   // Precondition: kPrefill or kDecode, no rows planned.
   void preempt();
@@ -106,13 +114,15 @@ class SequenceRunner {
   GenResult& result() { return result_; }
 
  private:
-  // Prefill complete (last logits valid): start decoding, resume it, or stop (kPrefillOnly).
-  void finish_prefill();
-  void start_decode();
+  // Prefill complete (last logits valid; last: the last prompt token's result): start decoding,
+  // resume it, or stop (kPrefillOnly).
+  void finish_prefill(const LogitRow& last);
+  void start_decode(const LogitRow& last);
   // Commits one generated token; false when generation must end (stop reason set).
   bool commit(int32_t token, bool forced);
   void end_generation();
-  LogitRow row(std::span<const float> logits, std::span<const int32_t> argmax, int i) const;
+  // The result after feed_[i]'s logit row (i < n_logit_rows_) of a step.
+  LogitRow row(const StepOutputs& out, int i) const;
 
   Session* session_;
   std::span<const int32_t> prompt_;

@@ -178,10 +178,10 @@ size_t Session::match_prefix(std::span<const int32_t> prompt, bool use_index, bo
 namespace {
 
 // Runs `runner` alone to completion: one forward per step.
-Status drive(SequenceRunner& runner, Model& model, KvPool& pool, BatchPlan& plan, std::vector<float>& logits,
-             std::vector<int32_t>& argmax, const GenerateOptions& options) {
+Status drive(SequenceRunner& runner, Model& model, KvPool& pool, BatchPlan& plan, StepRunner& step,
+             const GenerateOptions& options) {
   TERN_RETURN_IF_ERROR(runner.sync());
-  const int n_vocab = model.config().n_vocab;
+  SequenceRunner* const runners[] = {&runner};
   while (!runner.done()) {
     begin_plan(plan);
     if (runner.phase() == SequenceRunner::Phase::kPrefill) {
@@ -201,13 +201,10 @@ Status drive(SequenceRunner& runner, Model& model, KvPool& pool, BatchPlan& plan
       if (d == SequenceRunner::DecodePlan::kNoRoom)
         return error("KV cache full: no free block for the next token in a pool of " + std::to_string(pool.n_blocks()));
     }
-    // A greedy runner needs only each row's argmax: the logits stay on the device. A runner that
-    // samples gets the logits (and picks from them itself when it is greedy).
-    const bool full = runner.needs_logits();
-    logits.resize(full ? plan.logit_rows.size() * static_cast<size_t>(n_vocab) : 0);
-    argmax.resize(full ? 0 : plan.logit_rows.size());
-    model.forward(plan, pool, Model::Outputs{full ? logits.data() : nullptr, full ? nullptr : argmax.data()});
-    TERN_RETURN_IF_ERROR(runner.consume(logits, argmax));
+    // A greedy runner needs only each row's argmax, a sampling one the row's candidates: the
+    // logits stay on the device unless the runner needs them (StepRunner).
+    const StepOutputs out = step.forward(model, plan, pool, runners);
+    TERN_RETURN_IF_ERROR(runner.consume(out));
   }
   return Status::ok();
 }
@@ -217,14 +214,14 @@ Status drive(SequenceRunner& runner, Model& model, KvPool& pool, BatchPlan& plan
 Result<std::vector<float>> Session::prefill(std::span<const int32_t> prompt, const GenerateOptions& options,
                                             GenStats* stats) {
   SequenceRunner runner(*this, prompt, options, SequenceRunner::Mode::kPrefillOnly);
-  TERN_RETURN_IF_ERROR(drive(runner, *model_, kv_.pool(), plan_, logits_, argmax_, options));
+  TERN_RETURN_IF_ERROR(drive(runner, *model_, kv_.pool(), plan_, step_, options));
   if (stats != nullptr) *stats = runner.stats();
   return last_logits_;
 }
 
 Result<GenResult> Session::generate(std::span<const int32_t> prompt, const GenerateOptions& options) {
   SequenceRunner runner(*this, prompt, options);
-  TERN_RETURN_IF_ERROR(drive(runner, *model_, kv_.pool(), plan_, logits_, argmax_, options));
+  TERN_RETURN_IF_ERROR(drive(runner, *model_, kv_.pool(), plan_, step_, options));
   return std::move(runner.result());
 }
 

@@ -24,6 +24,7 @@
 #include "kv/kv_pool.h"
 #include "models/model.h"
 #include "sampling/sampler.h"
+#include "engine/step_outputs.h"
 #include "spec/draft_source.h"
 #include "tokenizer/tokenizer.h"
 
@@ -47,6 +48,10 @@ struct GenerateOptions {
   const std::atomic<bool>* cancel = nullptr;  // checked between forwards
   DraftSource* drafter = nullptr;       // speculative decoding when set
   int max_draft_tokens = 10;            // per verify forward
+  // Sample from each row's best candidates, computed where the logits are, whenever that provably
+  // picks the token the whole row would (sampling/candidate_sampling.cpp); false: always move the
+  // whole row to the host (A/B tests). Tokens are the same either way.
+  bool device_candidates = true;
   // Thinking budget: after this many generated tokens inside <think>, the engine closes the block
   // itself (think_close) and the answer follows. -1 = no budget.
   int think_budget_tokens = -1;
@@ -126,13 +131,12 @@ class Session {
   BlockHash root_hash_;
   std::vector<int32_t> tokens_;
   std::vector<BlockHash> hashes_;   // chain hash of each full block of tokens_
-  std::vector<float> logits_;       // [rows, n_vocab] from generate()'s last forward
   std::vector<float> last_logits_;  // the logits after tokens_.back() (empty: only the argmax)
   int32_t last_argmax_ = -1;        // their argmax, when computed
   bool last_logits_valid_ = false;  // last_logits_ / last_argmax_ describe tokens_.back()
-  std::vector<int32_t> argmax_;     // [rows] from generate()'s last forward
   int restored_tokens_ = 0;         // of match_prefix's result, tokens restored from a KV tier
   BatchPlan plan_;                  // generate()'s step
+  StepRunner step_;                 // generate()'s step outputs
 };
 
 }  // namespace tern

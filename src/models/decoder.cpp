@@ -5,6 +5,7 @@
 
 #include "core/argmax.h"
 #include "core/quant_ref.h"
+#include "core/top_candidates.h"
 #include "models/rope_table.h"
 
 namespace tern {
@@ -100,6 +101,7 @@ void DecoderModel::forward(const BatchPlan& plan, KvPool& kv, const Outputs& out
   const int m = static_cast<int>(plan.logit_rows.size());
   TERN_CHECK(n > 0 && plan.positions.size() == static_cast<size_t>(n) && plan.kv_slots.size() == static_cast<size_t>(n));
   ensure_workspace(n, m);
+  last_logit_rows_ = 0;
   Backend& b = *backend_;
   b.begin_step(plan);
 
@@ -113,16 +115,29 @@ void DecoderModel::forward(const BatchPlan& plan, KvPool& kv, const Outputs& out
   ops::rms_norm(b, hidden, output_norm_, config_.rms_eps, hidden);
   Tensor out = ws_.logits.slice_rows(0, m);
   ops::matmul(b, output_, hidden, out);
+  last_logit_rows_ = m;
+  const CandidateRows* cands = outputs.candidates;
   if (outputs.logits != nullptr) {
     b.copy_to_host(out, outputs.logits);
+    for (int r = 0; r < m; ++r) {
+      const float* row = outputs.logits + static_cast<size_t>(r) * config_.n_vocab;
+      if (outputs.argmax != nullptr) outputs.argmax[r] = first_argmax(row, config_.n_vocab);
+      if (cands != nullptr) top_candidates_row(row, config_.n_vocab, *cands, r);
+    }
+  } else if (cands != nullptr) {
+    TERN_CHECK(cands->rows == m);
+    ops::top_candidates(b, out, *cands);
     if (outputs.argmax != nullptr) {
-      for (int r = 0; r < m; ++r) {
-        outputs.argmax[r] = first_argmax(outputs.logits + static_cast<size_t>(r) * config_.n_vocab, config_.n_vocab);
-      }
+      for (int r = 0; r < m; ++r) outputs.argmax[r] = candidates_argmax(*cands, r);
     }
   } else if (outputs.argmax != nullptr) {
     ops::argmax_rows(b, out, outputs.argmax);
   }
+}
+
+void DecoderModel::copy_logit_row(int row, float* dst) {
+  TERN_CHECK_MSG(row >= 0 && row < last_logit_rows_, "copy_logit_row: the last forward has no such logit row");
+  backend_->copy_to_host(ws_.logits.slice_rows(row, 1), dst);
 }
 
 }  // namespace tern

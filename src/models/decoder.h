@@ -17,6 +17,7 @@ class DecoderModel : public Model {
  public:
   using Model::forward;
   void forward(const BatchPlan& plan, KvPool& kv, const Outputs& out) final;
+  void copy_logit_row(int row, float* dst) final;
 
  protected:
   DecoderModel(std::shared_ptr<const gguf::File> file, Backend& backend) : file_(std::move(file)), backend_(&backend) {}
@@ -58,6 +59,7 @@ class DecoderModel : public Model {
   std::unique_ptr<Buffer> rope_buffer_;
   std::unique_ptr<Buffer> workspace_buffer_;
   int ws_tokens_ = 0, ws_logit_rows_ = 0;
+  int last_logit_rows_ = 0;  // logit rows of the last forward (copy_logit_row)
 };
 
 }  // namespace tern

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "core/top_candidates.h"
 #include "formats/gguf.h"
 #include "kv/kv_pool.h"
 #include "ops/backend.h"
@@ -57,13 +58,19 @@ class Model {
   struct Outputs {
     float* logits = nullptr;    // [rows, n_vocab], or null: not needed
     int32_t* argmax = nullptr;  // [rows] first_argmax of each row (core/argmax.h), or null
+    // Each row's best candidates (core/top_candidates.h; rows == the plan's logit rows), or null.
+    const CandidateRows* candidates = nullptr;
   };
   // Runs the plan: writes the K/V of every token into `kv`, and the logit rows' results into
-  // `out`. With argmax alone (greedy sampling) a device backend reduces the rows on the device and
-  // copies one int per row instead of the vocabulary. Preconditions: every kv_slot belongs to its
-  // sequence's blocks, and positions [0, p) of each sequence were written by earlier forwards.
+  // `out`. Without logits (greedy sampling, or sampling from candidates) a device backend reduces
+  // the rows on the device and copies one int per row (and the candidates) instead of the
+  // vocabulary. Preconditions: every kv_slot belongs to its sequence's blocks, and positions
+  // [0, p) of each sequence were written by earlier forwards.
   virtual void forward(const BatchPlan& plan, KvPool& kv, const Outputs& out) = 0;
   void forward(const BatchPlan& plan, KvPool& kv, float* logits) { forward(plan, kv, Outputs{logits, nullptr}); }
+  // Copies logit row `row` of the last forward into dst [n_vocab]: the rows stay where the
+  // forward computed them until the next forward (the candidates' fallback, StepOutputs).
+  virtual void copy_logit_row(int row, float* dst) = 0;
 
  protected:
   ModelConfig config_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/argmax.h"
+#include "core/top_candidates.h"
 #include "core/tensor.h"
 #include "ops/batch_plan.h"
 
@@ -135,6 +136,16 @@ class Backend {
     for (int64_t r = 0; r < x.rows; ++r) {
       host_ids[r] = first_argmax(rows.data() + r * x.cols, static_cast<size_t>(x.cols));
     }
+  }
+  // Each row's best out.count candidates, its NaN flags and (where out.temperatures[r] > 0) its
+  // softmax normalizer (core/top_candidates.h: top_candidates_row is the reference, which the
+  // ids, logits and flags must equal bit for bit). Waits for prior work. Sampling from candidates
+  // moves a few KiB per row instead of the vocabulary and spares the host a sort of it. The
+  // default copies the rows to the host and runs the reference there.
+  virtual void top_candidates(const Tensor& x, const CandidateRows& out) {
+    std::vector<float> rows(static_cast<size_t>(x.rows * x.cols));
+    copy_to_host(x, rows.data());
+    for (int64_t r = 0; r < x.rows; ++r) top_candidates_row(rows.data() + r * x.cols, x.cols, out, static_cast<int>(r));
   }
 };
 

@@ -82,4 +82,12 @@ void argmax_rows(Backend& b, const Tensor& x, int32_t* host_ids) {
   b.argmax_rows(x, host_ids);
 }
 
+void top_candidates(Backend& b, const Tensor& x, const CandidateRows& out) {
+  TERN_CHECK(is_f32(x) && x.cols > 0 && out.rows == x.rows);
+  TERN_CHECK(out.count >= 1 && out.count <= kMaxCandidates && out.count <= x.cols);
+  TERN_CHECK(out.ids != nullptr && out.logits != nullptr && out.flags != nullptr);
+  TERN_CHECK((out.exp_sums == nullptr) == (out.temperatures == nullptr));
+  b.top_candidates(x, out);
+}
+
 }  // namespace tern::ops

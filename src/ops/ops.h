@@ -26,5 +26,7 @@ void attention(Backend& b, const Tensor& q, const KvLayerView& kv, const Attenti
 void gather_logit_rows(Backend& b, const Tensor& x, Tensor& out);
 // host_ids[r] = first index of the largest value of x[r, :] (core/argmax.h); waits for the step.
 void argmax_rows(Backend& b, const Tensor& x, int32_t* host_ids);
+// Each row's best candidates into out (core/top_candidates.h); waits for the step.
+void top_candidates(Backend& b, const Tensor& x, const CandidateRows& out);
 
 }  // namespace tern::ops

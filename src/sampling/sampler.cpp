@@ -7,9 +7,12 @@
 
 #include "core/argmax.h"
 #include "core/check.h"
+#include "core/top_candidates.h"
+#include "sampling/stages.h"
 
 namespace tern {
-namespace {
+
+namespace stages {
 
 void softmax_in_place(Candidates& c) {
   c.sort_descending();
@@ -22,59 +25,70 @@ void softmax_in_place(Candidates& c) {
   for (float& l : c.logits) l = static_cast<float>(l / sum);
 }
 
+void top_k(Candidates& c, int k) {
+  if (k <= 0 || static_cast<size_t>(k) >= c.size()) return;
+  c.sort_descending();
+  c.ids.resize(k);
+  c.logits.resize(k);
+}
+
+void top_p(Candidates& c, float p) {
+  if (p >= 1.0f || c.size() <= 1) return;
+  Candidates probs = c;
+  softmax_in_place(probs);
+  c.sort_descending();
+  double cum = 0.0;
+  size_t keep = c.size();
+  for (size_t i = 0; i < probs.size(); ++i) {
+    cum += probs.logits[i];
+    if (cum >= p) {
+      keep = i + 1;
+      break;
+    }
+  }
+  c.ids.resize(keep);
+  c.logits.resize(keep);
+}
+
+// Probability >= p times the top one: logit >= max + ln(p).
+void min_p(Candidates& c, float p) {
+  if (p <= 0.0f || c.size() <= 1) return;
+  c.sort_descending();
+  const float threshold = c.logits[0] + std::log(p);
+  size_t keep = 1;
+  while (keep < c.size() && c.logits[keep] >= threshold) ++keep;
+  c.ids.resize(keep);
+  c.logits.resize(keep);
+}
+
+}  // namespace stages
+
+namespace {
+
+using stages::softmax_in_place;
+
 class TopK final : public SamplerStage {
  public:
   explicit TopK(int k) : k_(k) {}
-  void apply(Candidates& c) override {
-    if (k_ <= 0 || static_cast<size_t>(k_) >= c.size()) return;
-    c.sort_descending();
-    c.ids.resize(k_);
-    c.logits.resize(k_);
-  }
+  void apply(Candidates& c) override { stages::top_k(c, k_); }
 
  private:
   int k_;
 };
 
-// Keeps the smallest prefix (by probability) whose mass reaches p.
 class TopP final : public SamplerStage {
  public:
   explicit TopP(float p) : p_(p) {}
-  void apply(Candidates& c) override {
-    if (p_ >= 1.0f || c.size() <= 1) return;
-    Candidates probs = c;
-    softmax_in_place(probs);
-    c.sort_descending();
-    double cum = 0.0;
-    size_t keep = c.size();
-    for (size_t i = 0; i < probs.size(); ++i) {
-      cum += probs.logits[i];
-      if (cum >= p_) {
-        keep = i + 1;
-        break;
-      }
-    }
-    c.ids.resize(keep);
-    c.logits.resize(keep);
-  }
+  void apply(Candidates& c) override { stages::top_p(c, p_); }
 
  private:
   float p_;
 };
 
-// Keeps tokens whose probability is at least min_p times the top one: logit >= max + ln(min_p).
 class MinP final : public SamplerStage {
  public:
   explicit MinP(float p) : p_(p) {}
-  void apply(Candidates& c) override {
-    if (p_ <= 0.0f || c.size() <= 1) return;
-    c.sort_descending();
-    const float threshold = c.logits[0] + std::log(p_);
-    size_t keep = 1;
-    while (keep < c.size() && c.logits[keep] >= threshold) ++keep;
-    c.ids.resize(keep);
-    c.logits.resize(keep);
-  }
+  void apply(Candidates& c) override { stages::min_p(c, p_); }
 
  private:
   float p_;
@@ -142,15 +156,68 @@ Candidates Sampler::distribution(std::span<const float> logits, std::span<const 
   return c;
 }
 
-bool Sampler::argmax_only() const {
-  return greedy() && params_.repeat_penalty == 1.0f && params_.presence_penalty == 0.0f &&
-         params_.frequency_penalty == 0.0f;
+bool Sampler::penalised() const {
+  return params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+}
+
+bool Sampler::argmax_only() const { return greedy() && !penalised(); }
+
+std::span<const float> Sampler::fetch(const LogitRow& row) const {
+  if (!row.logits.empty()) return row.logits;
+  TERN_CHECK_MSG(row.fetch_logits != nullptr, "sampler: this sampler needs the logits, the step did not keep them");
+  const std::span<const float> logits = row.fetch_logits();
+  TERN_CHECK(!logits.empty());
+  return logits;
 }
 
 int32_t Sampler::sample(const LogitRow& row, std::span<const int32_t> history) {
+  if (!row.logits.empty()) return sample(row.logits, history);
   if (argmax_only() && row.argmax >= 0) return row.argmax;
-  TERN_CHECK_MSG(!row.logits.empty(), "sampler: this sampler needs the logits, the step computed only the argmax");
-  return sample(row.logits, history);
+  if (!greedy() && !row.candidates.ids.empty()) {
+    // One uniform per draw on either path, so the RNG stays in step with the whole-row path.
+    const double u01 = uniform();
+    Candidates c;
+    bool open = false;
+    if (build_from_candidates(row.candidates, c, &open)) {
+      int32_t token = -1;
+      if (!open) {
+        softmax_in_place(c);
+        ++candidate_stats_.exact;
+        return draw_at(c, u01);
+      }
+      if (draw_from_candidates(row.candidates, c, u01, &token)) {
+        ++candidate_stats_.exact;
+        return token;
+      }
+    }
+    ++candidate_stats_.fallback;
+    return draw_at(distribution(fetch(row), history), u01);
+  }
+  return sample(fetch(row), history);
+}
+
+Candidates Sampler::distribution(const LogitRow& row, std::span<const int32_t> history) {
+  if (row.logits.empty() && !greedy() && !row.candidates.ids.empty()) {
+    Candidates c;
+    bool open = false;
+    if (build_from_candidates(row.candidates, c, &open) && !open) {
+      softmax_in_place(c);
+      ++candidate_stats_.exact;
+      return c;
+    }
+    ++candidate_stats_.fallback;
+  }
+  return distribution(fetch(row), history);
+}
+
+OutputNeed Sampler::need(bool whole_distribution) const {
+  if (argmax_only()) return OutputNeed::kArgmax;
+  // Penalties change logits anywhere in the vocabulary; greedy with penalties is rare.
+  if (greedy() || penalised()) return OutputNeed::kLogits;
+  if (params_.top_k > 0 && candidates_wanted() > kMaxCandidates) return OutputNeed::kLogits;
+  const bool truncates = params_.top_k > 0 || params_.top_p < 1.0f || params_.min_p > 0.0f;
+  if (whole_distribution && !truncates) return OutputNeed::kLogits;
+  return OutputNeed::kCandidates;
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
@@ -165,12 +232,14 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0); }
 
-int32_t Sampler::draw(const Candidates& probs) {
+int32_t Sampler::draw(const Candidates& probs) { return draw_at(probs, uniform()); }
+
+int32_t Sampler::draw_at(const Candidates& probs, double u01) {
   // Inverse-CDF draw with a 53-bit uniform; deterministic given the seed. Probabilities need not
   // sum exactly to 1 (residual distributions): scale the uniform by their total.
   double total = 0.0;
   for (float p : probs.logits) total += p;
-  const double u = uniform() * total;
+  const double u = u01 * total;
   double cum = 0.0;
   for (size_t i = 0; i < probs.size(); ++i) {
     cum += probs.logits[i];

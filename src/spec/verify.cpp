@@ -37,7 +37,7 @@ VerifyOutcome verify_draft(const Draft& draft, const std::function<LogitRow(int)
         break;
       }
     } else {
-      const Candidates p = sampler.distribution(row(i).logits, history);
+      const Candidates p = sampler.distribution(row(i), history);
       const Candidates* q = draft.probs.empty() ? nullptr : &draft.probs[i];
       const float pd = prob_of(p, d);
       const float qd = q ? prob_of(*q, d) : 1.0f;

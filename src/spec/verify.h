@@ -21,7 +21,7 @@ struct VerifyOutcome {
 };
 
 // row(i): the target's result after feed[i], where feed = [pending] + draft.tokens (k + 1 rows);
-// logits, or only the argmax when the sampler is argmax_only().
+// logits, or only the argmax when the sampler is argmax_only(), or candidates (Sampler::sample).
 // history: every token before the draft (prompt + generated + pending); left as it was.
 VerifyOutcome verify_draft(const Draft& draft, const std::function<LogitRow(int)>& row, Sampler& sampler,
                            std::vector<int32_t>& history);

@@ -163,4 +163,11 @@ void CpuBackend::argmax_rows(const Tensor& x, int32_t* host_ids) {
   for (int64_t r = 0; r < x.rows; ++r) host_ids[r] = first_argmax(x.row<float>(r), static_cast<size_t>(x.cols));
 }
 
+void CpuBackend::top_candidates(const Tensor& x, const CandidateRows& out) {
+  // Rows are independent and write disjoint entries of out.
+  pool_.parallel_for(x.rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) top_candidates_row(x.row<float>(r), x.cols, out, static_cast<int>(r));
+  });
+}
+
 }  // namespace tern::cpu

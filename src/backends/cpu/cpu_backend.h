@@ -60,6 +60,7 @@ class CpuBackend final : public Backend {
   void attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
   void argmax_rows(const Tensor& x, int32_t* host_ids) override;  // in place: the rows are host memory
+  void top_candidates(const Tensor& x, const CandidateRows& out) override;  // in place, a row per task
 
  private:
   CpuBackendOptions options_;

@@ -481,6 +481,72 @@ class CudaBackend final : public Backend {
     for (int r = 0; r < rows; ++r) host_ids[r] = decode_argmax_key(host[r]);
   }
 
+  // Sampling candidates on the device (top_candidates.cu): the rows' best entries, flags and
+  // normalizers cross to the host, a few KiB per row instead of the vocabulary.
+  void top_candidates(const Tensor& x, const CandidateRows& out) override {
+    TERN_CHECK_MSG(is_device(x), "top_candidates: tensor must be on the CUDA device");
+    TERN_CHECK(x.dtype == DType::F32 && x.rows > 0 && x.cols > 0 && x.rows == out.rows);
+    TERN_CHECK(out.count >= 1 && out.count <= kMaxCandidates && out.count <= x.cols);
+    const int rows = out.rows, count = out.count;
+    const TopCandidatesShape shape = top_candidates_shape(x.cols, count);
+    const bool sums = out.exp_sums != nullptr;
+    // Device layout of the results, copied back in one piece: [rows, parts] doubles, then ids,
+    // logits and flags.
+    const size_t partials_bytes = sizeof(double) * static_cast<size_t>(rows) * shape.parts;
+    const size_t entries = static_cast<size_t>(rows) * count;
+    const size_t out_bytes = partials_bytes + entries * (sizeof(int32_t) + sizeof(float)) + sizeof(uint32_t) * rows;
+    // Reserving first: growing a buffer flushes records that still point into the old one.
+    reserve(topc_out_, out_bytes);
+    reserve(topc_scratch_, (sizeof(unsigned long long) * shape.cap + sizeof(uint32_t)) * static_cast<size_t>(rows) * shape.parts);
+    if (sums) {
+      reserve(topc_temperatures_, sizeof(float) * static_cast<size_t>(rows));
+      // Stream-ordered before the launch below; the staging is free again: the previous call
+      // waited for the stream.
+      void* staging = topc_staging_.reserve(sizeof(float) * static_cast<size_t>(rows));
+      std::memcpy(staging, out.temperatures, sizeof(float) * static_cast<size_t>(rows));
+      TERN_CUDA_CHECK(cudaMemcpyAsync(topc_temperatures_->data(), staging, sizeof(float) * static_cast<size_t>(rows),
+                                      cudaMemcpyHostToDevice, stream_));
+    }
+    auto* base = static_cast<unsigned char*>(topc_out_->data());
+    auto* scratch = static_cast<unsigned long long*>(topc_scratch_->data());
+    TopCandidatesArgs& a = queue_->push<TopCandidatesArgs>(OpKind::kTopCandidates);
+    a.x = x.f32();
+    a.x_stride = f32_stride(x);
+    a.cols = x.cols;
+    a.part_cols = shape.part_cols;
+    a.rows = rows;
+    a.count = count;
+    a.cap = shape.cap;
+    a.parts = shape.parts;
+    a.partial_keys = scratch;
+    a.partial_flags = reinterpret_cast<uint32_t*>(scratch + static_cast<size_t>(rows) * shape.parts * shape.cap);
+    a.exp_partials = reinterpret_cast<double*>(base);
+    a.ids = reinterpret_cast<int32_t*>(base + partials_bytes);
+    a.logits = reinterpret_cast<float*>(base + partials_bytes + entries * sizeof(int32_t));
+    a.flags = reinterpret_cast<uint32_t*>(base + partials_bytes + entries * (sizeof(int32_t) + sizeof(float)));
+    a.temperatures = sums ? static_cast<const float*>(topc_temperatures_->data()) : nullptr;
+    topc_host_.resize((out_bytes + 3) / 4);
+    copy_to_host(Tensor::view(base, DType::I32, 1, static_cast<int64_t>(topc_host_.size()), Device::kCuda),
+                 topc_host_.data());
+    const auto* host = reinterpret_cast<const unsigned char*>(topc_host_.data());
+    std::memcpy(out.ids, host + partials_bytes, entries * sizeof(int32_t));
+    std::memcpy(out.logits, host + partials_bytes + entries * sizeof(int32_t), entries * sizeof(float));
+    std::memcpy(out.flags, host + partials_bytes + entries * (sizeof(int32_t) + sizeof(float)), sizeof(uint32_t) * rows);
+    if (sums) {
+      for (int r = 0; r < rows; ++r) {
+        double sum = 0.0;
+        if (out.temperatures[r] > 0.0f) {
+          for (int p = 0; p < shape.parts; ++p) {
+            double v = 0.0;
+            std::memcpy(&v, host + sizeof(double) * (static_cast<size_t>(r) * shape.parts + p), sizeof(v));
+            sum += v;
+          }
+        }
+        out.exp_sums[r] = sum;
+      }
+    }
+  }
+
   void gather_logit_rows(const Tensor& x, Tensor& out) override {
     require_plan("gather_logit_rows");
     TERN_CHECK_MSG(is_device(x) && is_device(out), "gather_logit_rows: tensors must be on the CUDA device");
@@ -805,6 +871,9 @@ class CudaBackend final : public Backend {
   int64_t tc_matmuls_ = 0;
   bool tc_attention_ = false;  // tensor-core prefill attention on (with tc_gemm_)
   int64_t tc_attentions_ = 0;
+  std::unique_ptr<Buffer> topc_out_, topc_scratch_, topc_temperatures_;  // top_candidates
+  PinnedBuffer topc_staging_;                                              // its temperatures
+  std::vector<uint32_t> topc_host_;                                        // its results
   std::unique_ptr<Buffer> argmax_keys_;  // argmax_rows: [rows] keys, then [rows, blocks] partials
   int64_t fused_kv_writes_ = 0;  // kv_writes that joined the rope's launch
   bool attention_row_copy_ = false;  // TERN_CUDA_ATTN_ROW_COPY=1

@@ -136,6 +136,33 @@ struct ArgmaxArgs {
 };
 int argmax_blocks_per_row(int64_t cols);
 
+// Sampling candidates on the device (top_candidates.cu): per row the best `count` entries in
+// core/top_candidates.h's order, its flags and (rows with temperatures[r] > 0) the softmax
+// normalizer in `parts` partial sums. Two launches, three with temperatures.
+struct TopCandidatesArgs {
+  const float* x;
+  int64_t x_stride;
+  int64_t cols;
+  int64_t part_cols;             // TopCandidatesShape
+  int rows;
+  int count;                     // entries per row, <= cap
+  int cap;                       // TopCandidatesShape
+  int parts;                     // TopCandidatesShape
+  unsigned long long* partial_keys;  // [rows, parts, cap]
+  uint32_t* partial_flags;           // [rows, parts]
+  int32_t* ids;                      // [rows, count]
+  float* logits;                     // [rows, count]
+  uint32_t* flags;                   // [rows]
+  const float* temperatures;         // [rows], or null: no sums
+  double* exp_partials;              // [rows, parts]
+};
+struct TopCandidatesShape {
+  int cap = 1;             // count rounded up to a power of two
+  int parts = 1;           // blocks per row in the first launch
+  int64_t part_cols = 0;   // columns per part (a multiple of the 4096-element chunk)
+};
+TopCandidatesShape top_candidates_shape(int64_t cols, int count);
+
 struct GatherRowsArgs {
   const float* x;
   int64_t x_stride;
@@ -309,6 +336,7 @@ void launch_rope(const RopeArgs& a, const LaunchEnv& env);
 void launch_kv_write(const KvWriteArgs& a, const LaunchEnv& env);
 void launch_gather_rows(const GatherRowsArgs& a, const LaunchEnv& env);
 void launch_argmax_rows(const ArgmaxArgs& a, const LaunchEnv& env);
+void launch_top_candidates(const TopCandidatesArgs& a, const LaunchEnv& env);
 // The index a row's winning key (ArgmaxArgs) stands for.
 inline int32_t decode_argmax_key(unsigned long long key) { return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key)); }
 // One block per item; 16-byte copies when every address and size of the item allows, else

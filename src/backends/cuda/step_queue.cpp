@@ -30,6 +30,7 @@ void launch_one(const OpRecord& r, const LaunchEnv& s) {
     case OpKind::kAttention: launch_attention(args_of<AttentionArgs>(r), s); return;
     case OpKind::kMatmulTc: launch_matmul_tc(args_of<TcMatmulArgs>(r), s); return;
     case OpKind::kArgmaxRows: launch_argmax_rows(args_of<ArgmaxArgs>(r), s); return;
+    case OpKind::kTopCandidates: launch_top_candidates(args_of<TopCandidatesArgs>(r), s); return;
   }
   TERN_CHECK_MSG(false, "unknown op record");
 }

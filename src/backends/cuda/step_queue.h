@@ -24,7 +24,8 @@
 namespace tern::cuda {
 
 enum class OpKind : uint32_t {
-  kEmbed, kRmsNorm, kElementwise, kRope, kKvWrite, kGatherRows, kMatmul, kAttention, kMatmulTc, kArgmaxRows
+  kEmbed, kRmsNorm, kElementwise, kRope, kKvWrite, kGatherRows, kMatmul, kAttention, kMatmulTc, kArgmaxRows,
+  kTopCandidates
 };
 
 struct OpRecord {
