@@ -8,6 +8,7 @@
 //   gpu_bench --gemv [--gemv-filter STR] [--gemv-n 1] [--gemv-iters 50] [--gemv-stage-bytes 8192,16384]
 //             [--gemv-no-legacy] [--gemv-rows auto,2x1,4x1,1x2,1x4 | none]
 //             [--gemv-float prev,1x8,1x16,2x4,2x8,4x4,2x8/2 | none]
+//   gpu_bench --sampling [--sampling-vocab 128256] [--sampling-rows 1,8,32] [--sampling-count 64,256,1024]
 //
 // --preset synthesizes the model (formats/synth.h) into $TMPDIR once; random weights decode at
 // the same speed as real ones. Sections, each one line per measurement:
@@ -28,6 +29,7 @@
 //            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape, the float kernels per
 //            --gemv-float variant (gemv_bench.h)
 //   attn     (--attn, instead of the model) the attention op alone (attention_bench.h)
+//   sampling (--sampling, instead of the model) argmax / candidates / whole rows (sampling_bench.h)
 // A forward's time includes its sync point: the copy of each logit row's argmax to the host
 // (greedy sampling on the device, as the engine's greedy steps do), or with --full-logits the
 // whole rows (as steps that sample from the logits do).
@@ -47,6 +49,7 @@
 #include "formats/gguf.h"
 #include "formats/synth.h"
 #include "gemv_bench.h"
+#include "sampling_bench.h"
 #include "kv/kv_pool.h"
 #include "models/model.h"
 
@@ -70,6 +73,8 @@ struct Options {
   AttentionBenchOptions attn_options;
   bool gemv = false;
   GemvBenchOptions gemv_options;
+  bool sampling = false;
+  SamplingBenchOptions sampling_options;
 };
 
 std::vector<int> parse_list(const char* s) {
@@ -138,6 +143,10 @@ bool parse(int argc, char** argv, Options& o) {
       }
     }
     else if (a == "--gemv") o.gemv = true;
+    else if (a == "--sampling") o.sampling = true;
+    else if (a == "--sampling-vocab") o.sampling_options.vocab = std::atoi(next());
+    else if (a == "--sampling-rows") o.sampling_options.rows = parse_list(next());
+    else if (a == "--sampling-count") o.sampling_options.counts = parse_list(next());
     else if (a == "--gemv-filter") o.gemv_options.filter = next();
     else if (a == "--gemv-n") o.gemv_options.n = std::atoi(next());
     else if (a == "--gemv-iters") o.gemv_options.iters = std::atoi(next());
@@ -394,5 +403,6 @@ int main(int argc, char** argv) {
     return tern::bench::run_attention_bench(o.attn_options);
   }
   if (o.gemv) return tern::bench::run_gemv_bench(o.gemv_options);
+  if (o.sampling) return tern::bench::run_sampling_bench(o.sampling_options);
   return tern::bench::run(o);
 }

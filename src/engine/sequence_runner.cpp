@@ -319,6 +319,8 @@ void SequenceRunner::end_generation() {
       if (o.on_text) o.on_text(rest);
     }
   }
+  result_.stats.candidate_picks = static_cast<int>(sampler_.candidate_stats().exact);
+  result_.stats.candidate_fallbacks = static_cast<int>(sampler_.candidate_stats().fallback);
   const double now = now_seconds();
   if (decode_started_) {
     result_.stats.decode_seconds = now - t_prefill_end_;

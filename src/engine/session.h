@@ -67,6 +67,10 @@ struct GenStats {
   int forwards = 0;
   int drafts_proposed = 0;
   int drafts_accepted = 0;
+  // Sampler picks decided from the step's candidates alone / that fetched the whole row
+  // (GenerateOptions::device_candidates; sampling/candidate_sampling.cpp).
+  int candidate_picks = 0;
+  int candidate_fallbacks = 0;
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
   double time_to_first_token_seconds = 0.0;  // Engine: from submit, so queue_seconds included
