@@ -2,6 +2,7 @@
 // turn's prompt extending the one before within a session (teacher forcing), so a peer server
 // replayed with them (tools/replay_peer.py) sees exactly the tokens tern saw.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -37,7 +38,9 @@ std::vector<DumpedTurn> read_dump(const std::string& path) {
 }
 
 TEST(ReplayDump, WritesEveryTurnAndEachPromptExtendsThePreviousOne) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tern_replay_dump_test";
+  // Per process: two builds' test runs on one machine must not share it.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tern_replay_dump_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string sessions = (dir / "sessions.jsonl").string(), dump = (dir / "prompts.jsonl").string();
   {

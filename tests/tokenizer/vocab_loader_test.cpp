@@ -36,7 +36,9 @@ gguf::Writer tiny_bpe() {
 }
 
 Result<std::unique_ptr<Tokenizer>> load(const gguf::Writer& w) {
-  const std::string path = std::string(TERN_BINARY_DIR) + "/tokenizer_loader_test.gguf";
+  // One file per test: ctest runs the tests of this binary as parallel processes.
+  const std::string path = std::string(TERN_BINARY_DIR) + "/tokenizer_loader_test_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".gguf";
   TERN_RETURN_IF_ERROR(w.write(path));
   TERN_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(path));
   return Tokenizer::from_gguf(file);
