@@ -489,6 +489,134 @@ TEST_F(GpuAttention, PersistentSpanBlocksEqualOneBlockPerSpan) {
   }
 }
 
+// The split K/V ring (span_kernel + 128, attention_span.cuh kSpanSplitRing: a stage's K half is
+// reissued after the scores step, its V half after the values step, each its own cp.async
+// group) against kernel 2, bit for bit, over kShapes and expect_split_kernels_equal's plans: 3 +
+// 64 + 128 at 2 (registers for 3 blocks per SM), 3 and 4 stages, heads-first, with the chunk
+// split at 1 and 2 chunks per block, and with early K/V copies asked for (which drop the ring).
+// Shapes other than head_dim 128 with an f16 cache run kernel 3 without it (the flag is ignored).
+TEST_F(GpuAttention, SplitKvRingEqualsPairKernelBitwise) {
+  cuda::CudaBackendOptions pair_opts;
+  pair_opts.attention_split = cuda::AttentionSplit::kAlways;
+  pair_opts.attention_span_kernel = 2;
+  pair_opts.attention_chunk_split = 0;
+  pair_opts.attention_early_kv = 0;
+  std::unique_ptr<Backend> pair = gputest::make_cuda(pair_opts);
+  const struct {
+    int kernel, split, early;
+    const char* stages;
+  } variants[] = {{195, 0, 0, "2"}, {195, 0, 0, "3"}, {195, 0, 0, "4"}, {211, 0, 0, "3"},
+                  {243, 1, 0, "3"}, {243, 2, 0, "3"}, {243, 0, 1, "3"}};
+  std::vector<std::unique_ptr<Backend>> got;
+  for (const auto& v : variants) {
+    cuda::CudaBackendOptions o = pair_opts;
+    o.attention_span_kernel = v.kernel;
+    o.attention_chunk_split = v.split;
+    o.attention_early_kv = v.early;
+    ScopedEnv st("TERN_CUDA_ATTN_SPAN_STAGES", v.stages);
+    got.push_back(gputest::make_cuda(o));
+  }
+  ASSERT_TRUE(pair != nullptr);
+  for (const auto& b : got) ASSERT_TRUE(b != nullptr);
+  expect_split_kernels_equal(*pair, got, 2700);
+}
+
+// The split K/V ring at long contexts, where blocks are persistent (span_kernel 243 = 115 + 128:
+// the ring runs on across a block's spans, both halves of a stage reissued for the next span's
+// chunks): 32k-33k decodes, a verify of 3, and a step of several sequences (several tiles: one
+// block per span), against kernel 2, bit for bit, at 2, 3 and 4 stages; with the grid the
+// backend picks and with 5 blocks per (KV head, head slice) walking ~26 spans each
+// (TERN_CUDA_ATTN_PERSIST_COLS). Shapes: the 8B shape, softcap, a sliding window (empty spans).
+TEST_F(GpuAttention, SplitKvRingLongContextBitwise) {
+  const Shape shapes[] = {{32, 8, 128, DType::F16}, {8, 2, 128, DType::F16, 30.0f}, {8, 2, 128, DType::F16, 0.0f, 3000}};
+  uint32_t seed = 2900;
+  for (const char* cols : {"0", "5"}) {
+    SCOPED_TRACE(std::string("persistent columns ") + cols);
+    ScopedEnv persist_cols("TERN_CUDA_ATTN_PERSIST_COLS", cols);
+    cuda::CudaBackendOptions o;
+    o.attention_split = cuda::AttentionSplit::kAlways;
+    o.attention_span_kernel = 2;
+    auto want = gputest::make_cuda(o);
+    std::vector<std::unique_ptr<Backend>> got;
+    for (const char* stages : {"2", "3", "4"}) {
+      cuda::CudaBackendOptions ov = o;
+      ov.attention_span_kernel = 243;
+      ScopedEnv st("TERN_CUDA_ATTN_SPAN_STAGES", stages);
+      got.push_back(gputest::make_cuda(ov));
+    }
+    ASSERT_TRUE(want != nullptr);
+    for (const auto& b : got) ASSERT_TRUE(b != nullptr);
+    for (const Shape& s : shapes) {
+      SCOPED_TRACE(describe(s));
+      Caches c(*want, got, s, 2100, seed);
+      const auto blocks = c.take(33001);
+      std::vector<BatchPlan> plans(4);
+      add_sequence(plans[0], 32768, 1, blocks);
+      add_sequence(plans[1], 33000, 1, blocks);
+      add_sequence(plans[2], 32000, 3, blocks);  // a verify tile
+      add_sequence(plans[3], 33000, 1, blocks);
+      add_sequence(plans[3], 4000, 4, blocks);  // the same sequence again: a verify tile, 16 spans
+      add_sequence(plans[3], 30, 1, blocks);
+      expect_plans_equal(*want, got, c.all, s, plans, seed + 1);
+      seed += 2;
+    }
+  }
+}
+
+// The split K/V ring under CUDA graphs: a 32k decode step (persistent blocks) and a step of
+// several sequences, each with two attention ops, run 5 times with the same buffers (replayed as
+// graphs), equal kernel 2's eager results every time.
+TEST_F(GpuAttention, SplitKvRingRepeatsUnderGraphs) {
+  const Shape s{32, 8, 128, DType::F16};
+  auto want = make_span(2, 0);
+  std::vector<std::unique_ptr<Backend>> got;
+  for (const char* stages : {"2", "3"}) {
+    ScopedEnv st("TERN_CUDA_ATTN_SPAN_STAGES", stages);
+    cuda::CudaBackendOptions o;
+    o.attention_span_kernel = 243;
+    got.push_back(gputest::make_cuda(o));
+  }
+  ASSERT_TRUE(want != nullptr && got[0] != nullptr && got[1] != nullptr);
+  Caches c(*want, got, s, 2100, 3100);
+  const auto blocks = c.take(33001);
+  std::vector<BatchPlan> plans(2);
+  add_sequence(plans[0], 32768, 1, blocks);
+  add_sequence(plans[1], 33000, 1, blocks);
+  add_sequence(plans[1], 1000, 1, blocks);
+  add_sequence(plans[1], 300, 3, blocks);
+  for (size_t pi = 0; pi < plans.size(); ++pi) {
+    SCOPED_TRACE("plan " + std::to_string(pi));
+    const BatchPlan& plan = plans[pi];
+    const HostTensor q0 = random_q(plan.n_tokens(), s, 3110 + 2 * pi), q1 = random_q(plan.n_tokens(), s, 3111 + 2 * pi);
+    const int64_t cols = q0.t.cols;
+    auto run_steps = [&](Backend& b, Cache& cache, int n_steps) {
+      gputest::DeviceTensor dq0 = gputest::device_copy(b, q0.t), dq1 = gputest::device_copy(b, q1.t);
+      gputest::DeviceTensor out0 = gputest::device_empty(b, DType::F32, plan.n_tokens(), cols);
+      gputest::DeviceTensor out1 = gputest::device_empty(b, DType::F32, plan.n_tokens(), cols);
+      std::vector<std::vector<float>> outs;
+      for (int step = 0; step < n_steps; ++step) {
+        b.begin_step(plan);
+        b.attention(dq0.t, cache.dev_view(), params_of(s), out0.t);
+        b.attention(dq1.t, cache.dev_view(), params_of(s), out1.t);
+        outs.push_back(gputest::download(b, out0.t));
+        outs.push_back(gputest::download(b, out1.t));
+      }
+      return outs;
+    };
+    const auto want_outs = run_steps(*want, *c.all[0], 1);
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE("backend " + std::to_string(i));
+      const int64_t graphs_before = cuda::backend_stats(*got[i]).steps_graph;
+      const auto outs = run_steps(*got[i], *c.all[i + 1], 5);
+      for (size_t k = 0; k < outs.size(); ++k) {
+        SCOPED_TRACE("step " + std::to_string(k / 2) + " op " + std::to_string(k % 2));
+        EXPECT_TRUE(gputest::bitwise_equal(outs[k], want_outs[k % 2]));
+      }
+      EXPECT_GE(cuda::backend_stats(*got[i]).steps_graph, graphs_before + 2) << "the steps were not replayed as graphs";
+    }
+  }
+}
+
 // The default backend (kernel and chunk split chosen per shape and plan, early K/V copies) on
 // single decodes at short and medium contexts, where default_chunk_split picks the split, and
 // kernel 2 with early copies alone, against kernel 2 with whole spans and no early copies: bit

@@ -23,7 +23,7 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_GEMV_PARTS",  "TERN_CUDA_GEMV_STAGE_BYTES", "TERN_CUDA_ATTN_SPAN",       "TERN_CUDA_ATTN_SPAN_STAGES",
     "TERN_CUDA_ATTN_FOLD_MERGE", "TERN_CUDA_ATTN_FOLD_MAX_SPANS", "TERN_CUDA_ATTN_CHUNK_SPLIT",
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
-    "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC"};
+    "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -65,6 +65,7 @@ TEST_F(BackendSettingsTest, DefaultsOnHopper) {
   EXPECT_EQ(s.attention_fold_max_spans, 1);
   EXPECT_EQ(s.attention_chunk_split, -1);  // per plan
   EXPECT_FALSE(s.attention_early_kv);
+  EXPECT_TRUE(s.attention_split_ring);
   EXPECT_EQ(s.gemv_stage_bytes, 0);
   EXPECT_EQ(s.attention_tc_variant, 0);
   EXPECT_FALSE(s.attention_row_copy);
@@ -92,9 +93,11 @@ TEST_F(BackendSettingsTest, EnvironmentOverridesOptions) {
   setenv("TERN_CUDA_GEMV_STAGE_BYTES", "8192", 1);
   setenv("TERN_CUDA_ATTN_CHUNK_SPLIT", "2", 1);
   setenv("TERN_CUDA_ATTN_EARLY_KV", "1", 1);
+  setenv("TERN_CUDA_ATTN_SPLIT_RING", "0", 1);
   BackendSettings s = resolve_settings(CudaBackendOptions{}, 9, true);
   EXPECT_EQ(s.attention_chunk_split, 2);
   EXPECT_TRUE(s.attention_early_kv);
+  EXPECT_FALSE(s.attention_split_ring);
   EXPECT_FALSE(s.pdl);
   EXPECT_TRUE(s.tc_prefill);
   EXPECT_FALSE(s.tc_attention);
@@ -144,7 +147,10 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
   setenv("TERN_CUDA_ATTN_EARLY_KV", "0", 1);
   o.attention_chunk_split = 0;
   o.attention_early_kv = 1;
+  o.attention_split_ring = 1;  // wins over TERN_CUDA_ATTN_SPLIT_RING=0
+  setenv("TERN_CUDA_ATTN_SPLIT_RING", "0", 1);
   BackendSettings s = resolve_settings(o, 9, true);
+  EXPECT_TRUE(s.attention_split_ring);
   EXPECT_EQ(s.attention_span, 2);
   EXPECT_EQ(s.attention_fold_merge, 0);
   EXPECT_EQ(s.attention_chunk_split, 0);
@@ -199,7 +205,8 @@ TEST_F(BackendSettingsTest, FloatGemvSettings) {
 }
 
 TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {
-  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16), 115);  // Llama 3 8B: GQA-group, persistent
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16), 243);  // Llama 3 8B: GQA-group, persistent, split ring
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, false), 115);
   EXPECT_EQ(cuda::default_span_kernel(64, DType::F16), 2);     // SmolLM2
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F32), 2);
 }

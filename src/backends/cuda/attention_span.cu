@@ -242,7 +242,8 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
   // heads-first block order needs the items on grid y (at most 65535 of them).
   int flags = int64_t{a.plan.n_split_items} * parts <= 65535 ? kernel & kSpanHeadsFirst : 0;
   if ((base == 2 || base == 3) && cs == 0) flags |= kernel & kSpanPersistent;
-  if (base == 3) flags |= kernel & kSpanValuePairs;
+  // The split ring pays off across a block's steps; a chunk-split block takes one step.
+  if (base == 3) flags |= kernel & (cs > 0 ? kSpanValuePairs : kSpanValuePairs | kSpanSplitRing);
   const bool pair = base == 2 || base == 3;
   const int min_stages = pair ? 2 : 1;
   // A chunk-split block holds at most 2 chunks: 2 stages, and the smaller block fits more per SM.
@@ -272,8 +273,11 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
     // Persistent blocks only where a plan of one tile has at least three rounds of resident
     // blocks' spans (never with the folded merge, which reuses the K/V ring as scratch).
     b.span_kernel &= ~kSpanPersistent;
+    // The split ring issues its prologue after the PDL wait: not with early_kv.
+    if (a.early_kv) b.span_kernel &= ~kSpanSplitRing;
+    const bool split_ring = (b.span_kernel & kSpanSplitRing) != 0;
     if ((a.span_kernel & kSpanPersistent) != 0 && a.plan.n_tiles == 1 && !a.fold_merge && a.chunk_split == 0 &&
-        a.kv_stages >= 3) {
+        (a.kv_stages >= 3 || split_ring)) {
       const int per_sm = attention_span_pair_blocks_per_sm(a, smem);
       int cols = std::max(1, per_sm * g_n_sm / static_cast<int>(ny));  // resident blocks per (KV head, slice)
       int rounds = 3;  // (measured slower at ~1 round: 4k contexts)

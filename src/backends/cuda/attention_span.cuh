@@ -23,6 +23,11 @@ constexpr int kSpanPersistent = 32;
 // Span kernel 3 at head_dim 128 (f16): each lane of the values step owns two dimensions (half the
 // lanes busy in a decode, fewer instructions and shared-memory wavefronts per multiply-add).
 constexpr int kSpanValuePairs = 64;
+// Split K/V ring (span kernel 3 + 64 at head_dim 128, f16; not with early_kv): a stage's K half
+// is reissued for a later chunk as soon as the scores step is done with it and its V half after
+// the values step, instead of both after the values step, so a step's second chunk is in flight
+// during the previous step's softmax and values (attention_span_pair.cu). Same bytes, same bits.
+constexpr int kSpanSplitRing = 128;
 static_assert(kSpanMaxStages == kAttnSpanChunks, "4 stages hold a whole span");
 
 struct SpanShape {
@@ -247,6 +252,22 @@ struct SpanKvRing {
         v_dst[e] = __ldcg(vs + e);
       }
     }
+  }
+  // Only the K rows (v = false) or only the V rows of chunk i into ring position `at`, as one
+  // cp.async group (the split K/V ring).
+  __device__ void issue_half_at(int i, int at, int tid, bool v) const {
+    const int r = tid / kLanesPerRow, part = tid % kLanesPerRow;
+    if (i < n_iter && i * kRows + r < n_rows) {
+      const int64_t slot = slots[i * kRows + r];
+      T* dst = k(at) + (v ? kRows * hd : 0) + r * hd;
+      const T* src = v ? v_src + slot * v_stride + kv_col : k_src + slot * k_stride + kv_col;
+      if (vec) {
+        for (int e = part * kPer16; e < hd; e += kLanesPerRow * kPer16) cp_async16(dst + e, src + e);
+      } else {
+        for (int e = part; e < hd; e += kLanesPerRow) dst[e] = src[e];
+      }
+    }
+    cp_async_commit();
   }
   // issue_at with the K rows and the V rows in two groups (K first), so a caller can wait for a
   // chunk's K while its V is still in flight (the two-chunk kernels: V is needed one phase later).

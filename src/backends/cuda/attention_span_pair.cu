@@ -519,9 +519,23 @@ __device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, 
 // + gridDim.x / ny, ...: chunk c of their k-th span is ring position 4 k + c, so the copies run on
 // into the next span while this one is computed, and the block-table lookups of span k + 1 are
 // made at the start of span k (slot buffer (k + 1) % 2). Each span's arithmetic is the same.
-template <typename T, int kStages, bool kGroup, int kHd = 0, int kVDims = 1>
-__global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(AttentionArgs a) {
+//
+// kSplit (kSpanSplitRing): a stage's K half and V half are reissued separately, K(gi + kStages)
+// and K(gi + kStages + 1) right after the scores step of chunks gi, gi + 1 (the last reads of
+// those K halves) and their V halves right after the values step, so the next step's second
+// chunk is in flight during this step's softmax and values instead of being waited on right
+// after its issue (3 stages: one chunk ahead beyond the pair in use for K and for V alike).
+// kMinBlocks: the resident blocks per SM the registers are sized for.
+template <typename T, int kStages, bool kGroup, int kHd = 0, int kVDims = 1, bool kSplit = false, int kMinBlocks = 2>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kernel(AttentionArgs a) {
   static_assert(kStages >= kPair, "a step needs both of its chunks resident");
+  // The split ring's cp.async groups, per thread: a prologue of ring positions 0 .. kStages - 1
+  // in pairs (K 2p, K 2p + 1, V 2p, V 2p + 1; an odd last position K then V), then per step two
+  // K groups after the scores and two V groups after the values. Groups committed after the
+  // step's last needed one (K of its second chunk at the step's start, V of it before the
+  // values), the smallest over every step (bench/RESULTS.md lists the count): 2 stages: 2 and 2;
+  // 3: 3 and 3 (the first step 4); 4: 6 and 6.
+  constexpr int kSplitWait = kStages == 2 ? 2 : kStages == 3 ? 3 : 6;
   extern __shared__ __align__(16) unsigned char sm[];
   const SpanShape sh = span_shape_of(a);
   const DevicePlan& P = a.plan;
@@ -593,6 +607,16 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
     r.issue_split_at(gi % kAttnSpanChunks, gi, tid, skip);
   };
   auto stage_k = [&](int gi) { return kv_s + (gi % kStages) * 2 * C * hd; };
+  // Split ring: ring position gi's K (v = false) or V rows as one group (empty past the last span).
+  auto issue_half = [&](int gi, bool v) {
+    const int k = gi / kAttnSpanChunks;
+    if (k >= n_items) {
+      cp_async_commit();
+      return;
+    }
+    const SpanKvRing<T, kStages> r(a, g, slots + (k & 1) * kAttnSpanTokens, kv_s, rows_of(k));
+    r.issue_half_at(gi % kAttnSpanChunks, gi, tid, v);
+  };
   // early_kv: ring positions 0 .. kStages - 1 (all of the first span's, kStages <= 4) are issued
   // before the PDL wait, in the same groups and order as below, so they overlap the previous
   // kernel. Sound because at most one kernel runs ahead of this one (common.cuh: each calls
@@ -600,7 +624,9 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
   // of this step's tokens (the kv_write of the rope launch before attention): a thread whose row
   // is one of those (kv_slots) skips it and copies it after the wait.
   unsigned deferred = 0;  // bit gi: this thread's row of ring position gi waits for the PDL wait
-  if (a.early_kv) {
+  if (kSplit) {
+    // (launch_attention_span never asks for early_kv with the split ring)
+  } else if (a.early_kv) {
     __syncthreads();  // slots visible
     const SpanKvRing<T, kStages> r(a, g, slots, kv_s, rows_of(0));
     for (int gi = 0; gi < kStages; ++gi) {
@@ -611,7 +637,19 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
   }
   pdl_wait();
   pdl_launch_dependents();
-  if (a.early_kv) {
+  if (kSplit) {
+    __syncthreads();  // slots visible
+    for (int p = 0; 2 * p + 1 < kStages; ++p) {
+      issue_half(2 * p, false);
+      issue_half(2 * p + 1, false);
+      issue_half(2 * p, true);
+      issue_half(2 * p + 1, true);
+    }
+    if (kStages % 2 != 0) {
+      issue_half(kStages - 1, false);
+      issue_half(kStages - 1, true);
+    }
+  } else if (a.early_kv) {
     const SpanKvRing<T, kStages> r(a, g, slots, kv_s, rows_of(0));
     for (int gi = 0; gi < kStages; ++gi) {
       if ((deferred >> gi) & 1u) r.copy_row_now(gi, gi, tid);
@@ -645,13 +683,17 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
       // Stages of ring positions gi + kStages - 2 and gi + kStages - 1 held gi - 2 and gi - 1,
       // which the previous step finished with (its last barrier). (early_kv: the first step's
       // were issued before the PDL wait.)
-      if (gi > 0 || !a.early_kv) {
+      if (!kSplit && (gi > 0 || !a.early_kv)) {
         issue(gi + kStages - 2);
         issue(gi + kStages - 1);
       }
       // Groups: K and V of each ring position. Chunk i and chunk i + 1's K landed (this thread's
       // pieces), leaving chunk i + 1's V and the kStages - 2 later chunks in flight ...
-      cp_async_wait<2 * (kStages - kPair) + 1>();
+      if constexpr (kSplit) {
+        cp_async_wait<kSplitWait>();
+      } else {
+        cp_async_wait<2 * (kStages - kPair) + 1>();
+      }
       __syncthreads();  // ... every thread's, and q / the span state the first time
       const int n_chunks = min(kPair, n_iter - i);
       const int j0 = j_begin + i * C;
@@ -663,8 +705,16 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
         pair_scores<kGroup>(Q, k0, k1, n_chunks * C, j0, a.scale, a.softcap);
       }
       __syncthreads();
+      if constexpr (kSplit) {  // every thread is done with the K halves of gi and gi + 1
+        issue_half(gi + kStages, false);
+        issue_half(gi + kStages + 1, false);
+      }
       pair_softmax<kGroup>(Q, n_chunks);
-      cp_async_wait<2 * (kStages - kPair)>();  // chunk i + 1's V landed too
+      if constexpr (kSplit) {
+        cp_async_wait<kSplitWait>();
+      } else {
+        cp_async_wait<2 * (kStages - kPair)>();  // chunk i + 1's V landed too
+      }
       __syncthreads();
       if constexpr (kGroup) {
         group_values<kHd, kVDims>(Q, k0 + C * hd, k1 + C * hd, n_chunks, j0);
@@ -672,6 +722,10 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
         pair_values<2>(Q, k0 + C * hd, k1 + C * hd, n_chunks, j0);
       }
       __syncthreads();  // both stages, p_s and the statistics are free for the next step
+      if constexpr (kSplit) {
+        issue_half(gi + kStages, true);
+        issue_half(gi + kStages + 1, true);
+      }
     }
     if (cs > 0) return;  // the chunk records are stored (one step, one item)
     span_merge::finish_span<kThreads>(out, a, tile, n_tile_spans, tok_partial, t0, nt, h0, nh, span, it.y, it.ny,
@@ -682,12 +736,13 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_pair_kernel(Attent
 
 using PairKernel = void (*)(AttentionArgs);
 
-template <typename T, bool kGroup, int kHd, int kVDims = 1>
+template <typename T, bool kGroup, int kHd, int kVDims = 1, bool kSplit = false>
 PairKernel pair_kernel_for(int stages) {
   switch (stages) {
-    case 2: return attention_span_pair_kernel<T, 2, kGroup, kHd, kVDims>;
-    case 3: return attention_span_pair_kernel<T, 3, kGroup, kHd, kVDims>;
-    default: return attention_span_pair_kernel<T, 4, kGroup, kHd, kVDims>;
+    // Split ring at 2 stages: ~73 KB per block, registers sized for 3 blocks per SM.
+    case 2: return attention_span_pair_kernel<T, 2, kGroup, kHd, kVDims, kSplit, kSplit ? 3 : 2>;
+    case 3: return attention_span_pair_kernel<T, 3, kGroup, kHd, kVDims, kSplit>;
+    default: return attention_span_pair_kernel<T, 4, kGroup, kHd, kVDims, kSplit>;
   }
 }
 
@@ -696,6 +751,9 @@ PairKernel pair_kernel_for(int stages) {
 PairKernel pair_kernel_of(const AttentionArgs& a) {
   const bool group = (a.span_kernel & kSpanKernelMask) == 3, f16 = a.kv_dtype == DType::F16;
   if (group && f16 && a.head_dim == 128) {
+    if ((a.span_kernel & kSpanValuePairs) != 0 && (a.span_kernel & kSpanSplitRing) != 0) {
+      return pair_kernel_for<__half, true, 128, 2, true>(a.kv_stages);
+    }
     return (a.span_kernel & kSpanValuePairs) != 0 ? pair_kernel_for<__half, true, 128, 2>(a.kv_stages)
                                                   : pair_kernel_for<__half, true, 128>(a.kv_stages);
   }
@@ -720,6 +778,7 @@ void init_attention_span_pair(int max_smem_bytes) {
   for (int stages = 2; stages <= kSpanMaxStages; ++stages) {
     for (PairKernel k : {pair_kernel_for<__half, false, 0>(stages), pair_kernel_for<__half, true, 0>(stages),
                          pair_kernel_for<__half, true, 128>(stages), pair_kernel_for<__half, true, 128, 2>(stages),
+                         pair_kernel_for<__half, true, 128, 2, true>(stages),
                          pair_kernel_for<float, false, 0>(stages),
                          pair_kernel_for<float, true, 0>(stages)}) {
       TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));

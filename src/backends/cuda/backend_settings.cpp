@@ -176,6 +176,11 @@ bool attention_early_kv(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_ATTN_EARLY_KV");
   return env != nullptr && std::strcmp(env, "1") == 0;
 }
+bool attention_split_ring(const CudaBackendOptions& options) {
+  if (options.attention_split_ring >= 0) return options.attention_split_ring != 0;
+  const char* env = std::getenv("TERN_CUDA_ATTN_SPLIT_RING");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
 int attention_fold_max_spans() {
   const char* env = std::getenv("TERN_CUDA_ATTN_FOLD_MAX_SPANS");
   const int n = env != nullptr ? std::atoi(env) : 0;
@@ -201,6 +206,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.attention_fold_max_spans = attention_fold_max_spans();
   s.attention_chunk_split = attention_chunk_split(options);
   s.attention_early_kv = attention_early_kv(options);
+  s.attention_split_ring = attention_split_ring(options);
   s.fuse_gemv = use_gemv_fusion(options) && s.gemv_path != GemvPath::kLegacy;
   s.fuse_swiglu = s.fuse_gemv && use_swiglu_fusion(options);
   // One SwiGLU fusion or the other: the epilogue, folded first, would leave the prologue nothing.
@@ -220,7 +226,13 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
 // and is bit-identical to kernel 2 (GpuAttention.GroupSpanKernelEqualsPairKernelBitwise,
 // PersistentSpanBlocksEqualOneBlockPerSpan). Other shapes: kernel 2, which decoded SmolLM2 (head
 // dim 64, groups of 3) ~5% faster than 83 or 115 (1035 vs 989 / 984 tok/s at ctx 128).
-int default_span_kernel(int head_dim, DType kv_dtype) { return head_dim == 128 && kv_dtype == DType::F16 ? 115 : 2; }
+// With split_ring (the default), 243 = 115 + 128: the split K/V ring (attention_span.cuh
+// kSpanSplitRing; bench/RESULTS.md "Decode attention at long context: the split K/V ring").
+int default_span_kernel(int head_dim, DType kv_dtype, bool split_ring) {
+  constexpr int kSplitRing = 128;  // attention_span.cuh kSpanSplitRing (a device header)
+  if (head_dim != 128 || kv_dtype != DType::F16) return 2;
+  return split_ring ? 115 + kSplitRing : 115;
+}
 
 // Chunk split where whole spans x KV heads leave SMs idle: a block per span then walks its 4
 // chunks two at a time (8B shape at ctx 1k: 5 spans x 8 heads = 40 blocks' worth of K/V for 132

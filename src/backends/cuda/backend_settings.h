@@ -26,6 +26,7 @@ struct BackendSettings {
   int attention_fold_max_spans = 1; // TERN_CUDA_ATTN_FOLD_MAX_SPANS
   int attention_chunk_split = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT (0 / 1 / 2); -1: default_chunk_split
   bool attention_early_kv = false;  // TERN_CUDA_ATTN_EARLY_KV (0 / 1)
+  bool attention_split_ring = true; // TERN_CUDA_ATTN_SPLIT_RING (0 / 1): default_span_kernel's ring
   bool fuse_gemv = false;           // GEMV fusion, not on GemvPath::kLegacy (TERN_CUDA_FUSE=0 off)
   bool fuse_swiglu = false;         // its SwiGLU prologue (TERN_CUDA_FUSE=swiglu / noswiglu)
   bool fuse_swiglu_epilogue = false;  // its SwiGLU epilogue (TERN_CUDA_FUSE=swiglu-epilogue)
@@ -44,7 +45,8 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
 
 // The split-mode attention kernel of a layer shape when neither the option nor the environment
 // chooses one; every choice gives the same bits (attention.h).
-int default_span_kernel(int head_dim, DType kv_dtype);
+// split_ring: the split K/V ring flag where the kernel takes it (BackendSettings).
+int default_span_kernel(int head_dim, DType kv_dtype, bool split_ring = true);
 
 // The chunk split (AttentionArgs::chunk_split: K/V chunks per block, 0 = whole spans) of a
 // split-mode plan with the default kernel: n_split_items (tile, span) items, the most spans of

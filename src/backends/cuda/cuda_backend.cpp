@@ -106,6 +106,7 @@ class CudaBackend final : public Backend {
         attention_fold_max_spans_(settings.attention_fold_max_spans),
         attention_chunk_split_(settings.attention_chunk_split),
         attention_early_kv_(settings.attention_early_kv),
+        attention_split_ring_(settings.attention_split_ring),
         fuse_gemv_(settings.fuse_gemv),
         fuse_swiglu_(settings.fuse_swiglu),
         fuse_swiglu_epilogue_(settings.fuse_swiglu_epilogue),
@@ -440,7 +441,7 @@ class CudaBackend final : public Backend {
     if (options_.attention_split == AttentionSplit::kNever) split = false;
     if (split) {
       a.split = 1;
-      const int kernel = attention_span_ >= 0 ? attention_span_ : default_span_kernel(p.head_dim, kv.k.dtype);
+      const int kernel = attention_span_ >= 0 ? attention_span_ : default_span_kernel(p.head_dim, kv.k.dtype, attention_split_ring_);
       if (kernel > 0) {  // else the chunk kernel
         a.chunk_split = chunk_split(p.n_kv_heads);
         plan_attention_span(a, n_sm_, max_smem_bytes_, attention_span_stages_, kernel);
@@ -888,6 +889,7 @@ class CudaBackend final : public Backend {
   int attention_fold_max_spans_ = 1;
   int attention_chunk_split_ = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT / option; -1: default_chunk_split
   bool attention_early_kv_ = false;  // TERN_CUDA_ATTN_EARLY_KV / option
+  bool attention_split_ring_ = true;  // TERN_CUDA_ATTN_SPLIT_RING / option
   int64_t folded_merges_ = 0;
   int64_t chunk_splits_ = 0;
   bool fuse_gemv_ = false;           // CudaBackendOptions::fuse_gemv, not on GemvPath::kLegacy
