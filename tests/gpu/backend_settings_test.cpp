@@ -65,7 +65,7 @@ TEST_F(BackendSettingsTest, DefaultsOnHopper) {
   EXPECT_EQ(s.attention_fold_max_spans, 1);
   EXPECT_EQ(s.attention_chunk_split, -1);  // per plan
   EXPECT_FALSE(s.attention_early_kv);
-  EXPECT_TRUE(s.attention_split_ring);
+  EXPECT_EQ(s.attention_split_ring, cuda::kDefaultSplitRing);
   EXPECT_EQ(s.gemv_stage_bytes, 0);
   EXPECT_EQ(s.attention_tc_variant, 0);
   EXPECT_FALSE(s.attention_row_copy);
@@ -97,7 +97,7 @@ TEST_F(BackendSettingsTest, EnvironmentOverridesOptions) {
   BackendSettings s = resolve_settings(CudaBackendOptions{}, 9, true);
   EXPECT_EQ(s.attention_chunk_split, 2);
   EXPECT_TRUE(s.attention_early_kv);
-  EXPECT_FALSE(s.attention_split_ring);
+  EXPECT_EQ(s.attention_split_ring, 0);
   EXPECT_FALSE(s.pdl);
   EXPECT_TRUE(s.tc_prefill);
   EXPECT_FALSE(s.tc_attention);
@@ -150,7 +150,7 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
   o.attention_split_ring = 1;  // wins over TERN_CUDA_ATTN_SPLIT_RING=0
   setenv("TERN_CUDA_ATTN_SPLIT_RING", "0", 1);
   BackendSettings s = resolve_settings(o, 9, true);
-  EXPECT_TRUE(s.attention_split_ring);
+  EXPECT_EQ(s.attention_split_ring, 1);
   EXPECT_EQ(s.attention_span, 2);
   EXPECT_EQ(s.attention_fold_merge, 0);
   EXPECT_EQ(s.attention_chunk_split, 0);
@@ -205,8 +205,10 @@ TEST_F(BackendSettingsTest, FloatGemvSettings) {
 }
 
 TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {
-  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16), 243);  // Llama 3 8B: GQA-group, persistent, split ring
-  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, false), 115);
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 0), 115);  // Llama 3 8B: GQA-group, persistent
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 1), 243);  // + split K/V ring
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 2), 499);  // + values on all warps
+  EXPECT_EQ(cuda::default_span_kernel(64, DType::F16, 2), 2);
   EXPECT_EQ(cuda::default_span_kernel(64, DType::F16), 2);     // SmolLM2
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F32), 2);
 }

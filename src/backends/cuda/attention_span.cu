@@ -243,7 +243,7 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
   int flags = int64_t{a.plan.n_split_items} * parts <= 65535 ? kernel & kSpanHeadsFirst : 0;
   if ((base == 2 || base == 3) && cs == 0) flags |= kernel & kSpanPersistent;
   // The split ring pays off across a block's steps; a chunk-split block takes one step.
-  if (base == 3) flags |= kernel & (cs > 0 ? kSpanValuePairs : kSpanValuePairs | kSpanSplitRing);
+  if (base == 3) flags |= kernel & (cs > 0 ? kSpanValuePairs : kSpanValuePairs | kSpanSplitRing | kSpanValueQueryPairs);
   const bool pair = base == 2 || base == 3;
   const int min_stages = pair ? 2 : 1;
   // A chunk-split block holds at most 2 chunks: 2 stages, and the smaller block fits more per SM.

@@ -28,6 +28,9 @@ constexpr int kSpanValuePairs = 64;
 // the values step, instead of both after the values step, so a step's second chunk is in flight
 // during the previous step's softmax and values (attention_span_pair.cu). Same bytes, same bits.
 constexpr int kSpanSplitRing = 128;
+// With kSpanSplitRing and kSpanValuePairs: each lane of the values step serves 2 of a group's 4
+// queries (two lanes per dimension and chunk), so a decode's values step runs on all 8 warps.
+constexpr int kSpanValueQueryPairs = 256;
 static_assert(kSpanMaxStages == kAttnSpanChunks, "4 stages hold a whole span");
 
 struct SpanShape {

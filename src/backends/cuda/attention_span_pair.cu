@@ -399,23 +399,32 @@ __device__ __forceinline__ float load1(const float* p) { return *p; }
 // Each (query, d, chunk) is still one fmaf chain from 0 over the query's valid positions in
 // position order (queries of a group that belong to different tokens select their own range),
 // folded in chunk order with the same expressions: the same bits as pair_values.
-template <int kHd, int kDims, typename T>
+//
+// kQ (kSpanValueQueryPairs: 2, else 4): the queries of the group a lane serves. With 2, the
+// group's 4 queries take two lanes (two warps), so a decode's values step runs on all 8 warps
+// instead of 4 and each lane's serial loop carries half the multiply-adds; the chains are the
+// same (each (query, d, chunk) chain is still one lane's, in position order), so the same bits.
+template <int kHd, int kDims, int kQ = 4, typename T>
 __device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, const T* v1, int n_chunks, int j0) {
   static_assert(kDims == 1 || kDims == 2, "one or two dimensions per lane");
+  static_assert(kQ == 4 || kQ == 2, "a lane serves a group's 4 queries or 2 of them");
+  constexpr int kSets = 4 / kQ;  // lanes (warps) per dimension and chunk of a group
   const int hd = kHd != 0 ? kHd : Q.hd, lane = threadIdx.x & 31;
   constexpr int kSlab = 16 * kDims;           // dimensions per warp
-  const int slabs = (hd + kSlab - 1) / kSlab;  // warps per group
+  const int slabs = (hd + kSlab - 1) / kSlab;  // warps per group and query set
   const int c = lane >> 4;
   const int n_groups = (Q.nq + 3) / 4;
   const int jc = j0 + c * C;
-  for (int w = threadIdx.x >> 5; w < n_groups * slabs; w += kWarps) {
-    const int grp = w / slabs;
-    const int d = (w - grp * slabs) * kSlab + kDims * (lane & 15);
+  for (int w = threadIdx.x >> 5; w < n_groups * kSets * slabs; w += kWarps) {
+    const int grp = w / (kSets * slabs);
+    const int rem = w - grp * kSets * slabs;
+    const int set = rem / slabs;
+    const int d = (rem - set * slabs) * kSlab + kDims * (lane & 15);
     const bool live = d < hd;  // (head_dim % 8 == 0: both of a lane's dimensions or neither)
-    const int q0 = 4 * grp;
-    int b[4], e[4];
+    const int q0 = 4 * grp + kQ * set;
+    int b[kQ], e[kQ];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < kQ; ++r) {
       b[r] = C;
       e[r] = 0;
       if (q0 + r < Q.nq && c < n_chunks) {
@@ -424,11 +433,11 @@ __device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, 
         e[r] = min(C, Q.tok_pos[tt] - jc + 1);
       }
     }
-    const float* pg = Q.p + p_index<true>(q0, c * C);
+    const float* pg = Q.p + p_index<true>(4 * grp, c * C) + kQ * set;  // position jj at pg[4 jj]
     const T* v = (c == 0 ? v0 : v1) + (live ? d : 0);
-    float acc[4][kDims];
+    float acc[kQ][kDims];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < kQ; ++r) {
 #pragma unroll
       for (int k = 0; k < kDims; ++k) acc[r][k] = 0.0f;
     }
@@ -439,30 +448,38 @@ __device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, 
         attn::loadv(v + jj * hd, x);
       }
     };
+    auto load_p = [&](int jj, float (&pr)[kQ]) {
+      if constexpr (kQ == 4) {
+        const float4 p4 = *reinterpret_cast<const float4*>(pg + jj * 4);
+        pr[0] = p4.x, pr[1] = p4.y, pr[2] = p4.z, pr[3] = p4.w;
+      } else {
+        const float2 p2 = *reinterpret_cast<const float2*>(pg + jj * 4);
+        pr[0] = p2.x, pr[1] = p2.y;
+      }
+    };
     if (live) {
-      if (q0 + 3 < Q.nq && q0 / Q.nh == (q0 + 3) / Q.nh) {  // one token: one range
+      if (q0 + kQ - 1 < Q.nq && q0 / Q.nh == (q0 + kQ - 1) / Q.nh) {  // one token: one range
 #pragma unroll 4
         for (int jj = b[0]; jj < e[0]; ++jj) {
-          const float4 p4 = *reinterpret_cast<const float4*>(pg + jj * 4);
-          float x[kDims];
+          float pr[kQ], x[kDims];
+          load_p(jj, pr);
           load_v(jj, x);
 #pragma unroll
           for (int k = 0; k < kDims; ++k) {
-            acc[0][k] = __fmaf_rn(p4.x, x[k], acc[0][k]);
-            acc[1][k] = __fmaf_rn(p4.y, x[k], acc[1][k]);
-            acc[2][k] = __fmaf_rn(p4.z, x[k], acc[2][k]);
-            acc[3][k] = __fmaf_rn(p4.w, x[k], acc[3][k]);
+#pragma unroll
+            for (int r = 0; r < kQ; ++r) acc[r][k] = __fmaf_rn(pr[r], x[k], acc[r][k]);
           }
         }
       } else {
-        const int lo = min(min(b[0], b[1]), min(b[2], b[3])), hi = max(max(e[0], e[1]), max(e[2], e[3]));
+        int lo = b[0], hi = e[0];
+#pragma unroll
+        for (int r = 1; r < kQ; ++r) lo = min(lo, b[r]), hi = max(hi, e[r]);
         for (int jj = lo; jj < hi; ++jj) {
-          const float4 p4 = *reinterpret_cast<const float4*>(pg + jj * 4);
-          const float pr[4] = {p4.x, p4.y, p4.z, p4.w};
-          float x[kDims];
+          float pr[kQ], x[kDims];
+          load_p(jj, pr);
           load_v(jj, x);
 #pragma unroll
-          for (int r = 0; r < 4; ++r) {
+          for (int r = 0; r < kQ; ++r) {
             if (jj >= b[r] && jj < e[r]) {
 #pragma unroll
               for (int k = 0; k < kDims; ++k) acc[r][k] = __fmaf_rn(pr[r], x[k], acc[r][k]);
@@ -471,15 +488,15 @@ __device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, 
         }
       }
     }
-    float acc1[4][kDims];
+    float acc1[kQ][kDims];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < kQ; ++r) {
 #pragma unroll
       for (int k = 0; k < kDims; ++k) acc1[r][k] = __shfl_xor_sync(kFullMask, acc[r][k], 16);
     }
     if (c == 0 && live && Q.chunk_out != nullptr) {  // chunk split: each chunk's chains as they are
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
+      for (int r = 0; r < kQ; ++r) {
         const int qi = q0 + r;
         if (qi >= Q.nq) break;
         if (float* rec = Q.chunk_rec(qi, 0)) {
@@ -495,7 +512,7 @@ __device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, 
       }
     } else if (c == 0 && live) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
+      for (int r = 0; r < kQ; ++r) {
         const int qi = q0 + r;
         if (qi >= Q.nq) break;
 #pragma unroll
@@ -525,8 +542,10 @@ __device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, 
 // those K halves) and their V halves right after the values step, so the next step's second
 // chunk is in flight during this step's softmax and values instead of being waited on right
 // after its issue (3 stages: one chunk ahead beyond the pair in use for K and for V alike).
-// kMinBlocks: the resident blocks per SM the registers are sized for.
-template <typename T, int kStages, bool kGroup, int kHd = 0, int kVDims = 1, bool kSplit = false, int kMinBlocks = 2>
+// kVQueries: group_values' queries per lane (kSpanValueQueryPairs: 2). kMinBlocks: the resident
+// blocks per SM the registers are sized for.
+template <typename T, int kStages, bool kGroup, int kHd = 0, int kVDims = 1, bool kSplit = false, int kVQueries = 4,
+          int kMinBlocks = 2>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kernel(AttentionArgs a) {
   static_assert(kStages >= kPair, "a step needs both of its chunks resident");
   // The split ring's cp.async groups, per thread: a prologue of ring positions 0 .. kStages - 1
@@ -717,7 +736,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
       }
       __syncthreads();
       if constexpr (kGroup) {
-        group_values<kHd, kVDims>(Q, k0 + C * hd, k1 + C * hd, n_chunks, j0);
+        group_values<kHd, kVDims, kVQueries>(Q, k0 + C * hd, k1 + C * hd, n_chunks, j0);
       } else {
         pair_values<2>(Q, k0 + C * hd, k1 + C * hd, n_chunks, j0);
       }
@@ -736,13 +755,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
 
 using PairKernel = void (*)(AttentionArgs);
 
-template <typename T, bool kGroup, int kHd, int kVDims = 1, bool kSplit = false>
+template <typename T, bool kGroup, int kHd, int kVDims = 1, bool kSplit = false, int kVQueries = 4>
 PairKernel pair_kernel_for(int stages) {
   switch (stages) {
-    // Split ring at 2 stages: ~73 KB per block, registers sized for 3 blocks per SM.
-    case 2: return attention_span_pair_kernel<T, 2, kGroup, kHd, kVDims, kSplit, kSplit ? 3 : 2>;
-    case 3: return attention_span_pair_kernel<T, 3, kGroup, kHd, kVDims, kSplit>;
-    default: return attention_span_pair_kernel<T, 4, kGroup, kHd, kVDims, kSplit>;
+    // Split ring at 2 stages: ~73 KB per block, registers sized for 3 blocks per SM (measured
+    // 1.6x slower at 32k than 3 stages with 2 blocks: spills; bench/RESULTS.md).
+    case 2: return attention_span_pair_kernel<T, 2, kGroup, kHd, kVDims, kSplit, kVQueries, kSplit ? 3 : 2>;
+    case 3: return attention_span_pair_kernel<T, 3, kGroup, kHd, kVDims, kSplit, kVQueries>;
+    default: return attention_span_pair_kernel<T, 4, kGroup, kHd, kVDims, kSplit, kVQueries>;
   }
 }
 
@@ -752,7 +772,8 @@ PairKernel pair_kernel_of(const AttentionArgs& a) {
   const bool group = (a.span_kernel & kSpanKernelMask) == 3, f16 = a.kv_dtype == DType::F16;
   if (group && f16 && a.head_dim == 128) {
     if ((a.span_kernel & kSpanValuePairs) != 0 && (a.span_kernel & kSpanSplitRing) != 0) {
-      return pair_kernel_for<__half, true, 128, 2, true>(a.kv_stages);
+      return (a.span_kernel & kSpanValueQueryPairs) != 0 ? pair_kernel_for<__half, true, 128, 2, true, 2>(a.kv_stages)
+                                                         : pair_kernel_for<__half, true, 128, 2, true>(a.kv_stages);
     }
     return (a.span_kernel & kSpanValuePairs) != 0 ? pair_kernel_for<__half, true, 128, 2>(a.kv_stages)
                                                   : pair_kernel_for<__half, true, 128>(a.kv_stages);
@@ -779,6 +800,7 @@ void init_attention_span_pair(int max_smem_bytes) {
     for (PairKernel k : {pair_kernel_for<__half, false, 0>(stages), pair_kernel_for<__half, true, 0>(stages),
                          pair_kernel_for<__half, true, 128>(stages), pair_kernel_for<__half, true, 128, 2>(stages),
                          pair_kernel_for<__half, true, 128, 2, true>(stages),
+                         pair_kernel_for<__half, true, 128, 2, true, 2>(stages),
                          pair_kernel_for<float, false, 0>(stages),
                          pair_kernel_for<float, true, 0>(stages)}) {
       TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));

@@ -1,5 +1,6 @@
 #include "backends/cuda/backend_settings.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -176,10 +177,14 @@ bool attention_early_kv(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_ATTN_EARLY_KV");
   return env != nullptr && std::strcmp(env, "1") == 0;
 }
-bool attention_split_ring(const CudaBackendOptions& options) {
-  if (options.attention_split_ring >= 0) return options.attention_split_ring != 0;
+int attention_split_ring(const CudaBackendOptions& options) {
+  if (options.attention_split_ring >= 0) return std::min(options.attention_split_ring, 2);
   const char* env = std::getenv("TERN_CUDA_ATTN_SPLIT_RING");
-  return env == nullptr || std::strcmp(env, "0") != 0;
+  if (env == nullptr) return kDefaultSplitRing;
+  if (std::strcmp(env, "0") == 0) return 0;
+  if (std::strcmp(env, "1") == 0) return 1;
+  if (std::strcmp(env, "2") == 0) return 2;
+  return kDefaultSplitRing;
 }
 int attention_fold_max_spans() {
   const char* env = std::getenv("TERN_CUDA_ATTN_FOLD_MAX_SPANS");
@@ -226,12 +231,13 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
 // and is bit-identical to kernel 2 (GpuAttention.GroupSpanKernelEqualsPairKernelBitwise,
 // PersistentSpanBlocksEqualOneBlockPerSpan). Other shapes: kernel 2, which decoded SmolLM2 (head
 // dim 64, groups of 3) ~5% faster than 83 or 115 (1035 vs 989 / 984 tok/s at ctx 128).
-// With split_ring (the default), 243 = 115 + 128: the split K/V ring (attention_span.cuh
-// kSpanSplitRing; bench/RESULTS.md "Decode attention at long context: the split K/V ring").
-int default_span_kernel(int head_dim, DType kv_dtype, bool split_ring) {
-  constexpr int kSplitRing = 128;  // attention_span.cuh kSpanSplitRing (a device header)
+// split_ring 1: 243 = 115 + 128, the split K/V ring (attention_span.cuh kSpanSplitRing); 2: 499
+// = 243 + 256, also the values step on all 8 warps (kSpanValueQueryPairs). bench/RESULTS.md
+// "Decode attention at long context: the split K/V ring".
+int default_span_kernel(int head_dim, DType kv_dtype, int split_ring) {
+  constexpr int kSplitRing = 128, kValueQueryPairs = 256;  // attention_span.cuh (a device header)
   if (head_dim != 128 || kv_dtype != DType::F16) return 2;
-  return split_ring ? 115 + kSplitRing : 115;
+  return 115 + (split_ring >= 1 ? kSplitRing : 0) + (split_ring >= 2 ? kValueQueryPairs : 0);
 }
 
 // Chunk split where whole spans x KV heads leave SMs idle: a block per span then walks its 4

@@ -889,7 +889,7 @@ class CudaBackend final : public Backend {
   int attention_fold_max_spans_ = 1;
   int attention_chunk_split_ = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT / option; -1: default_chunk_split
   bool attention_early_kv_ = false;  // TERN_CUDA_ATTN_EARLY_KV / option
-  bool attention_split_ring_ = true;  // TERN_CUDA_ATTN_SPLIT_RING / option
+  int attention_split_ring_ = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING / option
   int64_t folded_merges_ = 0;
   int64_t chunk_splits_ = 0;
   bool fuse_gemv_ = false;           // CudaBackendOptions::fuse_gemv, not on GemvPath::kLegacy

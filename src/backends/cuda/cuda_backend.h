@@ -87,9 +87,10 @@ struct CudaBackendOptions {
   // in steps of at most 16 tokens. 0 = off, 1 = on; -1 = TERN_CUDA_ATTN_EARLY_KV (0 / 1) or else off
   // (measured slower whole-model on the H200, bench/RESULTS.md).
   int attention_early_kv = -1;
-  // The split K/V ring of the default kernel at head dim 128 with an f16 cache (attention.h; same
-  // bits): 1 = 243 (115 + 128: a stage's K half reissued after the scores step, its V half after
-  // the values step), 0 = 115; -1 = TERN_CUDA_ATTN_SPLIT_RING (0 / 1) or else on.
+  // The default kernel at head dim 128 with an f16 cache (attention.h; same bits): 0 = 115, 1 =
+  // 243 (115 + 128, the split K/V ring: a stage's K half reissued after the scores step, its V
+  // half after the values step), 2 = 499 (243 + 256: the values step on all 8 warps, 2 queries
+  // per lane); -1 = TERN_CUDA_ATTN_SPLIT_RING (0 / 1 / 2) or else backend_settings.cpp's default.
   int attention_split_ring = -1;
   // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; not on GemvPath kLegacy):
   // an RMSNorm or SwiGLU producing its activations, and the residual add of its output. Same
