@@ -242,8 +242,14 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
   // heads-first block order needs the items on grid y (at most 65535 of them).
   int flags = int64_t{a.plan.n_split_items} * parts <= 65535 ? kernel & kSpanHeadsFirst : 0;
   if ((base == 2 || base == 3) && cs == 0) flags |= kernel & kSpanPersistent;
-  // The split ring pays off across a block's steps; a chunk-split block takes one step.
-  if (base == 3) flags |= kernel & (cs > 0 ? kSpanValuePairs : kSpanValuePairs | kSpanSplitRing | kSpanValueQueryPairs);
+  if (base == 3) flags |= kernel & kSpanValuePairs;
+  // The split ring (and its all-warp values step) exists for the compile-time head_dim 128 f16
+  // form with two value dimensions, and pays off across a block's steps: not for a chunk-split
+  // block, which takes one step. Elsewhere the flags are dropped (same bits either way).
+  const bool ring_form = a.head_dim == 128 && a.kv_dtype == DType::F16 && (flags & kSpanValuePairs) != 0;
+  if (base == 3 && ring_form && cs == 0 && (kernel & kSpanSplitRing) != 0) {
+    flags |= kernel & (kSpanSplitRing | kSpanValueQueryPairs);
+  }
   const bool pair = base == 2 || base == 3;
   const int min_stages = pair ? 2 : 1;
   // A chunk-split block holds at most 2 chunks: 2 stages, and the smaller block fits more per SM.
