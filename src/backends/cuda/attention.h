@@ -59,6 +59,24 @@
 // 3 + 64: 94.0, 3 + 16 + 32 + 64: 83.0 us/layer; every form passed its bit-identity tests on the
 // H200 (GroupSpanKernelEqualsPairKernelBitwise, PersistentSpanBlocksEqualOneBlockPerSpan).
 //
+// Split K/V ring (span_kernel + 128, kSpanSplitRing; kernel 3 + 64 at head_dim 128 with an f16
+// cache, whole spans): the two-chunk kernels otherwise reissue a stage (K and V) after the values
+// step, so with 3 stages a step's second chunk was issued at the step's start and waited on
+// right away. With the ring a stage's K half is reissued for chunk gi + stages right after the
+// scores step of chunk gi (the last read of that K) and its V half after the values step, each
+// its own cp.async group (prologue in pairs: K 2p, K 2p + 1, V 2p, V 2p + 1), so the next step's
+// second K is in flight during this step's softmax and values. Same bytes into the same stages
+// before the same reads: same bits (GpuAttention.SplitKvRing*: kShapes, 32k-33k with persistent
+// blocks, several sequences, graph replays, 2-4 stages). + 256 (kSpanValueQueryPairs, with the
+// ring): a values lane serves 2 of a group's 4 queries, so a decode's values step runs on 8
+// warps, not 4 (same chains). The default at head_dim 128 / f16 is 243 = 115 + 128
+// (backend_settings.cpp default_span_kernel); TERN_CUDA_ATTN_SPLIT_RING=0/1/2
+// (CudaBackendOptions::attention_split_ring) picks 115 / 243 / 499 (A/B). Measured (H200, 8B
+// shape, us/layer, bench/RESULTS.md): 32k 88.7 / 85.6 / 88.4, 8k 28.5 / 27.4 / 27.5; ncu at 32k:
+// the kernel issues on 41% of cycles with 3.9 warps per scheduler and 0.66 eligible (9.5 cycles
+// per warp instruction), DRAM 34%: bound by the per-warp latency of its phases, not by bytes in
+// flight.
+//
 // Folded merge (span kernels, AttentionArgs::fold_merge; attention_span_merge.cuh): instead of the
 // merge kernel, the last span block of each (tile, KV head, head slice) to finish (an atomic
 // counter per (tile, blockIdx.y), left at zero for the next launch) merges the tile's tokens x

@@ -30,6 +30,7 @@ constexpr int kSpanValuePairs = 64;
 constexpr int kSpanSplitRing = 128;
 // With kSpanSplitRing and kSpanValuePairs: each lane of the values step serves 2 of a group's 4
 // queries (two lanes per dimension and chunk), so a decode's values step runs on all 8 warps.
+// Same bits; measured no faster at 32k (88.4 vs 85.6 us/layer without it), so opt-in.
 constexpr int kSpanValueQueryPairs = 256;
 static_assert(kSpanMaxStages == kAttnSpanChunks, "4 stages hold a whole span");
 

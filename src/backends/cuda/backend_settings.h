@@ -11,7 +11,7 @@
 namespace tern::cuda {
 
 // default_span_kernel's form at head dim 128 with an f16 cache (CudaBackendOptions::attention_split_ring).
-constexpr int kDefaultSplitRing = 2;
+constexpr int kDefaultSplitRing = 1;
 
 struct BackendSettings {
   bool pdl = false;            // programmatic dependent launch (sm_90+; TERN_CUDA_PDL=0 off)
