@@ -57,8 +57,7 @@ TEST_F(BackendSettingsTest, DefaultsOnHopper) {
   EXPECT_EQ(s.gemv_path, GemvPath::kAuto);
   EXPECT_TRUE(s.fuse_gemv);
   EXPECT_FALSE(s.fuse_swiglu);
-  EXPECT_FALSE(s.fuse_swiglu_epilogue);      // not on the single-row kernels (measured slower)
-  EXPECT_TRUE(s.fuse_rows_swiglu_epilogue);  // on the multi-row kernel's launches
+  EXPECT_TRUE(s.fuse_swiglu_epilogue);
   EXPECT_EQ(s.attention_span, -1);  // per layer shape
   EXPECT_EQ(s.attention_span_stages, 3);
   EXPECT_EQ(s.attention_fold_merge, 1);
@@ -104,21 +103,10 @@ TEST_F(BackendSettingsTest, EnvironmentOverridesOptions) {
   EXPECT_TRUE(s.fuse_gemv);
   EXPECT_TRUE(s.fuse_swiglu);
   EXPECT_FALSE(s.fuse_swiglu_epilogue);  // the prologue instead
-  EXPECT_FALSE(s.fuse_rows_swiglu_epilogue);
   EXPECT_EQ(s.attention_span, 115);
   EXPECT_EQ(s.attention_span_stages, 2);
   EXPECT_EQ(s.attention_fold_merge, 0);
   EXPECT_EQ(s.gemv_stage_bytes, 8192);
-
-  setenv("TERN_CUDA_FUSE", "swiglu-epilogue", 1);  // the epilogue on every quantized launch
-  s = resolve_settings(CudaBackendOptions{}, 9, true);
-  EXPECT_FALSE(s.fuse_swiglu);
-  EXPECT_TRUE(s.fuse_swiglu_epilogue);
-  EXPECT_TRUE(s.fuse_rows_swiglu_epilogue);
-  setenv("TERN_CUDA_FUSE", "noswiglu", 1);
-  s = resolve_settings(CudaBackendOptions{}, 9, true);
-  EXPECT_TRUE(s.fuse_gemv);
-  EXPECT_FALSE(s.fuse_swiglu || s.fuse_swiglu_epilogue || s.fuse_rows_swiglu_epilogue);
 
   setenv("TERN_CUDA_FUSE", "0", 1);
   setenv("TERN_CUDA_GEMV", "rows", 1);

@@ -33,10 +33,9 @@ bool use_tc_attention(const CudaBackendOptions& options) {
   return options.tc_attention;
 }
 
-// GEMV fusion (CudaBackendOptions::fuse_gemv, fuse_swiglu, fuse_swiglu_epilogue,
-// fuse_rows_swiglu_epilogue): TERN_CUDA_FUSE=0 turns it off, =swiglu takes the SwiGLU prologue
-// (instead of the epilogue), =swiglu-epilogue the epilogue on every quantized launch, =noswiglu
-// neither.
+// GEMV fusion (CudaBackendOptions::fuse_gemv, fuse_swiglu, fuse_swiglu_epilogue):
+// TERN_CUDA_FUSE=0 turns it off, =swiglu takes the SwiGLU prologue (instead of the epilogue),
+// =swiglu-epilogue the epilogue, =noswiglu neither.
 bool use_gemv_fusion(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_FUSE");
   return options.fuse_gemv && !(env != nullptr && std::strcmp(env, "0") == 0);
@@ -52,11 +51,6 @@ bool use_swiglu_epilogue(const CudaBackendOptions& options) {
   if (env != nullptr && std::strcmp(env, "swiglu-epilogue") == 0) return true;
   if (env != nullptr && std::strcmp(env, "noswiglu") == 0) return false;
   return options.fuse_swiglu_epilogue;
-}
-bool use_rows_swiglu_epilogue(const CudaBackendOptions& options) {
-  const char* env = std::getenv("TERN_CUDA_FUSE");
-  if (env != nullptr && std::strcmp(env, "noswiglu") == 0) return false;
-  return options.fuse_rows_swiglu_epilogue;
 }
 
 // The float GEMV at n = 1 (CudaBackendOptions::previous_float_gemv): TERN_CUDA_GEMV_FLOAT=prev
@@ -216,7 +210,6 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.fuse_swiglu = s.fuse_gemv && use_swiglu_fusion(options);
   // One SwiGLU fusion or the other: the epilogue, folded first, would leave the prologue nothing.
   s.fuse_swiglu_epilogue = s.fuse_gemv && use_swiglu_epilogue(options) && !s.fuse_swiglu;
-  s.fuse_rows_swiglu_epilogue = s.fuse_gemv && use_rows_swiglu_epilogue(options) && !s.fuse_swiglu;
   s.gemv_float_kernel = gemv_float_kernel(options);
   gemv_float_shape(options, s.gemv_float_rows, s.gemv_float_unroll);
   s.gemv_float_blocks = gemv_shape_override("TERN_CUDA_GEMV_FLOAT_BLOCKS", options.float_gemv_blocks);

@@ -33,7 +33,6 @@ struct BackendSettings {
   bool fuse_gemv = false;           // GEMV fusion, not on GemvPath::kLegacy (TERN_CUDA_FUSE=0 off)
   bool fuse_swiglu = false;         // its SwiGLU prologue (TERN_CUDA_FUSE=swiglu / noswiglu)
   bool fuse_swiglu_epilogue = false;  // its SwiGLU epilogue (TERN_CUDA_FUSE=swiglu-epilogue)
-  bool fuse_rows_swiglu_epilogue = false;  // the epilogue on multi-row launches (=noswiglu: off)
   int gemv_float_kernel = 0;        // 1: previous float kernels (TERN_CUDA_GEMV_FLOAT=prev / stream)
   int gemv_float_rows = 0;          // TERN_CUDA_GEMV_FLOAT_SHAPE=RxU (0: per shape)
   int gemv_float_unroll = 0;

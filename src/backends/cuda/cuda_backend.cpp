@@ -110,7 +110,6 @@ class CudaBackend final : public Backend {
         fuse_gemv_(settings.fuse_gemv),
         fuse_swiglu_(settings.fuse_swiglu),
         fuse_swiglu_epilogue_(settings.fuse_swiglu_epilogue),
-        fuse_rows_swiglu_epilogue_(settings.fuse_rows_swiglu_epilogue),
         fuse_float_swiglu_epilogue_(settings.fuse_float_swiglu_epilogue),
         gemv_float_kernel_(settings.gemv_float_kernel),
         gemv_float_rows_(settings.gemv_float_rows),
@@ -758,13 +757,10 @@ class CudaBackend final : public Backend {
         up.rows != gate.rows || up.cols != gate.cols || out.rows != gate.rows || out.cols != gate.cols) {
       return false;
     }
-    // Without fuse_swiglu_epilogue, only the launches whose kernel pairs gate row r with up row r
-    // in one step and measured faster for it: the multi-row kernel (gemv_rows.cu) and the
-    // streamed float kernel (n = 1, gemv_float_stream.cu).
+    // Without fuse_swiglu_epilogue, only the float products that the streamed kernel takes in
+    // one launch (n = 1; gemv_float_stream.cu pairs gate row r with up row r).
     const bool is_float = prev->dtype == DType::F32 || prev->dtype == DType::F16 || prev->dtype == DType::BF16;
-    const bool float_stream = fuse_float_swiglu_epilogue_ && is_float && prev->n == 1 && prev->gemv_float_kernel == 0;
-    const bool rows_kernel = fuse_rows_swiglu_epilogue_ && !is_float && gemv_rows_takes(*prev);
-    if (!fuse_swiglu_epilogue_ && !float_stream && !rows_kernel) return false;
+    if (!fuse_swiglu_epilogue_ && !(is_float && prev->n == 1 && prev->gemv_float_kernel == 0)) return false;
     const int64_t n = prev->n, rows = prev->rows[0];
     auto is = [&](const Tensor& t, const float* p) { return t.f32() == p && f32_stride(t) == rows; };
     if (!is(gate, prev->y[0]) || !is(up, prev->y[1])) return false;
@@ -783,7 +779,7 @@ class CudaBackend final : public Backend {
   void elementwise(ElementwiseOp op, const Tensor& x, const Tensor& y, const Tensor& out) {
     TERN_CHECK_MSG(is_device(x) && is_device(y) && is_device(out), "elementwise op: tensors must be on the CUDA device");
     if (fuse_gemv_ && op == ElementwiseOp::kAdd && take_residual_add(x, y, out)) return;
-    if ((fuse_swiglu_epilogue_ || fuse_rows_swiglu_epilogue_ || fuse_float_swiglu_epilogue_) && op == ElementwiseOp::kSwiglu &&
+    if ((fuse_swiglu_epilogue_ || fuse_float_swiglu_epilogue_) && op == ElementwiseOp::kSwiglu &&
         take_swiglu_epilogue(x, y, out)) {
       return;
     }
@@ -895,7 +891,6 @@ class CudaBackend final : public Backend {
   bool fuse_gemv_ = false;           // CudaBackendOptions::fuse_gemv, not on GemvPath::kLegacy
   bool fuse_swiglu_ = false;         // and CudaBackendOptions::fuse_swiglu
   bool fuse_swiglu_epilogue_ = false;  // and CudaBackendOptions::fuse_swiglu_epilogue
-  bool fuse_rows_swiglu_epilogue_ = false;  // and CudaBackendOptions::fuse_rows_swiglu_epilogue
   bool fuse_float_swiglu_epilogue_ = false;  // and CudaBackendOptions::fuse_float_swiglu_epilogue
   int gemv_float_kernel_ = 0;  // MatmulArgs::gemv_float_kernel and the streamed kernel's shape
   int gemv_float_rows_ = 0;

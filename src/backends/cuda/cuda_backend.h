@@ -100,18 +100,15 @@ struct CudaBackendOptions {
   // per block at 8B) and one block stores the result at the end, which cost more than the
   // elementwise launch it saves (H200, 8B Q4_K_M decode: 299 tok/s without it, 280 with it,
   // 269 unfused). TERN_CUDA_FUSE=swiglu turns it on, =noswiglu off.
-  // The SwiGLU epilogue instead folds the SwiGLU into the gate/up launch (a warp computes gate
+  // fuse_swiglu_epilogue instead folds the SwiGLU into the gate/up launch (a warp computes gate
   // row r and up row r and stores silu(g) * u; gemv_quant.cu, gemv_rows.cu): no repeated work.
-  // fuse_rows_swiglu_epilogue (on) takes it where the multi-row kernel runs the launch (n = 1
-  // q4_k / q6_k / q8_0, gemv_rows_takes; H200, 8B decode at 1k: Q4_K_M 330.3 -> 343.0 tok/s,
-  // Q8_0 292.4 -> 295.4); fuse_swiglu_epilogue (off; TERN_CUDA_FUSE=swiglu-epilogue) on every
-  // quantized launch, where the single-row kernels measured slower with it (8B Q4_K_M 302.6 ->
-  // 291.8 tok/s, session 4). Both are off where fuse_swiglu takes the prologue instead;
-  // TERN_CUDA_FUSE=noswiglu turns all three off.
+  // On by default (H200, 8B decode at 1k: Q4_K_M 330.3 -> 343.0 tok/s, Q8_0 292.4 -> 295.4; on
+  // the single-row kernels too: SmolLM2 Q4_1 without it on q4_1 launches decoded 1022.9 against
+  // 1062.7 tok/s at ctx 128 and prefilled 512 tokens at 28,755 against 30,573, session 5);
+  // off where fuse_swiglu takes the prologue instead. TERN_CUDA_FUSE=noswiglu turns both off.
   bool fuse_gemv = true;
   bool fuse_swiglu = false;
-  bool fuse_swiglu_epilogue = false;
-  bool fuse_rows_swiglu_epilogue = true;
+  bool fuse_swiglu_epilogue = true;
   // F32 / F16 / BF16 products at n = 1 (gemv.h): false = the register-streamed kernel
   // (gemv_float_stream.cu, fusions in-kernel), true = the previous float kernels; same bits
   // either way. TERN_CUDA_GEMV_FLOAT=prev / =stream overrides it. float_gemv_rows x

@@ -106,13 +106,10 @@ void init_gemv_float_stream(int max_smem_bytes);
 void init_gemv_quant(int max_smem_bytes);
 // The n = 1 multi-row / split-row kernel (gemv_rows.cu, GemvPath::kRows): whether it takes the
 // product (q8_0 / q4_k / q5_k / q6_k rows of more than 2048 elements, bulk-copy eligible, no
-// prologue or an RMSNorm one), whether GemvPath::kAuto sends the product to it (the shapes where
-// it measured faster), whether a launch on `a`'s path runs on it (the two combined: the one
-// routing rule, used by the launcher and by the step recorder's fusion choices), its launcher and
-// its one-time shared-memory setup.
+// prologue or an RMSNorm one, no SwiGLU epilogue), whether GemvPath::kAuto sends the product to
+// it (the shapes where it measured faster), its launcher and its one-time shared-memory setup.
 bool gemv_rows_supports(const MatmulArgs& a);
 bool gemv_rows_default(const MatmulArgs& a);
-bool gemv_rows_takes(const MatmulArgs& a);
 void launch_gemv_rows(const MatmulArgs& a, const LaunchEnv& env);
 void init_gemv_rows(int max_smem_bytes);
 

@@ -339,7 +339,9 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
   }
   // The multi-row / split-row kernel (n = 1): on kRows wherever it takes the product, on kAuto
   // for the shapes where it measured faster (gemv_rows_default).
-  if (gemv_rows_takes(a)) {
+  const bool rows_path = a.gemv_path == static_cast<int32_t>(GemvPath::kRows) ||
+                         (a.gemv_path == static_cast<int32_t>(GemvPath::kAuto) && gemv_rows_default(a));
+  if (rows_path && gemv_rows_supports(a)) {
     launch_gemv_rows(a, env);
     return true;
   }

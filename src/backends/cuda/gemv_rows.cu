@@ -438,12 +438,6 @@ bool gemv_rows_default(const MatmulArgs& a) {
   return a.dtype == DType::Q4_K || a.dtype == DType::Q6_K || a.dtype == DType::Q8_0;
 }
 
-bool gemv_rows_takes(const MatmulArgs& a) {
-  const bool path = a.gemv_path == static_cast<int32_t>(GemvPath::kRows) ||
-                    (a.gemv_path == static_cast<int32_t>(GemvPath::kAuto) && gemv_rows_default(a));
-  return path && gemv_rows_supports(a);
-}
-
 void launch_gemv_rows(const MatmulArgs& a, const LaunchEnv& env) {
   switch (a.dtype) {
     case DType::Q8_0: launch_rows_typed<DType::Q8_0>(a, env); break;
