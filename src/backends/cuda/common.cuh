@@ -43,6 +43,18 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }
 
+// Eight 16-bit floats (bf16 when kBf16, else f16) packed two to a word, low half first, as
+// floats in element order: one 16-byte load of an f16 / bf16 weight row.
+template <bool kBf16>
+__device__ __forceinline__ void unpack_half8(const uint32_t (&words)[4], float (&w)[8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint16_t lo = static_cast<uint16_t>(words[i] & 0xffffu), hi = static_cast<uint16_t>(words[i] >> 16);
+    w[2 * i] = kBf16 ? bf16_bits_to_float(lo) : half_bits_to_float(lo);
+    w[2 * i + 1] = kBf16 ? bf16_bits_to_float(hi) : half_bits_to_float(hi);
+  }
+}
+
 __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 
 // N 32-bit little-endian words starting at a 2-byte-aligned shared-memory address. Reads the

@@ -48,17 +48,7 @@ __device__ __forceinline__ void load_lane8(const uint8_t* chunk, int lane, float
   } else {
     const uint4 v = reinterpret_cast<const uint4*>(chunk)[lane];
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint16_t lo = static_cast<uint16_t>(words[i] & 0xffffu), hi = static_cast<uint16_t>(words[i] >> 16);
-      if constexpr (T == DType::F16) {
-        w[2 * i] = half_bits_to_float(lo);
-        w[2 * i + 1] = half_bits_to_float(hi);
-      } else {
-        w[2 * i] = bf16_bits_to_float(lo);
-        w[2 * i + 1] = bf16_bits_to_float(hi);
-      }
-    }
+    unpack_half8<T == DType::BF16>(words, w);
   }
 }
 

@@ -66,17 +66,7 @@ __device__ __forceinline__ void unpack8(const uint4 (&v)[vecs_per_chunk<T>()], f
     w[6] = __uint_as_float(v[1].z); w[7] = __uint_as_float(v[1].w);
   } else {
     const uint32_t words[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint16_t lo = static_cast<uint16_t>(words[i] & 0xffffu), hi = static_cast<uint16_t>(words[i] >> 16);
-      if constexpr (T == DType::F16) {
-        w[2 * i] = half_bits_to_float(lo);
-        w[2 * i + 1] = half_bits_to_float(hi);
-      } else {
-        w[2 * i] = bf16_bits_to_float(lo);
-        w[2 * i + 1] = bf16_bits_to_float(hi);
-      }
-    }
+    unpack_half8<T == DType::BF16>(words, w);
   }
 }
 
