@@ -155,6 +155,15 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
   EXPECT_EQ(s.attention_span_stages, 3);
   EXPECT_EQ(s.attention_fold_merge, 1);
   EXPECT_EQ(s.attention_tc_variant, 0);
+
+  // Every span-kernel flag passes (+ 128 split K/V ring and + 256 values on 8 warps were masked
+  // out before, so TERN_CUDA_ATTN_SPAN=243 fell back to the default); a kernel past 3 does not.
+  setenv("TERN_CUDA_ATTN_SPAN", "243", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, 243);
+  setenv("TERN_CUDA_ATTN_SPAN", "499", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, 499);
+  setenv("TERN_CUDA_ATTN_SPAN", "515", 1);  // 512 + 3: no such flag
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, -1);
 }
 
 // The float GEMV at n = 1: the register-streamed kernel with its SwiGLU epilogue by default; the

@@ -129,10 +129,11 @@ int attention_span_kernel(const CudaBackendOptions& options) {
   // 2 = the two-chunk span kernel (attention_span_pair.cu), 1 the one-chunk span kernel, 0 the
   // chunk kernel; 3 = the two-chunk kernel with GQA-group values; + 16 = heads-first block order,
   // + 32 = persistent blocks, + 64 = two value dimensions per lane (attention_span.cuh:
-  // kSpanHeadsFirst, kSpanPersistent, kSpanValuePairs), e.g. 19, 35, 83, 115.
+  // kSpanHeadsFirst, kSpanPersistent, kSpanValuePairs), e.g. 19, 35, 83, 115; + 128 = split K/V
+  // ring, + 256 = values on 8 warps (kSpanSplitRing, kSpanValueQueryPairs), e.g. 243, 499.
   // Unset: -1, chosen per shape (default_span_kernel), every choice with the same bits.
   if (env != nullptr && *env != '\0') {
-    const int v = std::atoi(env), kernel = v & ~112;
+    const int v = std::atoi(env), kernel = v & ~(16 | 32 | 64 | 128 | 256);
     if (v >= 0 && kernel <= 3 && (v == 0 || kernel != 0)) return v;
   }
   return -1;
