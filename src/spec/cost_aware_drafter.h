@@ -16,8 +16,7 @@
 // step still drafts probe_width tokens, so a change (the agent starts quoting a file) is noticed.
 //
 // The wrapper changes only how many tokens are proposed, never which, so the verify executor's
-// invariant (greedy and seeded point-mass-drafted sampled output identical with speculation on or
-// off, spec/verify.h) is untouched.
+// invariant (greedy output identical with speculation on or off) is untouched.
 #pragma once
 
 #include <functional>
