@@ -81,8 +81,12 @@ def metric(server, name):
 @pytest.fixture(scope="module")
 def small_kv_server():
     # A KV pool smaller than one round's prompts: the first round already cycles every block
-    # (evictions), so later rounds touch no new KV pages and RSS growth means a leak.
-    s = LiveServer("--ctx", "1024", "--parallel", "4", "--kv-mem", "24M")
+    # (evictions), so later rounds touch no new KV pages and RSS growth means a leak. 10M is ~455
+    # tokens of the default model's f16 KV (28 blocks): room for the 4 running requests (~3-5
+    # blocks each), and under half of what even the 16 requests a round must serve leave cached
+    # (~35 tokens of their own each). 24M (~1,090 tokens) was about one round's worth, so whether
+    # the first round evicted depended on how many requests the round served: a flaky check.
+    s = LiveServer("--ctx", "1024", "--parallel", "4", "--kv-mem", "10M")
     yield s
     assert s.stop() == 0, "".join(s.stderr_lines)
 
