@@ -277,29 +277,13 @@ struct SpanKvRing {
   // chunk's K while its V is still in flight (the two-chunk kernels: V is needed one phase later).
   // skip: this thread copies nothing (its row is copied later), the groups are still committed.
   __device__ void issue_split_at(int i, int at, int tid, bool skip = false) const {
-    const int r = tid / kLanesPerRow, part = tid % kLanesPerRow;
-    const bool live = !skip && i < n_iter && i * kRows + r < n_rows;
-    const int64_t slot = live ? slots[i * kRows + r] : 0;
-    T* k_dst = k(at) + r * hd;
-    T* v_dst = k_dst + kRows * hd;
-    const T* ks = k_src + slot * k_stride + kv_col;
-    const T* vs = v_src + slot * v_stride + kv_col;
-    if (live) {
-      if (vec) {
-        for (int e = part * kPer16; e < hd; e += kLanesPerRow * kPer16) cp_async16(k_dst + e, ks + e);
-      } else {
-        for (int e = part; e < hd; e += kLanesPerRow) k_dst[e] = ks[e];
-      }
+    if (skip) {
+      cp_async_commit();
+      cp_async_commit();
+      return;
     }
-    cp_async_commit();
-    if (live) {
-      if (vec) {
-        for (int e = part * kPer16; e < hd; e += kLanesPerRow * kPer16) cp_async16(v_dst + e, vs + e);
-      } else {
-        for (int e = part; e < hd; e += kLanesPerRow) v_dst[e] = vs[e];
-      }
-    }
-    cp_async_commit();
+    issue_half_at(i, at, tid, false);
+    issue_half_at(i, at, tid, true);
   }
 };
 
