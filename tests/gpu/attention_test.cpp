@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "attention_test_util.h"
+#include "backends/cuda/attention.h"
 
 namespace tern {
 namespace {
@@ -495,7 +496,10 @@ TEST_F(GpuAttention, PersistentSpanBlocksEqualOneBlockPerSpan) {
 // 64 + 128 at 2 (registers for 3 blocks per SM), 3 and 4 stages, heads-first, with the chunk
 // split at 1 and 2 chunks per block, and with early K/V copies asked for (which drop the ring);
 // then + 256 (the values step with 2 of a group's queries per lane, on all 8 warps) at 2, 3 and
-// 4 stages and persistent + heads-first (499).
+// 4 stages and persistent + heads-first (499). Then + 512, the warp-specialized ring
+// (attention_span_ws_kernel: producer warps score step s + 1 while consumer warps run step s):
+// 755 and 723 (not heads-first) at 3 stages, where it runs (checked by its launch counter), and
+// where the launcher falls back to the ring kernel: 2 stages, the chunk split, early K/V.
 // Shapes other than head_dim 128 with an f16 cache run kernel 3 without it (the flag is ignored).
 TEST_F(GpuAttention, SplitKvRingEqualsPairKernelBitwise) {
   cuda::CudaBackendOptions pair_opts;
@@ -509,7 +513,9 @@ TEST_F(GpuAttention, SplitKvRingEqualsPairKernelBitwise) {
     const char* stages;
   } variants[] = {{195, 0, 0, "2"}, {195, 0, 0, "3"}, {195, 0, 0, "4"}, {211, 0, 0, "3"},
                   {243, 1, 0, "3"}, {243, 2, 0, "3"}, {243, 0, 1, "3"}, {451, 0, 0, "2"},
-                  {451, 0, 0, "3"}, {451, 0, 0, "4"}, {499, 0, 0, "3"}};
+                  {451, 0, 0, "3"}, {451, 0, 0, "4"}, {499, 0, 0, "3"},
+                  {755, 0, 0, "3"}, {723, 0, 0, "3"}, {755, 0, 0, "2"},  {755, 1, 0, "3"},
+                  {755, 0, 1, "3"}};
   std::vector<std::unique_ptr<Backend>> got;
   for (const auto& v : variants) {
     cuda::CudaBackendOptions o = pair_opts;
@@ -521,7 +527,9 @@ TEST_F(GpuAttention, SplitKvRingEqualsPairKernelBitwise) {
   }
   ASSERT_TRUE(pair != nullptr);
   for (const auto& b : got) ASSERT_TRUE(b != nullptr);
+  const int64_t ws_before = cuda::attention_span_ws_launches();
   expect_split_kernels_equal(*pair, got, 2700);
+  EXPECT_GT(cuda::attention_span_ws_launches(), ws_before) << "the warp-specialized kernel never ran";
 }
 
 // The split K/V ring at long contexts, where blocks are persistent (span_kernel 243 = 115 + 128:
@@ -530,7 +538,10 @@ TEST_F(GpuAttention, SplitKvRingEqualsPairKernelBitwise) {
 // step of several sequences (several tiles: one block per span), against kernel 2, bit for bit:
 // 243 at 2 and 3 stages, 499 at 3 and 4, with the grid the backend picks and with 5 blocks per
 // (KV head, head slice) walking ~26 spans each (TERN_CUDA_ATTN_PERSIST_COLS). Shapes: the 8B
-// shape, a sliding window (empty spans), softcap (grid the backend picks only).
+// shape, a sliding window (empty spans), softcap (grid the backend picks only). And the
+// warp-specialized ring, 755 and 1011 (+ 256, ignored by it) at 3 stages: persistent blocks
+// walking spans with the producers a step ahead across span boundaries, its slot buffers
+// rewritten under way; the launch counter shows that it ran.
 TEST_F(GpuAttention, SplitKvRingLongContextBitwise) {
   const Shape shapes[] = {{32, 8, 128, DType::F16}, {8, 2, 128, DType::F16, 0.0f, 3000}, {8, 2, 128, DType::F16, 30.0f}};
   uint32_t seed = 2900;
@@ -545,7 +556,7 @@ TEST_F(GpuAttention, SplitKvRingLongContextBitwise) {
     const struct {
       int kernel;
       const char* stages;
-    } variants[] = {{243, "2"}, {243, "3"}, {499, "3"}, {499, "4"}};
+    } variants[] = {{243, "2"}, {243, "3"}, {499, "3"}, {499, "4"}, {755, "3"}, {1011, "3"}};
     for (const auto& v : variants) {
       cuda::CudaBackendOptions ov = o;
       ov.attention_span_kernel = v.kernel;
@@ -554,6 +565,7 @@ TEST_F(GpuAttention, SplitKvRingLongContextBitwise) {
     }
     ASSERT_TRUE(want != nullptr);
     for (const auto& b : got) ASSERT_TRUE(b != nullptr);
+    const int64_t ws_before = cuda::attention_span_ws_launches();
     for (const Shape& s : shapes) {
       if (cols[0] == '5' && s.softcap > 0.0f) continue;  // (time: the other shapes cover the walk)
       SCOPED_TRACE(describe(s));
@@ -569,22 +581,25 @@ TEST_F(GpuAttention, SplitKvRingLongContextBitwise) {
       expect_plans_equal(*want, got, c.all, s, plans, seed + 1);
       seed += 2;
     }
+    EXPECT_GT(cuda::attention_span_ws_launches(), ws_before) << "the warp-specialized kernel never ran";
   }
 }
 
-// The split K/V ring (243, 499) under CUDA graphs: a 32k decode step (persistent blocks) and a
-// step of several sequences, each with two attention ops, run 5 times with the same buffers
-// (replayed as graphs), equal kernel 2's eager results every time.
+// The split K/V ring (243, 499) and its warp-specialized form (755) under CUDA graphs: a 32k
+// decode step (persistent blocks) and a step of several sequences, each with two attention ops,
+// run 5 times with the same buffers (replayed as graphs), equal kernel 2's eager results every
+// time.
 TEST_F(GpuAttention, SplitKvRingRepeatsUnderGraphs) {
   const Shape s{32, 8, 128, DType::F16};
   auto want = make_span(2, 0);
   std::vector<std::unique_ptr<Backend>> got;
-  for (int kernel : {243, 499}) {
+  for (int kernel : {243, 499, 755}) {
     cuda::CudaBackendOptions o;
     o.attention_span_kernel = kernel;
     got.push_back(gputest::make_cuda(o));
   }
-  ASSERT_TRUE(want != nullptr && got[0] != nullptr && got[1] != nullptr);
+  ASSERT_TRUE(want != nullptr);
+  for (const auto& b : got) ASSERT_TRUE(b != nullptr);
   Caches c(*want, got, s, 2100, 3100);
   const auto blocks = c.take(33001);
   std::vector<BatchPlan> plans(2);

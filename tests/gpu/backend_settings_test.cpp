@@ -162,7 +162,9 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, 243);
   setenv("TERN_CUDA_ATTN_SPAN", "499", 1);
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, 499);
-  setenv("TERN_CUDA_ATTN_SPAN", "515", 1);  // 512 + 3: no such flag
+  setenv("TERN_CUDA_ATTN_SPAN", "755", 1);  // + 512: the warp-specialized ring
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, 755);
+  setenv("TERN_CUDA_ATTN_SPAN", "1027", 1);  // 1024 + 3: no such flag
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, -1);
 }
 

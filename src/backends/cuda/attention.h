@@ -77,6 +77,23 @@
 // per warp instruction), DRAM 34%: bound by the per-warp latency of its phases, not by bytes in
 // flight.
 //
+// Warp-specialized split ring (span_kernel + 512, kSpanWarpSpecialized; opt-in, e.g. 755 = 243 +
+// 512; NOT YET RUN ON A DEVICE: compiled only, its bit-identity tests below not yet run):
+// attention_span_pair.cu attention_span_ws_kernel. The ring kernel's step is scores (8 warps),
+// softmax and values (4 warps) with a block barrier between each, so a block's phases' latencies
+// add up (ncu above). Here warps 0-3 (producers) score step s + 1 while warps 4-7 (consumers) run
+// the softmax and values of step s: named barriers (bar.sync / bar.arrive with counts) hand over
+// a double-buffered p (FULL / EMPTY per buffer); producers copy and wait for only the K halves of
+// the ring, consumers only the V halves (3 stages, each role its own cp.async groups and its own
+// 128-thread barrier). Same group_scores per key (16 keys per pass instead of 32), pair_softmax
+// per query (one consumer lane folds a query's chunks in chunk order), group_values per (query,
+// dimension, chunk) chain, the span partial stored with store_span_partial's records: the same
+// floats in the same order per query, so kernel 2's bits (GpuAttention.SplitKvRing* run it: 755,
+// 723 non-persistent, 1011 with the ignored + 256). Where it does not apply (stages other than 3,
+// chunk split, folded merge, early_kv, caches not 16-byte aligned, the double-buffered p too big)
+// the launcher drops the flag and runs the split ring kernel. ptxas (sm_90a): 123 registers, no
+// spills, 7 barriers (the ring kernel it replaces: 128 registers, no spills).
+//
 // Folded merge (span kernels, AttentionArgs::fold_merge; attention_span_merge.cuh): instead of the
 // merge kernel, the last span block of each (tile, KV head, head slice) to finish (an atomic
 // counter per (tile, blockIdx.y), left at zero for the next launch) merges the tile's tokens x
@@ -140,5 +157,8 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
 void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env);
 // Raises the span kernels' shared-memory limit (init_attention calls it).
 void init_attention_span(int max_smem_bytes);
+// Launches of the warp-specialized span kernel (kSpanWarpSpecialized) in this process so far:
+// tests check that it ran, not its fallback.
+int64_t attention_span_ws_launches();
 
 }  // namespace tern::cuda

@@ -20,6 +20,8 @@
 // and computes the running maxima as a prefix max (max is exact, so any association gives the
 // same values) and all fold scales in parallel, leaving only the L / A products sequential.
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cmath>
 
@@ -44,6 +46,8 @@ int g_n_sm = 132;  // the device's SMs (init_attention_span): persistent grids
 // TERN_CUDA_ATTN_PERSIST_COLS=n (read when a backend is created; tests): persistent grids of n
 // blocks per (KV head, head slice) wherever a plan has at least n spans.
 int g_persist_cols = 0;
+int g_max_smem = 0;  // the span kernels' shared-memory limit (init_attention_span)
+std::atomic<int64_t> g_ws_launches{0};  // attention_span_ws_launches
 // TERN_CUDA_ATTN_SPAN_HPB=1/2/4 (read when a backend is created; A/B timing): q heads per block
 // of the span kernels instead of plan_attention_span's choice (capped at the GQA group).
 int g_force_hpb = 0;
@@ -248,7 +252,7 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
   // block, which takes one step. Elsewhere the flags are dropped (same bits either way).
   const bool ring_form = a.head_dim == 128 && a.kv_dtype == DType::F16 && (flags & kSpanValuePairs) != 0;
   if (base == 3 && ring_form && cs == 0 && (kernel & kSpanSplitRing) != 0) {
-    flags |= kernel & (kSpanSplitRing | kSpanValueQueryPairs);
+    flags |= kernel & (kSpanSplitRing | kSpanValueQueryPairs | kSpanWarpSpecialized);
   }
   const bool pair = base == 2 || base == 3;
   const int min_stages = pair ? 2 : 1;
@@ -274,17 +278,30 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
   dim3 grid = (a.span_kernel & kSpanHeadsFirst) != 0 ? dim3(ny, n_items) : dim3(n_items, ny);
   const int kernel = a.span_kernel & kSpanKernelMask;
   if (kernel == 2 || kernel == 3) {
-    const size_t smem = span_smem(a, sh, a.kv_stages, 2).total;
     AttentionArgs b = a;
     // Persistent blocks only where a plan of one tile has at least three rounds of resident
     // blocks' spans (never with the folded merge, which reuses the K/V ring as scratch).
     b.span_kernel &= ~kSpanPersistent;
     // The split ring issues its prologue after the PDL wait: not with early_kv.
-    if (a.early_kv) b.span_kernel &= ~kSpanSplitRing;
+    if (a.early_kv) b.span_kernel &= ~(kSpanSplitRing | kSpanWarpSpecialized);
     const bool split_ring = (b.span_kernel & kSpanSplitRing) != 0;
+    // The warp-specialized ring (attention_span_pair.cu): 3 stages, no folded merge, 16-byte
+    // copies only, and its double-buffered p must fit; else the split ring kernel (same bits).
+    if ((b.span_kernel & kSpanWarpSpecialized) != 0) {
+      const bool aligned = a.k_cache_stride % 8 == 0 && a.v_cache_stride % 8 == 0 &&
+                           reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
+                           reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
+      const bool fits = span_smem(a, sh, a.kv_stages, 4).total <= static_cast<size_t>(g_max_smem);
+      if (!split_ring || a.kv_stages != 3 || a.fold_merge || a.chunk_split != 0 || !aligned || !fits) {
+        b.span_kernel &= ~kSpanWarpSpecialized;
+      }
+    }
+    const bool warp_specialized = (b.span_kernel & kSpanWarpSpecialized) != 0;
+    if (warp_specialized) g_ws_launches.fetch_add(1, std::memory_order_relaxed);
+    const size_t smem = span_smem(a, sh, a.kv_stages, warp_specialized ? 4 : 2).total;
     if ((a.span_kernel & kSpanPersistent) != 0 && a.plan.n_tiles == 1 && !a.fold_merge && a.chunk_split == 0 &&
         (a.kv_stages >= 3 || split_ring)) {
-      const int per_sm = attention_span_pair_blocks_per_sm(a, smem);
+      const int per_sm = attention_span_pair_blocks_per_sm(b, smem);
       int cols = std::max(1, per_sm * g_n_sm / static_cast<int>(ny));  // resident blocks per (KV head, slice)
       int rounds = 3;  // (measured slower at ~1 round: 4k contexts)
       if (g_persist_cols > 0) cols = g_persist_cols, rounds = 1;  // tests: many spans per block at any context
@@ -312,6 +329,8 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
                 merge_smem_bytes(a.head_dim), a);
 }
 
+int64_t attention_span_ws_launches() { return g_ws_launches.load(std::memory_order_relaxed); }
+
 void init_attention_span(int max_smem_bytes) {
   int dev = 0;
   TERN_CUDA_CHECK(cudaGetDevice(&dev));
@@ -320,6 +339,7 @@ void init_attention_span(int max_smem_bytes) {
   g_persist_cols = cols != nullptr ? std::max(0, std::atoi(cols)) : 0;
   const char* hpb = std::getenv("TERN_CUDA_ATTN_SPAN_HPB");
   g_force_hpb = hpb != nullptr ? std::max(0, std::atoi(hpb)) : 0;
+  g_max_smem = max_smem_bytes;
   set_span_smem<__half, 1>(max_smem_bytes);
   set_span_smem<__half, 2>(max_smem_bytes);
   set_span_smem<__half, 3>(max_smem_bytes);

@@ -32,6 +32,12 @@ constexpr int kSpanSplitRing = 128;
 // queries (two lanes per dimension and chunk), so a decode's values step runs on all 8 warps.
 // Same bits; measured no faster at 32k (88.4 vs 85.6 us/layer without it), so opt-in.
 constexpr int kSpanValueQueryPairs = 256;
+// Warp-specialized split ring (with kSpanSplitRing, 3 stages, no folded merge, 16-byte aligned
+// caches; attention_span_pair.cu attention_span_ws_kernel): warps 0-3 compute the scores of step
+// s + 1 while warps 4-7 run the softmax and values of step s (named barriers, double-buffered
+// probabilities); the producers copy the K halves, the consumers the V halves. kSpanValueQueryPairs
+// is ignored with it (values on the 4 consumer warps). Same bits. Not yet run on a device.
+constexpr int kSpanWarpSpecialized = 512;
 static_assert(kSpanMaxStages == kAttnSpanChunks, "4 stages hold a whole span");
 
 struct SpanShape {

@@ -190,19 +190,22 @@ __device__ __forceinline__ void pair_scores(const PairQueries& Q, const T* k0, c
 //     it takes 4 shuffles and 4 adds instead of 12 and 12 for 4 queries, and lane l ends with
 //     query 2 (l & 1) + ((l >> 1) & 1), which it masks, scales and stores itself;
 //   - the query's position range read once per pass, not per key.
-template <int kHd, typename T>
+//
+// kRoleThreads / rtid: the threads that run it and this thread's index among them (the
+// warp-specialized kernel scores on its producer warps only; each key's arithmetic is the same).
+template <int kHd, int kRoleThreads = kThreads, typename T>
 __device__ __forceinline__ void group_scores(const PairQueries& Q, const T* k0, const T* k1, int n_keys, int j0,
-                                             float scale, float softcap) {
+                                             float scale, float softcap, unsigned rtid) {
   constexpr int kSegLanes = kHd / kSeg;
   static_assert(kSegLanes * kSeg == kHd && (kSegLanes & (kSegLanes - 1)) == 0 && kSegLanes >= 8,
                 "every lane's two segments are live, and a key has at least 4 lanes");
   constexpr int kLanesPerKey = kSegLanes / 2;
-  constexpr int kKeyStride = kThreads / kLanesPerKey;
-  const int lane = threadIdx.x & 31;
+  constexpr int kKeyStride = kRoleThreads / kLanesPerKey;
+  const int lane = rtid & 31;
   const int sub = lane & (kLanesPerKey - 1);
   const int flip = (lane >> 2) & 1;  // pair_scores' bank spread
   const int seg_x = 2 * sub + flip, seg_y = 2 * sub + (1 - flip);
-  const int key0 = threadIdx.x / kLanesPerKey;
+  const int key0 = rtid / kLanesPerKey;
   const bool b0 = (lane & 1) != 0, b1 = (lane & 2) != 0;
   const int qsel = 2 * (lane & 1) + ((lane >> 1) & 1);
   const bool writer = (sub >> 2) == 0;  // lanes sub and sub + 4, + 8, ... end with the same query
@@ -262,10 +265,11 @@ __device__ __forceinline__ void group_scores(const PairQueries& Q, const T* k0, 
 
 // chunk_softmax's statistics for the step's n_chunks chunks of every query (a warp per query,
 // both chunks' reductions side by side), folded into the span statistics in chunk order.
-template <bool kGroup>
-__device__ __forceinline__ void pair_softmax(const PairQueries& Q, int n_chunks) {
+// (kRoleWarps / rwarp: the warps that run it and this warp's index among them.)
+template <bool kGroup, int kRoleWarps = kWarps>
+__device__ __forceinline__ void pair_softmax(const PairQueries& Q, int n_chunks, unsigned rwarp) {
   const int lane = threadIdx.x & 31;
-  for (int qi = threadIdx.x >> 5; qi < Q.nq; qi += kWarps) {
+  for (int qi = rwarp; qi < Q.nq; qi += kRoleWarps) {
     float m[kPair], l[kPair];
 #pragma unroll
     for (int c = 0; c < kPair; ++c) {
@@ -404,8 +408,10 @@ __device__ __forceinline__ float load1(const float* p) { return *p; }
 // group's 4 queries take two lanes (two warps), so a decode's values step runs on all 8 warps
 // instead of 4 and each lane's serial loop carries half the multiply-adds; the chains are the
 // same (each (query, d, chunk) chain is still one lane's, in position order), so the same bits.
-template <int kHd, int kDims, int kQ = 4, typename T>
-__device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, const T* v1, int n_chunks, int j0) {
+// (kRoleWarps / rwarp as pair_softmax's.)
+template <int kHd, int kDims, int kQ = 4, int kRoleWarps = kWarps, typename T>
+__device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, const T* v1, int n_chunks, int j0,
+                                             unsigned rwarp) {
   static_assert(kDims == 1 || kDims == 2, "one or two dimensions per lane");
   static_assert(kQ == 4 || kQ == 2, "a lane serves a group's 4 queries or 2 of them");
   constexpr int kSets = 4 / kQ;  // lanes (warps) per dimension and chunk of a group
@@ -415,7 +421,7 @@ __device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, 
   const int c = lane >> 4;
   const int n_groups = (Q.nq + 3) / 4;
   const int jc = j0 + c * C;
-  for (int w = threadIdx.x >> 5; w < n_groups * kSets * slabs; w += kWarps) {
+  for (int w = rwarp; w < n_groups * kSets * slabs; w += kRoleWarps) {
     const int grp = w / (kSets * slabs);
     const int rem = w - grp * kSets * slabs;
     const int set = rem / slabs;
@@ -719,7 +725,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
       const T* k0 = stage_k(gi);
       const T* k1 = stage_k(gi + 1);
       if constexpr (kGroup && kHd != 0) {
-        group_scores<kHd>(Q, k0, k1, n_chunks * C, j0, a.scale, a.softcap);
+        group_scores<kHd>(Q, k0, k1, n_chunks * C, j0, a.scale, a.softcap, threadIdx.x);
       } else {
         pair_scores<kGroup>(Q, k0, k1, n_chunks * C, j0, a.scale, a.softcap);
       }
@@ -728,7 +734,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
         issue_half(gi + kStages, false);
         issue_half(gi + kStages + 1, false);
       }
-      pair_softmax<kGroup>(Q, n_chunks);
+      pair_softmax<kGroup>(Q, n_chunks, threadIdx.x >> 5);
       if constexpr (kSplit) {
         cp_async_wait<kSplitWait>();
       } else {
@@ -736,7 +742,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
       }
       __syncthreads();
       if constexpr (kGroup) {
-        group_values<kHd, kVDims, kVQueries>(Q, k0 + C * hd, k1 + C * hd, n_chunks, j0);
+        group_values<kHd, kVDims, kVQueries>(Q, k0 + C * hd, k1 + C * hd, n_chunks, j0, threadIdx.x >> 5);
       } else {
         pair_values<2>(Q, k0 + C * hd, k1 + C * hd, n_chunks, j0);
       }
@@ -750,6 +756,220 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
     span_merge::finish_span<kThreads>(out, a, tile, n_tile_spans, tok_partial, t0, nt, h0, nh, span, it.y, it.ny,
                                       sm + L.kv, L.total - L.kv);
     if (k + 1 < n_items) __syncthreads();  // the partial stored before the next span resets the state
+  }
+}
+
+// ---- Warp-specialized split ring (kSpanWarpSpecialized; not yet run on a device) ----
+//
+// Why: ncu of the split ring kernel (bench/RESULTS.md) found it bound by the serial latency of
+// its phases: every step runs scores (8 warps), barrier, softmax (4 warps), barrier, values (4
+// warps), barrier, with 0.66 eligible warps per scheduler. Here warps 0-3 (producers) compute the
+// scores of step s + 1 while warps 4-7 (consumers) run the softmax and values of step s, so the
+// two halves' latencies overlap instead of adding up. Handoffs by named barriers (bar.sync /
+// bar.arrive with a count, id 0 is __syncthreads):
+//   - p is double-buffered: step s's scores go to buffer s % 2; FULL[b]: producers arrive after
+//     writing the scores, consumers sync before the softmax; EMPTY[b]: consumers arrive after the
+//     values step read the probabilities, producers sync before writing the buffer again (step
+//     s + 2). Every arrive has its sync (the consumers skip EMPTY for the last two steps).
+//   - the ring: producers copy, wait for and read only the K halves, consumers only the V halves
+//     (each role its own cp.async groups and its own 128-thread barrier). Ring position gi's K is
+//     reissued for gi + 3 once every producer has scored it, its V once every consumer has used
+//     it: 3 stages, a wait for all but the newest group of the role's half.
+//   - slots (persistent blocks: span k + 1's lookups at span k's first step) are written by the
+//     producers after EMPTY of step 2 k - 2, by which the consumers issued every V of span k - 1,
+//     and seen by the consumers through FULL before their first read (the V issues after step 2 k).
+// The floats are kernel 3's: the same group_scores (per key), pair_softmax and group_values (per
+// query, dimension and chunk), folds in chunk order by one consumer lane per query, the span
+// partial stored as store_span_partial does. Only the order in time across warps changes.
+// Constraints (the launcher drops the flag elsewhere): head_dim 128, f16 caches with 16-byte
+// rows and bases, 3 stages, whole spans, no folded merge, no early_kv.
+constexpr int kWsRoleThreads = kThreads / 2;
+constexpr int kWsRoleWarps = kWsRoleThreads / 32;
+constexpr int kWsStages = 3;
+constexpr int kBarProducers = 1, kBarConsumers = 2, kBarFull0 = 3, kBarEmpty0 = 5;  // ids 3, 4 and 5, 6
+
+// Immediate barrier ids and counts (a register id makes ptxas reserve all 16 barriers).
+template <int kId, int kCount>
+__device__ __forceinline__ void named_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
+template <int kId, int kCount>
+__device__ __forceinline__ void named_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
+// FULL[b] / EMPTY[b] of the whole block (producers and consumers).
+template <int kId0>
+__device__ __forceinline__ void buffer_sync(int b) {
+  if (b == 0) {
+    named_sync<kId0, kThreads>();
+  } else {
+    named_sync<kId0 + 1, kThreads>();
+  }
+}
+template <int kId0>
+__device__ __forceinline__ void buffer_arrive(int b) {
+  if (b == 0) {
+    named_arrive<kId0, kThreads>();
+  } else {
+    named_arrive<kId0 + 1, kThreads>();
+  }
+}
+
+template <int kHd, typename T>
+__global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(AttentionArgs a) {
+  constexpr int kStages = kWsStages;
+  constexpr int kPer16 = 16 / sizeof(T);
+  constexpr int kRowPieces = kHd / kPer16;
+  static_assert(kRowPieces * kPer16 == kHd, "rows of whole 16-byte pieces");
+  extern __shared__ __align__(16) unsigned char sm[];
+  const SpanShape sh = span_shape_of(a);
+  const DevicePlan& P = a.plan;
+  const int tid = threadIdx.x;
+  SpanItem it;
+  int span_stride = 1, n_items = 1;
+  if ((a.span_kernel & kSpanPersistent) != 0) {
+    const int ny = a.n_kv_heads * sh.n_slices;
+    it.tile = 0, it.t0 = 0, it.nt = P.n_tokens, it.n_tile_spans = 0, it.part = 0;
+    it.y = blockIdx.x % ny, it.ny = ny, it.span = blockIdx.x / ny;
+    span_stride = gridDim.x / ny;
+    n_items = (P.n_split_items - it.span + span_stride - 1) / span_stride;
+  } else {
+    it = span_item_of(a);
+  }
+  const int g = it.y / sh.n_slices, slice = it.y % sh.n_slices;
+  const int h0 = g * sh.group + slice * sh.hpb;
+  const int nh = min(sh.hpb, sh.group - slice * sh.hpb);
+  const int t0 = it.t0, nt = it.nt;
+  const int nq = nt * nh;
+
+  // p and the statistics for two steps (p double-buffered; the statistics use the first 10 na).
+  const SpanSmem L = span_smem(a, sh, kStages, 2 * kPair);
+  const SpanBuffers<T> B = span_buffers<T>(sm, L);
+  float *q_s = B.q, *span_a = B.span_a, *p_s = B.p, *stats = B.stats;
+  int* slots = B.slots;
+  T* kv_s = B.kv;
+  const int na = sh.nq_alloc;
+  const int p_buf = (na + 3) / 4 * 4 * kPair * C;  // floats per p buffer
+  PairQueries Q;
+  Q.nq = nq, Q.nh = nh, Q.hd = kHd, Q.na = na, Q.seg_lanes = attn::seg_lanes_of(kHd);
+  Q.q = q_s, Q.p = p_s, Q.span_a = span_a;
+  Q.m_c = stats, Q.l_c = stats + 2 * na, Q.span_m = stats + 4 * na, Q.span_l = stats + 5 * na;
+  Q.sa = stats + 6 * na, Q.sb = stats + 8 * na;
+  Q.tok_pos = B.tok_pos, Q.tok_first = B.tok_first;
+  Q.chunk_out = nullptr, Q.tok_partial = B.tok_partial, Q.span = it.span, Q.chunk0 = 0;
+  Q.n_heads = a.n_heads, Q.h0 = h0;
+
+  const int max_pos = load_span_tokens(a, B, t0, nt, 0);
+  const int32_t* blocks = P.block_ids + P.block_offsets[P.seq_index[t0]];
+  auto rows_of = [&](int k) {
+    return min(kAttnSpanTokens, max_pos + 1 - (it.span + k * span_stride) * kAttnSpanTokens);
+  };
+  if (rows_of(0) <= 0) return;
+  // The cache slots of the k-th span's rows, by n_threads threads from index r0.
+  auto lookup = [&](int k, int r0, int n_threads) {
+    const int n_rows = rows_of(k), base = (it.span + k * span_stride) * kAttnSpanTokens;
+    for (int r = r0; r < n_rows; r += n_threads) {
+      const int j = base + r;
+      slots[(k & 1) * kAttnSpanTokens + r] = blocks[j / a.block_tokens] * a.block_tokens + j % a.block_tokens;
+    }
+  };
+  lookup(0, tid, kThreads);
+  if (n_items > 1) lookup(1, tid, kThreads);
+
+  const bool producer = tid < kWsRoleThreads;
+  const int rtid = producer ? tid : tid - kWsRoleThreads, rwarp = rtid >> 5;
+  auto stage_k = [&](int gi) { return kv_s + (gi % kStages) * 2 * C * kHd; };
+  // Ring position gi's K (v = false, producers) or V rows (consumers), the role's 128 threads
+  // taking consecutive 16-byte pieces; one cp.async group, empty past the block's last span.
+  auto issue_half = [&](int gi, bool v) {
+    const int k = gi / kAttnSpanChunks;
+    if (k < n_items) {
+      const int n_rows = rows_of(k), c0 = (gi % kAttnSpanChunks) * C;
+      const int* sl = slots + (k & 1) * kAttnSpanTokens + c0;
+      T* dst = stage_k(gi) + (v ? C * kHd : 0);
+      const T* src = static_cast<const T*>(v ? a.v_cache : a.k_cache) + int64_t{g} * kHd;
+      const int64_t stride = v ? a.v_cache_stride : a.k_cache_stride;
+#pragma unroll
+      for (int piece = rtid; piece < C * kRowPieces; piece += kWsRoleThreads) {
+        const int r = piece / kRowPieces, e = (piece - r * kRowPieces) * kPer16;
+        if (c0 + r < n_rows) cp_async16(dst + r * kHd + e, src + int64_t{sl[r]} * stride + e);
+      }
+    }
+    cp_async_commit();
+  };
+
+  pdl_wait();
+  pdl_launch_dependents();
+  __syncthreads();  // slots visible
+  for (int gi = 0; gi < kStages; ++gi) issue_half(gi, !producer);
+  for (int i = tid; i < nq * kHd; i += kThreads) {
+    const int qi = i / kHd, d = i - qi * kHd;
+    q_s[i] = a.q[int64_t{t0 + qi / nh} * a.q_stride + int64_t{h0 + qi % nh} * kHd + d];
+  }
+  for (int i = tid; i < nq * kHd; i += kThreads) span_a[i] = 0.0f;
+  for (int i = tid; i < nq; i += kThreads) {
+    Q.span_m[i] = -INFINITY;
+    Q.span_l[i] = 0.0f;
+  }
+  int total_steps = 0;
+  for (int k = 0; k < n_items; ++k) total_steps += ((rows_of(k) + C - 1) / C + kPair - 1) / kPair;
+  __syncthreads();  // q and the span state; from here on only named barriers
+
+  int s = 0;  // the block's step (both roles count the same steps)
+  for (int k = 0; k < n_items; ++k) {
+    const int span = it.span + k * span_stride;
+    const int j_begin = span * kAttnSpanTokens;
+    const int n_iter = (rows_of(k) + C - 1) / C;
+    for (int i = 0; i < n_iter; i += kPair, ++s) {
+      const int b = s & 1, gi = k * kAttnSpanChunks + i;
+      const int n_chunks = min(kPair, n_iter - i), j0 = j_begin + i * C;
+      PairQueries Qb = Q;
+      Qb.p = p_s + b * p_buf;
+      if (producer) {
+        if (s >= 2) buffer_sync<kBarEmpty0>(b);  // the consumers are done with p[b] (step s - 2)
+        if (i == 0 && k >= 1 && k + 1 < n_items) lookup(k + 1, rtid, kWsRoleThreads);
+        cp_async_wait<1>();  // K(gi), K(gi + 1) landed (this thread's pieces), K(gi + 2) may fly
+        named_sync<kBarProducers, kWsRoleThreads>();
+        group_scores<kHd, kWsRoleThreads>(Qb, stage_k(gi), stage_k(gi + 1), n_chunks * C, j0, a.scale, a.softcap,
+                                          static_cast<unsigned>(rtid));
+        buffer_arrive<kBarFull0>(b);
+        named_sync<kBarProducers, kWsRoleThreads>();  // every producer is done with K(gi), K(gi + 1)
+        issue_half(gi + kStages, false);
+        issue_half(gi + kStages + 1, false);
+      } else {
+        buffer_sync<kBarFull0>(b);  // step s's scores in p[b]
+        pair_softmax<true, kWsRoleWarps>(Qb, n_chunks, rwarp);
+        cp_async_wait<1>();  // V(gi), V(gi + 1) landed
+        named_sync<kBarConsumers, kWsRoleThreads>();  // ... and the probabilities and statistics
+        group_values<kHd, 2, 4, kWsRoleWarps>(Qb, stage_k(gi) + C * kHd, stage_k(gi + 1) + C * kHd, n_chunks, j0,
+                                             rwarp);
+        named_sync<kBarConsumers, kWsRoleThreads>();  // every consumer is done with V(gi), V(gi + 1) and p[b]
+        issue_half(gi + kStages, true);
+        issue_half(gi + kStages + 1, true);
+        if (s + 2 < total_steps) buffer_arrive<kBarEmpty0>(b);
+      }
+    }
+    if (!producer) {
+      // The span partial, as attn::store_span_partial (same records, same values), each element
+      // reset by the thread that stored it; the next step's FULL barrier orders the resets
+      // before the next span's softmax and values.
+      for (int o = rtid; o < nq * kHd; o += kWsRoleThreads) {
+        const int qi = o / kHd, d = o - qi * kHd, tt = qi / nh;
+        if (span * kAttnSpanTokens <= Q.tok_pos[tt]) {
+          float* rec = a.partials + (int64_t{P.token_partial_begin[t0 + tt] + span} * a.n_heads + h0 + qi % nh) * (kHd + 2);
+          rec[2 + d] = span_a[o];
+          if (d == 0) {
+            rec[0] = Q.span_m[qi];
+            rec[1] = Q.span_l[qi];
+          }
+        }
+        span_a[o] = 0.0f;
+        if (d == 0) {
+          Q.span_m[qi] = -INFINITY;
+          Q.span_l[qi] = 0.0f;
+        }
+      }
+    }
   }
 }
 
@@ -771,6 +991,10 @@ PairKernel pair_kernel_for(int stages) {
 PairKernel pair_kernel_of(const AttentionArgs& a) {
   const bool group = (a.span_kernel & kSpanKernelMask) == 3, f16 = a.kv_dtype == DType::F16;
   if (group && f16 && a.head_dim == 128) {
+    if ((a.span_kernel & kSpanValuePairs) != 0 && (a.span_kernel & kSpanSplitRing) != 0 &&
+        (a.span_kernel & kSpanWarpSpecialized) != 0 && a.kv_stages == kWsStages) {
+      return attention_span_ws_kernel<128, __half>;
+    }
     if ((a.span_kernel & kSpanValuePairs) != 0 && (a.span_kernel & kSpanSplitRing) != 0) {
       return (a.span_kernel & kSpanValueQueryPairs) != 0 ? pair_kernel_for<__half, true, 128, 2, true, 2>(a.kv_stages)
                                                          : pair_kernel_for<__half, true, 128, 2, true>(a.kv_stages);
@@ -796,6 +1020,8 @@ int attention_span_pair_blocks_per_sm(const AttentionArgs& a, size_t smem) {
 }
 
 void init_attention_span_pair(int max_smem_bytes) {
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_span_ws_kernel<128, __half>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
   for (int stages = 2; stages <= kSpanMaxStages; ++stages) {
     for (PairKernel k : {pair_kernel_for<__half, false, 0>(stages), pair_kernel_for<__half, true, 0>(stages),
                          pair_kernel_for<__half, true, 128>(stages), pair_kernel_for<__half, true, 128, 2>(stages),

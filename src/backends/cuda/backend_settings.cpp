@@ -130,10 +130,11 @@ int attention_span_kernel(const CudaBackendOptions& options) {
   // chunk kernel; 3 = the two-chunk kernel with GQA-group values; + 16 = heads-first block order,
   // + 32 = persistent blocks, + 64 = two value dimensions per lane (attention_span.cuh:
   // kSpanHeadsFirst, kSpanPersistent, kSpanValuePairs), e.g. 19, 35, 83, 115; + 128 = split K/V
-  // ring, + 256 = values on 8 warps (kSpanSplitRing, kSpanValueQueryPairs), e.g. 243, 499.
+  // ring, + 256 = values on 8 warps, + 512 = warp-specialized ring (kSpanSplitRing,
+  // kSpanValueQueryPairs, kSpanWarpSpecialized), e.g. 243, 499, 755.
   // Unset: -1, chosen per shape (default_span_kernel), every choice with the same bits.
   if (env != nullptr && *env != '\0') {
-    const int v = std::atoi(env), kernel = v & ~(16 | 32 | 64 | 128 | 256);
+    const int v = std::atoi(env), kernel = v & ~(16 | 32 | 64 | 128 | 256 | 512);
     if (v >= 0 && kernel <= 3 && (v == 0 || kernel != 0)) return v;
   }
   return -1;
