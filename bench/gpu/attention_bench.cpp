@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/cuda/attention.h"
 #include "backends/cuda/cuda_backend.h"
 #include "ops/backend.h"
 
@@ -118,6 +119,9 @@ int run_attention_bench(const AttentionBenchOptions& o) {
   }
   const cuda::CudaBackendStats st = cuda::backend_stats(b);
   std::printf("attn     %lld tensor-core attention ops recorded\n", static_cast<long long>(st.tc_attentions));
+  // The opt-in warp-specialized span kernel (span_kernel + 512): 0 here means it fell back.
+  std::printf("attn     %lld warp-specialized span kernel launches\n",
+              static_cast<long long>(cuda::attention_span_ws_launches()));
   return 0;
 }
 
