@@ -145,6 +145,10 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
   EXPECT_TRUE(s.attention_early_kv);
   setenv("TERN_CUDA_ATTN_CHUNK_SPLIT", "4", 1);  // 1 or 2 chunks per block only
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_chunk_split, -1);
+  setenv("TERN_CUDA_ATTN_SPLIT_RING", "3", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 3);
+  setenv("TERN_CUDA_ATTN_SPLIT_RING", "4", 1);  // no such form: the default
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, cuda::kDefaultSplitRing);
 
   setenv("TERN_CUDA_ATTN_SPAN", "5", 1);  // no kernel 5
   setenv("TERN_CUDA_ATTN_SPAN_STAGES", "9", 1);
@@ -207,6 +211,8 @@ TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 0), 115);  // Llama 3 8B: GQA-group, persistent
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 1), 243);  // + split K/V ring
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 2), 499);  // + values on all warps
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 3), 755);  // split ring, warp-specialized
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16), 755);     // the default
   EXPECT_EQ(cuda::default_span_kernel(64, DType::F16, 2), 2);
   EXPECT_EQ(cuda::default_span_kernel(64, DType::F16), 2);     // SmolLM2
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F32), 2);

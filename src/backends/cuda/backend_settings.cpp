@@ -174,12 +174,13 @@ bool attention_early_kv(const CudaBackendOptions& options) {
   return env != nullptr && std::strcmp(env, "1") == 0;
 }
 int attention_split_ring(const CudaBackendOptions& options) {
-  if (options.attention_split_ring >= 0) return std::min(options.attention_split_ring, 2);
+  if (options.attention_split_ring >= 0) return std::min(options.attention_split_ring, 3);
   const char* env = std::getenv("TERN_CUDA_ATTN_SPLIT_RING");
   if (env == nullptr) return kDefaultSplitRing;
   if (std::strcmp(env, "0") == 0) return 0;
   if (std::strcmp(env, "1") == 0) return 1;
   if (std::strcmp(env, "2") == 0) return 2;
+  if (std::strcmp(env, "3") == 0) return 3;
   return kDefaultSplitRing;
 }
 int attention_fold_max_spans() {
@@ -227,11 +228,14 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
 // PersistentSpanBlocksEqualOneBlockPerSpan). Other shapes: kernel 2, which decoded SmolLM2 (head
 // dim 64, groups of 3) ~5% faster than 83 or 115 (1035 vs 989 / 984 tok/s at ctx 128).
 // split_ring 1: 243 = 115 + 128, the split K/V ring (attention_span.cuh kSpanSplitRing); 2: 499
-// = 243 + 256, also the values step on all 8 warps (kSpanValueQueryPairs). bench/RESULTS.md
-// "Decode attention at long context: the split K/V ring".
+// = 243 + 256, also the values step on all 8 warps (kSpanValueQueryPairs); 3 (the default): 755
+// = 243 + 512, the warp-specialized ring (kSpanWarpSpecialized: producer warps score step s + 1
+// while consumer warps run step s), 32k 86.7 -> 75.9 us/layer, 8k 27.5 -> 25.8 (H200, 8B shape).
+// bench/RESULTS.md "Decode attention at long context: the split K/V ring" and "... warp-specialized".
 int default_span_kernel(int head_dim, DType kv_dtype, int split_ring) {
-  constexpr int kSplitRing = 128, kValueQueryPairs = 256;  // attention_span.cuh (a device header)
+  constexpr int kSplitRing = 128, kValueQueryPairs = 256, kWarpSpecialized = 512;  // attention_span.cuh
   if (head_dim != 128 || kv_dtype != DType::F16) return 2;
+  if (split_ring >= 3) return 115 + kSplitRing + kWarpSpecialized;
   return 115 + (split_ring >= 1 ? kSplitRing : 0) + (split_ring >= 2 ? kValueQueryPairs : 0);
 }
 

@@ -11,7 +11,7 @@
 namespace tern::cuda {
 
 // default_span_kernel's form at head dim 128 with an f16 cache (CudaBackendOptions::attention_split_ring).
-constexpr int kDefaultSplitRing = 1;
+constexpr int kDefaultSplitRing = 3;
 
 struct BackendSettings {
   bool pdl = false;            // programmatic dependent launch (sm_90+; TERN_CUDA_PDL=0 off)
@@ -29,7 +29,7 @@ struct BackendSettings {
   int attention_fold_max_spans = 1; // TERN_CUDA_ATTN_FOLD_MAX_SPANS
   int attention_chunk_split = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT (0 / 1 / 2); -1: default_chunk_split
   bool attention_early_kv = false;  // TERN_CUDA_ATTN_EARLY_KV (0 / 1)
-  int attention_split_ring = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING (0 / 1 / 2): default_span_kernel
+  int attention_split_ring = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING (0-3): default_span_kernel
   bool fuse_gemv = false;           // GEMV fusion, not on GemvPath::kLegacy (TERN_CUDA_FUSE=0 off)
   bool fuse_swiglu = false;         // its SwiGLU prologue (TERN_CUDA_FUSE=swiglu / noswiglu)
   bool fuse_swiglu_epilogue = false;  // its SwiGLU epilogue (TERN_CUDA_FUSE=swiglu-epilogue)
@@ -47,7 +47,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
 
 // The split-mode attention kernel of a layer shape when neither the option nor the environment
 // chooses one; every choice gives the same bits (attention.h).
-// split_ring (BackendSettings::attention_split_ring): 0 = 115, 1 = 243, 2 = 499 where they apply.
+// split_ring (BackendSettings::attention_split_ring): 0 = 115, 1 = 243, 2 = 499, 3 = 755 where they apply.
 int default_span_kernel(int head_dim, DType kv_dtype, int split_ring = kDefaultSplitRing);
 
 // The chunk split (AttentionArgs::chunk_split: K/V chunks per block, 0 = whole spans) of a

@@ -90,7 +90,9 @@ struct CudaBackendOptions {
   // The default kernel at head dim 128 with an f16 cache (attention.h; same bits): 0 = 115, 1 =
   // 243 (115 + 128, the split K/V ring: a stage's K half reissued after the scores step, its V
   // half after the values step), 2 = 499 (243 + 256: the values step on all 8 warps, 2 queries
-  // per lane); -1 = TERN_CUDA_ATTN_SPLIT_RING (0 / 1 / 2) or else backend_settings.cpp's default.
+  // per lane), 3 = 755 (243 + 512: the warp-specialized ring, producer warps scoring step s + 1
+  // while consumer warps run step s); -1 = TERN_CUDA_ATTN_SPLIT_RING (0-3) or else
+  // backend_settings.cpp's default (3).
   int attention_split_ring = -1;
   // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; not on GemvPath kLegacy):
   // an RMSNorm or SwiGLU producing its activations, and the residual add of its output. Same
