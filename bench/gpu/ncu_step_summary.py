@@ -10,6 +10,7 @@ ncu serializes kernels, so these are times without programmatic-launch overlap o
 batching: their sum exceeds the measured step time, and tiny kernels weigh more than in a run.
 """
 import collections
+import re
 import csv
 import sys
 
@@ -22,7 +23,8 @@ def main(path):
     value_col = header.index("Metric Value")
     kernels = []
     for r in rows:
-        name = r[name_col].replace("(anonymous namespace)::", "").replace("unnamed>::", "").split("(")[0]
+        name = re.sub(r"\b(tern::)?(\(anonymous namespace\)|<unnamed>)::", "", r[name_col]).split("(")[0]
+        name = name.removeprefix("void ")
         kernels.append((name, r[grid_col], float(r[value_col].replace(",", "")) / 1000.0))
     starts = [i for i, k in enumerate(kernels) if k[0].startswith("embed")]
     if len(starts) < 2:
