@@ -159,8 +159,6 @@ void Engine::finish(Active& a) {
   metrics_.generated_tokens += s.generated_tokens;
   metrics_.drafts_proposed += s.drafts_proposed;
   metrics_.drafts_accepted += s.drafts_accepted;
-  metrics_.prefill_seconds = metrics_.prefill_seconds + s.prefill_seconds;
-  metrics_.decode_seconds = metrics_.decode_seconds + s.decode_seconds;
   EngineEvent e;
   e.kind = EngineEvent::Kind::kFinished;
   e.stats = s;
@@ -344,10 +342,14 @@ bool Engine::plan_prefills(int n_decoding) {
 void Engine::step() {
   reap_cancelled();
   admit();
+  const double t_step = now_seconds();  // planning (drafts included), forward, applying the rows
   begin_plan(plan_);
   bool progressed = false;
   int n_decoding = 0;
   using Phase = SequenceRunner::Phase;
+  // Tokens committed during this step (plan_decode commits the token the last step sampled,
+  // consume() the accepted drafts and a prefill's first token): the decode rate's numerator.
+  int64_t generated = 0;
 
   // Decoders, oldest first. One that cannot get a KV block preempts the youngest request that
   // holds KV and has no rows in this plan yet (itself when there is none). Speculation pays when
@@ -360,7 +362,9 @@ void Engine::step() {
     Active& a = *running_[i];
     if (a.runner.phase() != Phase::kDecode) continue;
     for (;;) {
+      const int before = a.runner.stats().generated_tokens;
       auto d = a.runner.plan_decode(plan_, !prefill_pending);
+      generated += a.runner.stats().generated_tokens - before;
       if (!d.is_ok()) {
         fail(a, d.status());
         break;
@@ -391,7 +395,9 @@ void Engine::step() {
     }
   }
 
+  const int decode_rows = plan_.n_tokens();
   if (plan_prefills(n_decoding)) progressed = true;
+  const int prefill_rows = plan_.n_tokens() - decode_rows;
 
   if (plan_.n_tokens() > 0) {
     // Only each row's argmax (and candidates) cross to the host unless some runner needs the
@@ -406,12 +412,22 @@ void Engine::step() {
       Active& a = *ap;
       if (!a.planned) continue;
       a.planned = false;
+      const int before = a.runner.stats().generated_tokens;
       Status s = a.runner.consume(out);
+      generated += a.runner.stats().generated_tokens - before;
       if (!s.is_ok()) {
         fail(a, s);
       } else if (a.runner.done()) {
         finish(a);
       }
+    }
+    const double dt = now_seconds() - t_step;
+    metrics_.prefill_step_tokens += prefill_rows;
+    if (prefill_rows > 0) {
+      metrics_.prefill_seconds = metrics_.prefill_seconds + dt;
+    } else {
+      metrics_.decode_seconds = metrics_.decode_seconds + dt;
+      metrics_.decode_step_tokens += generated;
     }
   } else if (!progressed && !running_.empty()) {
     // Nothing could run: the pool is held by running requests. Free the youngest holder; when the

@@ -92,8 +92,13 @@ struct EngineMetrics {
   std::atomic<int64_t> generated_tokens{0};
   std::atomic<int64_t> drafts_proposed{0};
   std::atomic<int64_t> drafts_accepted{0};
-  std::atomic<double> prefill_seconds{0};
-  std::atomic<double> decode_seconds{0};
+  // Engine wall time per forward step (forward + applying its rows), by what the step held. One
+  // step serves every running request, so these do not overlap (per-request prefill/decode times
+  // would: they are sums of intervals that run concurrently under batching).
+  std::atomic<double> prefill_seconds{0};      // steps with prefill rows (decode rows beside them too)
+  std::atomic<double> decode_seconds{0};       // decode-only steps
+  std::atomic<int64_t> prefill_step_tokens{0};  // prompt tokens computed, over all steps
+  std::atomic<int64_t> decode_step_tokens{0};   // tokens generated in decode-only steps
   std::atomic<int> queue_depth{0};
   std::atomic<int> running{0};                 // requests holding a slot (prefilling or decoding)
   std::atomic<int64_t> steps{0};               // forward passes

@@ -54,12 +54,19 @@ std::string render_metrics(const EngineMetrics& m, const RequestCounters& reques
          static_cast<double>(m.steps.load()));
   metric(out, "tern_engine_step_tokens_total", "counter", "Tokens over all forward passes (mean batch = / steps).",
          static_cast<double>(m.step_tokens.load()));
-  metric(out, "tern_prefill_seconds_total", "counter", "Seconds spent prefilling prompts.", prefill_s);
-  metric(out, "tern_decode_seconds_total", "counter", "Seconds spent decoding.", decode_s);
-  metric(out, "tern_prefill_tokens_per_second", "gauge", "Prefilled (uncached) prompt tokens per prefill second, lifetime.",
-         prefill_s > 0 ? (prompt - cached) / prefill_s : 0.0);
-  metric(out, "tern_decode_tokens_per_second", "gauge", "Generated tokens per decode second, lifetime.",
-         decode_s > 0 ? generated / decode_s : 0.0);
+  const double prefilled = static_cast<double>(m.prefill_step_tokens.load());
+  const double decoded = static_cast<double>(m.decode_step_tokens.load());
+  metric(out, "tern_prefill_seconds_total", "counter",
+         "Engine wall seconds of steps that computed prompt tokens (decode rows beside them included).", prefill_s);
+  metric(out, "tern_decode_seconds_total", "counter", "Engine wall seconds of decode-only steps.", decode_s);
+  metric(out, "tern_prefill_step_tokens_total", "counter", "Prompt tokens computed by the engine (preemptions recompute).",
+         prefilled);
+  metric(out, "tern_decode_step_tokens_total", "counter", "Tokens generated in decode-only steps.", decoded);
+  metric(out, "tern_prefill_tokens_per_second", "gauge", "Prompt tokens computed per prefill-step second, lifetime.",
+         prefill_s > 0 ? prefilled / prefill_s : 0.0);
+  metric(out, "tern_decode_tokens_per_second", "gauge",
+         "Tokens generated per decode-only-step second, lifetime (all running requests together).",
+         decode_s > 0 ? decoded / decode_s : 0.0);
   metric(out, "tern_spec_draft_tokens_proposed_total", "counter", "Speculative draft tokens proposed.",
          static_cast<double>(m.drafts_proposed.load()));
   metric(out, "tern_spec_draft_tokens_accepted_total", "counter", "Speculative draft tokens accepted.",

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <future>
 
 #include "../common/model_fixture.h"
@@ -49,10 +50,12 @@ TEST_F(EngineTest, ServesRequestsWithEventsAndSharedPrefixes) {
 
   Engine engine(*m_.model, *m_.kv, *tok_);
   auto c1 = std::make_shared<Collected>(), c2 = std::make_shared<Collected>();
+  const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(engine.submit(make_request(p1, 12, c1)).is_ok());
   ASSERT_TRUE(engine.submit(make_request(p2, 12, c2)).is_ok());
   c1->done.get_future().wait();
   c2->done.get_future().wait();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   for (auto* c : {c1.get(), c2.get()}) {
     ASSERT_GE(c->events.size(), 2u);
@@ -72,6 +75,19 @@ TEST_F(EngineTest, ServesRequestsWithEventsAndSharedPrefixes) {
   EXPECT_EQ(fin2.stats.cached_tokens, static_cast<int>(common) / bt * bt);
   EXPECT_EQ(engine.metrics().requests_finished.load(), 2);
   EXPECT_EQ(engine.metrics().cached_tokens.load(), fin2.stats.cached_tokens);
+
+  // Step times are engine wall time, one interval per step, so they fit in the run's wall time
+  // (per-request sums overlapped while both requests ran), and every computed prompt token and
+  // at most every generated token is counted once.
+  const EngineMetrics& m = engine.metrics();
+  const EngineEvent& fin1 = c1->events.back();
+  EXPECT_GT(m.prefill_seconds.load(), 0.0);
+  EXPECT_GT(m.decode_seconds.load(), 0.0);
+  EXPECT_LE(m.prefill_seconds.load() + m.decode_seconds.load(), wall);
+  EXPECT_EQ(m.prefill_step_tokens.load(), fin1.stats.prompt_tokens - fin1.stats.cached_tokens +
+                                              fin2.stats.prompt_tokens - fin2.stats.cached_tokens);
+  EXPECT_GT(m.decode_step_tokens.load(), 0);
+  EXPECT_LE(m.decode_step_tokens.load(), m.generated_tokens.load());
 }
 
 TEST_F(EngineTest, RefusesOversizedPromptsAndFullQueues) {
