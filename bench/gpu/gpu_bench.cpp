@@ -3,6 +3,7 @@
 //   gpu_bench [--model FILE | --preset NAME --mix MIX] [--ctx 1024,32768] [--decode-steps 64]
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
 //             [--tc-prefill] [--append 30720+2048] [--full-logits] [--gemm-peak]
+//             [--l2-prefetch "off;o;o+ffn:16,last"]
 //   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
 //             [--attn-shape 32/8/128]
 //   gpu_bench --gemv [--gemv-filter STR] [--gemv-n 1] [--gemv-iters 50] [--gemv-stage-bytes 8192,16384]
@@ -24,6 +25,10 @@
 //   append   time to first token of N new tokens on C cached ones (--append C+N): the N tokens in
 //            --chunk-token forwards on a sequence already holding C, median of 3 (an agent's turn)
 //   batch    tok/s of B sequences decoding together (each at --batch-ctx tokens of context)
+//            --l2-prefetch: decode and batch rows once per L2 prefetch setting (TERN_CUDA_L2_PREFETCH
+//            syntax, ';'-separated, e.g. "off;o;o+ffn:16,last"), on the same model and context: two
+//            rounds (the second in reverse order), each setting's median over both, with the bytes
+//            its steps asked the L2 for
 //   gemv     (--gemv, instead of the model) each GEMV kernel alone per type and shape: us, GB/s,
 //            % of copy bandwidth, previous vs default kernels, then the multi-row / split-row
 //            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape, the float kernels per
@@ -75,6 +80,7 @@ struct Options {
   GemvBenchOptions gemv_options;
   bool sampling = false;
   SamplingBenchOptions sampling_options;
+  std::vector<std::string> l2_prefetch;  // --l2-prefetch settings (empty: the backend's own)
 };
 
 std::vector<int> parse_list(const char* s) {
@@ -143,6 +149,14 @@ bool parse(int argc, char** argv, Options& o) {
       }
     }
     else if (a == "--gemv") o.gemv = true;
+    else if (a == "--l2-prefetch") {
+      o.l2_prefetch.clear();
+      for (std::string rest = next(); !rest.empty();) {
+        const size_t semi = rest.find(';');
+        if (semi != 0) o.l2_prefetch.push_back(rest.substr(0, semi));
+        rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
+      }
+    }
     else if (a == "--sampling") o.sampling = true;
     else if (a == "--sampling-vocab") o.sampling_options.vocab = std::atoi(next());
     else if (a == "--sampling-rows") o.sampling_options.rows = parse_list(next());
@@ -334,25 +348,53 @@ int run(const Options& o) {
     if (peak_tflops > 0.0) std::printf(" = %.1f%% of the bf16 GEMM rate", 100.0 * (proj_tflops + attn_tflops) / peak_tflops);
     std::printf("\n");
   }
+  // The L2 prefetch settings to compare (--l2-prefetch); one empty entry: the backend's own.
+  const std::vector<std::string> l2 = o.l2_prefetch.empty() ? std::vector<std::string>{""} : o.l2_prefetch;
+  const int rounds = o.l2_prefetch.empty() ? 1 : 2;
+  auto use_l2 = [&](const std::string& spec) {
+    if (spec.empty()) return;
+    const Status st = cuda::set_l2_prefetch(*e.backend, spec);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "gpu_bench: %s\n", st.message().c_str());
+      std::exit(2);
+    }
+  };
+  auto l2_label = [](const std::string& spec) { return spec.empty() ? std::string() : " [l2 " + spec + "]"; };
   for (int ctx : o.ctx) {
     KvSequence seq(*e.kv);
     fill(e, seq, ctx, o.chunk, rng);
     const std::vector<KvSequence*> seqs = {&seq};
-    int32_t next = 1;
-    for (int w = 0; w < 4; ++w) forward(e, seqs, {{next}}, logits);  // graph capture happens here
-    std::vector<double> times;
-    for (int s = 0; s < o.decode_steps; ++s) {
-      const double t0 = now_s();
-      forward(e, seqs, {{next}}, logits);
-      times.push_back(now_s() - t0);
-      next = e.argmax[0];
+    std::vector<std::vector<double>> times(l2.size());
+    std::vector<double> l2_mb(l2.size(), 0.0);
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t k = 0; k < l2.size(); ++k) {
+        const size_t v = round == 0 ? k : l2.size() - 1 - k;
+        use_l2(l2[v]);
+        int32_t next = 1;
+        for (int w = 0; w < 4; ++w) forward(e, seqs, {{next}}, logits);  // graph capture happens here
+        const int steps = o.decode_steps / rounds;
+        const int64_t bytes0 = cuda::backend_stats(*e.backend).l2_prefetch_bytes;
+        for (int s = 0; s < steps; ++s) {
+          const double t0 = now_s();
+          forward(e, seqs, {{next}}, logits);
+          times[v].push_back(now_s() - t0);
+          next = e.argmax[0];
+        }
+        l2_mb[v] = (cuda::backend_stats(*e.backend).l2_prefetch_bytes - bytes0) / double(steps) / double(1 << 20);
+        seq.truncate(ctx);  // every setting decodes from the same context
+      }
     }
-    std::sort(times.begin(), times.end());
-    const double median = times[times.size() / 2];
-    const double kv_gb = static_cast<double>(e.kv->bytes_per_token()) * (ctx + o.decode_steps / 2) * 1e-9;
-    const double gbs = (weight_gb + kv_gb) / median;
-    std::printf("decode   ctx %6d: %7.3f ms/token, %8.1f tok/s; %.3f GB read/token -> %6.0f GB/s = %4.1f%% of copy bw\n",
-                ctx, median * 1e3, 1.0 / median, weight_gb + kv_gb, gbs, copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
+    for (size_t v = 0; v < l2.size(); ++v) {
+      std::sort(times[v].begin(), times[v].end());
+      const double median = times[v][times[v].size() / 2];
+      const double kv_gb = static_cast<double>(e.kv->bytes_per_token()) * (ctx + o.decode_steps / (2 * rounds)) * 1e-9;
+      const double gbs = (weight_gb + kv_gb) / median;
+      std::printf("decode   ctx %6d%s: %7.3f ms/token, %8.1f tok/s; %.3f GB read/token -> %6.0f GB/s = %4.1f%% of copy bw",
+                  ctx, l2_label(l2[v]).c_str(), median * 1e3, 1.0 / median, weight_gb + kv_gb, gbs,
+                  copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
+      if (!l2[v].empty()) std::printf("; L2 prefetch %.1f MB/step", l2_mb[v]);
+      std::printf("\n");
+    }
   }
   for (const auto& [cached, n] : o.append) {
     if (n <= 0) continue;
@@ -379,12 +421,17 @@ int run(const Options& o) {
       fill(e, *seqs.back(), o.batch_ctx, o.chunk, rng);
     }
     std::vector<std::vector<int32_t>> ids(b, std::vector<int32_t>{1});
-    for (int w = 0; w < 4; ++w) forward(e, seqs, ids, logits);
-    const int steps = std::max(8, o.decode_steps / 2);
-    const double t0 = now_s();
-    for (int s = 0; s < steps; ++s) forward(e, seqs, ids, logits);
-    const double t = (now_s() - t0) / steps;
-    std::printf("batch    %3d sequences at ctx %d: %7.3f ms/step, %8.1f tok/s total\n", b, o.batch_ctx, t * 1e3, b / t);
+    for (const std::string& spec : l2) {
+      use_l2(spec);
+      for (int w = 0; w < 4; ++w) forward(e, seqs, ids, logits);
+      const int steps = std::max(8, o.decode_steps / 2);
+      const double t0 = now_s();
+      for (int s = 0; s < steps; ++s) forward(e, seqs, ids, logits);
+      const double t = (now_s() - t0) / steps;
+      std::printf("batch    %3d sequences at ctx %d%s: %7.3f ms/step, %8.1f tok/s total\n", b, o.batch_ctx,
+                  l2_label(spec).c_str(), t * 1e3, b / t);
+      for (KvSequence* q : seqs) q->truncate(o.batch_ctx);
+    }
   }
   const cuda::CudaBackendStats st = cuda::backend_stats(*e.backend);
   std::printf("graphs   %lld steps replayed, %lld eager, %lld graphs built\n", static_cast<long long>(st.steps_graph),

@@ -23,7 +23,7 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_GEMV_PARTS",  "TERN_CUDA_GEMV_STAGE_BYTES", "TERN_CUDA_ATTN_SPAN",       "TERN_CUDA_ATTN_SPAN_STAGES",
     "TERN_CUDA_ATTN_FOLD_MERGE", "TERN_CUDA_ATTN_FOLD_MAX_SPANS", "TERN_CUDA_ATTN_CHUNK_SPLIT",
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
-    "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING"};
+    "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING", "TERN_CUDA_L2_PREFETCH"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -68,6 +68,49 @@ TEST_F(BackendSettingsTest, DefaultsOnHopper) {
   EXPECT_EQ(s.gemv_stage_bytes, 0);
   EXPECT_EQ(s.attention_tc_variant, 0);
   EXPECT_FALSE(s.attention_row_copy);
+  EXPECT_EQ(s.l2_prefetch.mb, cuda::kDefaultL2PrefetchMb);
+  EXPECT_FALSE(s.l2_prefetch.evict_last);
+  EXPECT_FALSE(s.l2_prefetch.any);
+}
+
+TEST_F(BackendSettingsTest, L2PrefetchSpecs) {
+  cuda::L2PrefetchSetting s;
+  ASSERT_TRUE(cuda::parse_l2_prefetch("o", s));
+  EXPECT_EQ(s.mb, 0);
+  ASSERT_TRUE(cuda::parse_l2_prefetch("o+ffn:24,last", s));
+  EXPECT_EQ(s.mb, 24);
+  EXPECT_TRUE(s.evict_last);
+  EXPECT_FALSE(s.any);
+  ASSERT_TRUE(cuda::parse_l2_prefetch("o+ffn:8,any,last", s));
+  EXPECT_EQ(s.mb, 8);
+  EXPECT_TRUE(s.evict_last && s.any);
+  ASSERT_TRUE(cuda::parse_l2_prefetch("off", s));
+  EXPECT_EQ(s.mb, -1);
+  EXPECT_FALSE(s.evict_last);
+  ASSERT_TRUE(cuda::parse_l2_prefetch("0", s));
+  EXPECT_EQ(s.mb, -1);
+  ASSERT_TRUE(cuda::parse_l2_prefetch("on", s));
+  EXPECT_EQ(s.mb, cuda::kDefaultL2PrefetchMb);
+  s.mb = 5;
+  for (const char* bad : {"", "o+ffn:", "o+ffn:0", "o+ffn:-3", "o+ffn:12x", "o+ffn:99999", "o,", "o,first", "ffn:8", "O"}) {
+    EXPECT_FALSE(cuda::parse_l2_prefetch(bad, s)) << bad;
+    EXPECT_EQ(s.mb, 5) << bad;  // untouched
+  }
+  // The environment when the option leaves it open; the option when set; off before sm_90.
+  setenv("TERN_CUDA_L2_PREFETCH", "o+ffn:8,last", 1);
+  BackendSettings b = resolve_settings(CudaBackendOptions{}, 9, true);
+  EXPECT_EQ(b.l2_prefetch.mb, 8);
+  EXPECT_TRUE(b.l2_prefetch.evict_last);
+  CudaBackendOptions o;
+  o.l2_prefetch_mb = 0;
+  b = resolve_settings(o, 9, true);
+  EXPECT_EQ(b.l2_prefetch.mb, 0);
+  EXPECT_FALSE(b.l2_prefetch.evict_last);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 8, true).l2_prefetch.mb, -1);
+  setenv("TERN_CUDA_L2_PREFETCH", "off", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).l2_prefetch.mb, -1);
+  setenv("TERN_CUDA_L2_PREFETCH", "nonsense", 1);  // ignored: the default
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).l2_prefetch.mb, cuda::kDefaultL2PrefetchMb);
 }
 
 // Ampere / Ada, or a build whose bulk-copy kernels were not compiled for the GPU: no programmatic

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "backends/cuda/attention_tc.h"
 
@@ -189,7 +190,59 @@ int attention_fold_max_spans() {
   return n >= 1 ? n : 1;
 }
 
+// The L2 prefetch: the option wins when set (>= -1), else TERN_CUDA_L2_PREFETCH when it parses,
+// else kDefaultL2PrefetchMb; off before sm_90, where the kernel has no bulk prefetch to issue.
+L2PrefetchSetting l2_prefetch(const CudaBackendOptions& options, int cc_major) {
+  L2PrefetchSetting s;
+  s.mb = kDefaultL2PrefetchMb;
+  if (options.l2_prefetch_mb >= -1) {
+    s.mb = options.l2_prefetch_mb;
+    s.evict_last = options.l2_prefetch_evict_last;
+    s.any = options.l2_prefetch_any;
+  } else if (const char* env = std::getenv("TERN_CUDA_L2_PREFETCH"); env != nullptr && *env) {
+    L2PrefetchSetting parsed;
+    if (parse_l2_prefetch(env, parsed)) s = parsed;
+  }
+  if (cc_major < 9) s = L2PrefetchSetting{};
+  return s;
+}
+
 }  // namespace
+
+bool parse_l2_prefetch(const char* spec, L2PrefetchSetting& out) {
+  if (spec == nullptr) return false;
+  const char* comma = std::strchr(spec, ',');
+  const std::string head(spec, comma != nullptr ? static_cast<size_t>(comma - spec) : std::strlen(spec));
+  L2PrefetchSetting s;
+  if (head == "off" || head == "0") {
+    s.mb = -1;
+  } else if (head == "o") {
+    s.mb = 0;
+  } else if (head == "on") {
+    s.mb = kDefaultL2PrefetchMb;
+  } else if (head.rfind("o+ffn:", 0) == 0) {
+    const std::string n = head.substr(6);
+    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos) return false;
+    s.mb = std::atoi(n.c_str());
+    if (s.mb < 1 || s.mb > 1024) return false;
+  } else {
+    return false;
+  }
+  for (const char* p = comma; p != nullptr;) {
+    const char* next = std::strchr(p + 1, ',');
+    const std::string flag(p + 1, next != nullptr ? static_cast<size_t>(next - p - 1) : std::strlen(p + 1));
+    if (flag == "last") {
+      s.evict_last = true;
+    } else if (flag == "any") {
+      s.any = true;
+    } else {
+      return false;
+    }
+    p = next;
+  }
+  out = s;
+  return true;
+}
 
 BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major, bool bulk_compiled) {
   BackendSettings s;
@@ -218,6 +271,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.gemv_float_blocks = gemv_shape_override("TERN_CUDA_GEMV_FLOAT_BLOCKS", options.float_gemv_blocks);
   s.gemv_float_dynamic = s.gemv_float_kernel == 0 && use_float_gemv_dynamic(options);
   s.fuse_float_swiglu_epilogue = s.fuse_gemv && s.gemv_float_kernel == 0 && use_float_swiglu_epilogue(options);
+  s.l2_prefetch = l2_prefetch(options, cc_major);
   return s;
 }
 

@@ -13,6 +13,20 @@ namespace tern::cuda {
 // default_span_kernel's form at head dim 128 with an f16 cache (CudaBackendOptions::attention_split_ring).
 constexpr int kDefaultSplitRing = 3;
 
+// The L2 prefetch when neither the option nor TERN_CUDA_L2_PREFETCH sets it (CudaBackendOptions::
+// l2_prefetch_mb: -1 off, 0 the o projection, N also N MB of gate / up).
+constexpr int kDefaultL2PrefetchMb = 16;
+
+// What TERN_CUDA_L2_PREFETCH (and set_l2_prefetch) say: "off" or "0" (mb = -1), "o" (0),
+// "o+ffn:N" (N MB, 1..1024), "on" (kDefaultL2PrefetchMb), each optionally followed by ",last"
+// (evict_last priority) and ",any" (whatever the K/V bytes). False, outputs untouched, otherwise.
+struct L2PrefetchSetting {
+  int mb = -1;
+  bool evict_last = false;
+  bool any = false;
+};
+bool parse_l2_prefetch(const char* spec, L2PrefetchSetting& out);
+
 struct BackendSettings {
   bool pdl = false;            // programmatic dependent launch (sm_90+; TERN_CUDA_PDL=0 off)
   bool tc_prefill = false;     // tensor-core prefill (TERN_CUDA_TC_PREFILL=1 / 0)
@@ -39,6 +53,7 @@ struct BackendSettings {
   int gemv_float_blocks = 0;        // TERN_CUDA_GEMV_FLOAT_BLOCKS (0: as many as fit)
   bool gemv_float_dynamic = false;  // TERN_CUDA_GEMV_FLOAT_DYNAMIC=1 / 0
   bool fuse_float_swiglu_epilogue = false;  // with fuse_gemv (TERN_CUDA_GEMV_FLOAT_GLU=0 / 1)
+  L2PrefetchSetting l2_prefetch;    // TERN_CUDA_L2_PREFETCH; off before sm_90 (no bulk prefetch)
 };
 
 // cc_major: the device's compute capability; bulk_compiled: gemv_bulk_compiled() (bulk-copy GEMVs

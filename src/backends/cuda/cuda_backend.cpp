@@ -19,6 +19,7 @@
 #include "backends/cuda/host_staging.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kv_transfer.h"
+#include "backends/cuda/l2_prefetch.h"
 #include "backends/cuda/matmul_tc.h"
 #include "backends/cuda/step_queue.h"
 #include "backends/cuda/tc_gemm.h"
@@ -114,7 +115,10 @@ class CudaBackend final : public Backend {
         gemv_float_kernel_(settings.gemv_float_kernel),
         gemv_float_rows_(settings.gemv_float_rows),
         gemv_float_unroll_(settings.gemv_float_unroll),
-        gemv_float_blocks_(settings.gemv_float_blocks) {
+        gemv_float_blocks_(settings.gemv_float_blocks),
+        l2_prefetch_(settings.l2_prefetch),
+        l2_bytes_(static_cast<uint64_t>(std::max(prop.l2CacheSize, 0))),
+        cc_major_(prop.major) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
     if (settings.gemv_float_dynamic) gemv_float_counter_ = alloc(64);  // MatmulArgs::gemv_float_counter
@@ -244,6 +248,19 @@ class CudaBackend final : public Backend {
     p.n_partials = layout_.n_partials;
     p.max_tile_tokens = layout_.max_tile_tokens;
     p.n_tc_tiles = layout_.n_tc_tiles;
+    // Context positions the step's attention reads, per sequence rounded up to a span so the
+    // figure (and the prefetch records it sizes) changes no more often than the attention's own
+    // records do.
+    std::vector<int32_t>& last = seq_last_position_;
+    last.assign(static_cast<size_t>(plan.n_seqs()), -1);
+    for (int t = 0; t < plan.n_tokens(); ++t) {
+      int32_t& m = last[static_cast<size_t>(plan.seq_index[t])];
+      m = std::max(m, plan.positions[t]);
+    }
+    plan_kv_positions_ = 0;
+    for (int32_t m : last) {
+      if (m >= 0) plan_kv_positions_ += (static_cast<uint64_t>(m) / kAttnSpanTokens + 1) * kAttnSpanTokens;
+    }
     have_plan_ = true;
   }
 
@@ -456,9 +473,12 @@ class CudaBackend final : public Backend {
       // Early K/V copies compare each row's slot with the step's kv_slots: small steps only.
       a.early_kv = attention_early_kv_ && plan_.n_tokens <= 16 ? 1 : 0;
     }
+    push_l2_prefetch(p, kv);
     AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
     std::memcpy(&rec, &a, sizeof(a));
   }
+
+  void set_l2_prefetch(const L2PrefetchSetting& s) { l2_prefetch_ = cc_major_ >= 9 ? s : L2PrefetchSetting{}; }
 
   // Greedy sampling on the device (argmax.cu): two small kernels reduce the rows to one 64-bit key
   // each, and only the keys cross to the host.
@@ -564,6 +584,25 @@ class CudaBackend final : public Backend {
 
  private:
   void require_plan(const char* op) const { TERN_CHECK_MSG(have_plan_, op); }
+
+  // The L2 prefetch record before a decode-sized step's attention (l2_prefetch.h): its ranges
+  // are filled at flush from the products that follow. None when the attention's K/V alone
+  // would fill the budget: it streams through the L2 after the prefetch and would evict it.
+  void push_l2_prefetch(const AttentionParams& p, const KvLayerView& kv) {
+    constexpr int kMaxTokens = 32;                // decode and small batches (the GEMV products)
+    constexpr uint64_t kMinRoom = uint64_t{1} << 20;
+    if (l2_prefetch_.mb < 0 || plan_.n_tokens > kMaxTokens) return;
+    const uint64_t elem = kv.k.dtype == DType::F16 ? 2 : 4;
+    const uint64_t kv_bytes = 2 * plan_kv_positions_ * static_cast<uint64_t>(p.n_kv_heads) * p.head_dim * elem;
+    const uint64_t budget = l2_bytes_ / 4 * 3;
+    const uint64_t used = l2_prefetch_.any ? 0 : kv_bytes;
+    if (used + kMinRoom > budget) return;
+    L2PrefetchArgs& a = queue_->push<L2PrefetchArgs>(OpKind::kL2Prefetch);
+    a.n_sm = n_sm_;
+    a.evict_last = l2_prefetch_.evict_last ? 1 : 0;
+    a.room = budget - used;
+    a.second_bytes = static_cast<uint64_t>(l2_prefetch_.mb) << 20;
+  }
 
   // Assigns field by field: `a` is a zero-filled record, whose padding must stay zero.
   void fill_kv_write(const Tensor& k, const Tensor& v, const KvLayerView& kv, KvWriteArgs& a) const {
@@ -896,12 +935,17 @@ class CudaBackend final : public Backend {
   int gemv_float_rows_ = 0;
   int gemv_float_unroll_ = 0;
   int gemv_float_blocks_ = 0;
+  L2PrefetchSetting l2_prefetch_;  // BackendSettings::l2_prefetch (set_l2_prefetch changes it)
+  uint64_t l2_bytes_ = 0;          // the device's L2
+  int cc_major_ = 0;
   std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks
   std::unique_ptr<Buffer> gemv_float_counter_;  // MatmulArgs::gemv_float_counter (dynamic units)
   int64_t gemv_fusions_ = 0;
   PackedPlanLayout layout_;
   DevicePlan plan_{};
   bool have_plan_ = false;
+  uint64_t plan_kv_positions_ = 0;            // begin_step: K/V positions the attention reads
+  std::vector<int32_t> seq_last_position_;    // begin_step scratch
   KvTransfer kv_transfer_{stream_};  // copy_from_host_n / copy_to_host_n (after stream_)
 };
 
@@ -948,6 +992,15 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   cudaStream_t stream = nullptr;
   TERN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options, settings, prop, stream, std::move(tc_gemm)));
+}
+
+Status set_l2_prefetch(Backend& backend, const std::string& spec) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  TERN_CHECK_MSG(cuda != nullptr, "set_l2_prefetch: not a CUDA backend");
+  L2PrefetchSetting s;
+  if (!parse_l2_prefetch(spec.c_str(), s)) return error("cuda: cannot parse L2 prefetch '" + spec + "'");
+  cuda->set_l2_prefetch(s);
+  return {};
 }
 
 CudaBackendStats backend_stats(const Backend& backend) {

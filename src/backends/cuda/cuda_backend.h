@@ -130,6 +130,18 @@ struct CudaBackendOptions {
   // On: it saves the elementwise launch without repeating work (H200, 8B F16 decode with the first
   // version of the kernel: 168.8 tok/s with it, 161.1 without).
   bool fuse_float_swiglu_epilogue = true;
+  // L2 prefetch of upcoming weights (l2_prefetch.h; a hint, same bits): in decode-sized steps (at
+  // most 32 tokens) a small kernel before each attention asks the L2 for the weights of the
+  // products after it while the latency-bound rope and attention leave HBM idle. -1 = off, 0 = the
+  // o projection (the first GEMV launch after the attention), N > 0 = also the first N MB of the
+  // launch after that (gate / up, split over its matrices); -2 = TERN_CUDA_L2_PREFETCH
+  // (off | o | o+ffn:N, optionally followed by ",last" and / or ",any"; backend_settings.h) or else
+  // the default (kDefaultL2PrefetchMb). A step prefetches only while the attention's K/V and the
+  // prefetched bytes fit three quarters of the L2 (the K/V streamed through it would evict them);
+  // l2_prefetch_any drops that rule, l2_prefetch_evict_last gives the lines evict_last priority.
+  int l2_prefetch_mb = -2;
+  bool l2_prefetch_evict_last = false;
+  bool l2_prefetch_any = false;
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).
@@ -150,10 +162,16 @@ struct CudaBackendStats {
   int64_t chunk_splits = 0;      // split attention ops run with the chunk split (attention.h)
   int64_t fused_kv_writes = 0;   // kv_write ops that joined the preceding rope's launch
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
+  int64_t l2_prefetches = 0;     // L2 prefetch launches run (l2_prefetch.h; steps replayed count too)
+  int64_t l2_prefetch_bytes = 0; // the bytes they asked the L2 for
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
                                  // 0 default, 1 legacy, 2 multi-row / split-row, 3 single-row)
 };
 CudaBackendStats backend_stats(const Backend& backend);
+// Benchmarks: changes the L2 prefetch (CudaBackendOptions::l2_prefetch_mb) of a live backend, as
+// TERN_CUDA_L2_PREFETCH would set it (off | o | o+ffn:N [,last] [,any]), so one process can A/B
+// it on one loaded model. Error for a spec it cannot parse. Steps recorded after the call use it.
+Status set_l2_prefetch(Backend& backend, const std::string& spec);
 
 // What benchmarks report next to their timings.
 struct DeviceInfo {
