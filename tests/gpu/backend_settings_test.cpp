@@ -89,18 +89,22 @@ TEST_F(BackendSettingsTest, L2PrefetchSpecs) {
   EXPECT_FALSE(s.evict_last);
   ASSERT_TRUE(cuda::parse_l2_prefetch("0", s));
   EXPECT_EQ(s.mb, -1);
-  ASSERT_TRUE(cuda::parse_l2_prefetch("on", s));
-  EXPECT_EQ(s.mb, cuda::kDefaultL2PrefetchMb);
+  ASSERT_TRUE(cuda::parse_l2_prefetch("o+ffn:4,lsu32", s));
+  EXPECT_EQ(s.issue, 3);
+  ASSERT_TRUE(cuda::parse_l2_prefetch("o,spread", s));
+  EXPECT_EQ(s.issue, 1);
+  EXPECT_EQ(s.mb, 0);
   s.mb = 5;
-  for (const char* bad : {"", "o+ffn:", "o+ffn:0", "o+ffn:-3", "o+ffn:12x", "o+ffn:99999", "o,", "o,first", "ffn:8", "O"}) {
+  for (const char* bad : {"", "o+ffn:", "o+ffn:0", "o+ffn:-3", "o+ffn:12x", "o+ffn:99999", "o,", "o,first", "ffn:8", "O", "on"}) {
     EXPECT_FALSE(cuda::parse_l2_prefetch(bad, s)) << bad;
     EXPECT_EQ(s.mb, 5) << bad;  // untouched
   }
   // The environment when the option leaves it open; the option when set; off before sm_90.
-  setenv("TERN_CUDA_L2_PREFETCH", "o+ffn:8,last", 1);
+  setenv("TERN_CUDA_L2_PREFETCH", "o+ffn:8,last,lsu", 1);
   BackendSettings b = resolve_settings(CudaBackendOptions{}, 9, true);
   EXPECT_EQ(b.l2_prefetch.mb, 8);
   EXPECT_TRUE(b.l2_prefetch.evict_last);
+  EXPECT_EQ(b.l2_prefetch.issue, 2);
   CudaBackendOptions o;
   o.l2_prefetch_mb = 0;
   b = resolve_settings(o, 9, true);

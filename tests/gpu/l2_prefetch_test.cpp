@@ -121,7 +121,7 @@ TEST(L2PrefetchPlan, StopsAtTheNextLayerAndAtTensorCoreProducts) {
 }
 
 // Whole models with the prefetch in each form (o only, o + gate / up bytes, evict_last and
-// whatever the K/V) give the logits of the model without it, bit for bit, over a prefill in
+// whatever the K/V, each way of issuing it) give the logits of the model without it, bit for bit, over a prefill in
 // chunks (17 tokens, then 3: both decode-sized, so prefetched too) and greedy decode steps.
 TEST(GpuL2Prefetch, WholeModelsEqualWithoutPrefetch) {
   TERN_REQUIRE_GPU();
@@ -136,16 +136,22 @@ TEST(GpuL2Prefetch, WholeModelsEqualWithoutPrefetch) {
     SCOPED_TRACE(std::string(c.preset) + " " + c.mix);
     auto file = gputest::synthesized(c.preset, c.mix);
     ASSERT_NE(file, nullptr);
-    cuda::CudaBackendOptions off, o, ffn, last;
+    // o only, o + 1 MB of gate / up, then the other ways of asking (L2PrefetchArgs::issue).
+    cuda::CudaBackendOptions off, o, ffn, last, spread, lines;
     off.l2_prefetch_mb = -1;
     o.l2_prefetch_mb = 0;
     ffn.l2_prefetch_mb = 1;
     last.l2_prefetch_mb = 16;
     last.l2_prefetch_evict_last = true;
     last.l2_prefetch_any = true;
+    spread.l2_prefetch_mb = 4;
+    spread.l2_prefetch_issue = 1;
+    lines.l2_prefetch_mb = 4;
+    lines.l2_prefetch_issue = 3;
+    lines.l2_prefetch_evict_last = true;
     gputest::Loaded base = gputest::load_on(file, gputest::make_cuda(off));
     std::vector<gputest::Loaded> on;
-    for (const auto& opt : {o, ffn, last}) on.push_back(gputest::load_on(file, gputest::make_cuda(opt)));
+    for (const auto& opt : {o, ffn, last, spread, lines}) on.push_back(gputest::load_on(file, gputest::make_cuda(opt)));
     ASSERT_TRUE(base.model);
     for (auto& m : on) ASSERT_TRUE(m.model);
     const int V = base.model->config().n_vocab;

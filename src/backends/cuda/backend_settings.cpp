@@ -199,6 +199,7 @@ L2PrefetchSetting l2_prefetch(const CudaBackendOptions& options, int cc_major) {
     s.mb = options.l2_prefetch_mb;
     s.evict_last = options.l2_prefetch_evict_last;
     s.any = options.l2_prefetch_any;
+    s.issue = options.l2_prefetch_issue;
   } else if (const char* env = std::getenv("TERN_CUDA_L2_PREFETCH"); env != nullptr && *env) {
     L2PrefetchSetting parsed;
     if (parse_l2_prefetch(env, parsed)) s = parsed;
@@ -218,8 +219,6 @@ bool parse_l2_prefetch(const char* spec, L2PrefetchSetting& out) {
     s.mb = -1;
   } else if (head == "o") {
     s.mb = 0;
-  } else if (head == "on") {
-    s.mb = kDefaultL2PrefetchMb;
   } else if (head.rfind("o+ffn:", 0) == 0) {
     const std::string n = head.substr(6);
     if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos) return false;
@@ -235,6 +234,14 @@ bool parse_l2_prefetch(const char* spec, L2PrefetchSetting& out) {
       s.evict_last = true;
     } else if (flag == "any") {
       s.any = true;
+    } else if (flag == "spread") {
+      s.issue = 1;
+    } else if (flag == "lsu") {
+      s.issue = 2;
+    } else if (flag == "lsu32") {
+      s.issue = 3;
+    } else if (flag == "dry") {
+      s.issue = 4;
     } else {
       return false;
     }

@@ -15,15 +15,17 @@ constexpr int kDefaultSplitRing = 3;
 
 // The L2 prefetch when neither the option nor TERN_CUDA_L2_PREFETCH sets it (CudaBackendOptions::
 // l2_prefetch_mb: -1 off, 0 the o projection, N also N MB of gate / up).
-constexpr int kDefaultL2PrefetchMb = 16;
+constexpr int kDefaultL2PrefetchMb = -1;
 
 // What TERN_CUDA_L2_PREFETCH (and set_l2_prefetch) say: "off" or "0" (mb = -1), "o" (0),
-// "o+ffn:N" (N MB, 1..1024), "on" (kDefaultL2PrefetchMb), each optionally followed by ",last"
-// (evict_last priority) and ",any" (whatever the K/V bytes). False, outputs untouched, otherwise.
+// "o+ffn:N" (N MB, 1..1024), each optionally followed by flags: ",last" (evict_last priority),
+// ",any" (whatever the K/V bytes), and how the kernel asks (L2PrefetchArgs::issue): ",spread",
+// ",lsu", ",lsu32", ",dry". False, outputs untouched, otherwise.
 struct L2PrefetchSetting {
   int mb = -1;
   bool evict_last = false;
   bool any = false;
+  int issue = 0;  // L2PrefetchArgs::issue
 };
 bool parse_l2_prefetch(const char* spec, L2PrefetchSetting& out);
 

@@ -600,6 +600,7 @@ class CudaBackend final : public Backend {
     L2PrefetchArgs& a = queue_->push<L2PrefetchArgs>(OpKind::kL2Prefetch);
     a.n_sm = n_sm_;
     a.evict_last = l2_prefetch_.evict_last ? 1 : 0;
+    a.issue = l2_prefetch_.issue;
     a.room = budget - used;
     a.second_bytes = static_cast<uint64_t>(l2_prefetch_.mb) << 20;
   }

@@ -135,13 +135,16 @@ struct CudaBackendOptions {
   // products after it while the latency-bound rope and attention leave HBM idle. -1 = off, 0 = the
   // o projection (the first GEMV launch after the attention), N > 0 = also the first N MB of the
   // launch after that (gate / up, split over its matrices); -2 = TERN_CUDA_L2_PREFETCH
-  // (off | o | o+ffn:N, optionally followed by ",last" and / or ",any"; backend_settings.h) or else
-  // the default (kDefaultL2PrefetchMb). A step prefetches only while the attention's K/V and the
-  // prefetched bytes fit three quarters of the L2 (the K/V streamed through it would evict them);
-  // l2_prefetch_any drops that rule, l2_prefetch_evict_last gives the lines evict_last priority.
+  // (off | o | o+ffn:N, optionally followed by flags; backend_settings.h) or else the default
+  // (kDefaultL2PrefetchMb: off, it measured slower on the H200, bench/RESULTS.md). A step
+  // prefetches only while the attention's K/V and the prefetched bytes fit three quarters of the
+  // L2 (the K/V streamed through it would evict them); l2_prefetch_any drops that rule,
+  // l2_prefetch_evict_last gives the lines evict_last priority, l2_prefetch_issue picks how the
+  // kernel asks (l2_prefetch.h L2PrefetchArgs::issue).
   int l2_prefetch_mb = -2;
   bool l2_prefetch_evict_last = false;
   bool l2_prefetch_any = false;
+  int l2_prefetch_issue = 0;
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).
@@ -169,7 +172,7 @@ struct CudaBackendStats {
 };
 CudaBackendStats backend_stats(const Backend& backend);
 // Benchmarks: changes the L2 prefetch (CudaBackendOptions::l2_prefetch_mb) of a live backend, as
-// TERN_CUDA_L2_PREFETCH would set it (off | o | o+ffn:N [,last] [,any]), so one process can A/B
+// TERN_CUDA_L2_PREFETCH would set it (off | o | o+ffn:N [,flags]), so one process can A/B
 // it on one loaded model. Error for a spec it cannot parse. Steps recorded after the call use it.
 Status set_l2_prefetch(Backend& backend, const std::string& spec);
 

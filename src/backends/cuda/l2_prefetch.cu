@@ -1,5 +1,5 @@
-// The L2 prefetch kernel (l2_prefetch.h): one warp per block, each thread hands the L2 a few
-// 16 KB bulk prefetches and is done; the copy engine moves the bytes while the attention runs.
+// The L2 prefetch kernel (l2_prefetch.h): each thread hands the L2 its share of the ranges and is
+// done; the L2 moves the bytes while the attention runs. L2PrefetchArgs::issue picks how it asks.
 #include <algorithm>
 
 #include "backends/cuda/common.cuh"
@@ -9,10 +9,13 @@
 namespace tern::cuda {
 namespace {
 
-constexpr uint32_t kPieceBytes = 16384;
-constexpr int kThreads = 32;
+constexpr uint32_t kPieceBytes = 16384;  // one bulk prefetch (issue 0)
+constexpr int kBulkThreads = 32;
+constexpr int kLoadThreads = 256;
 
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes, bool evict_last, uint64_t policy) {
+enum Issue : int { kBulkPieces = 0, kBulkSpread = 1, kLoad128 = 2, kLoad32 = 3, kDry = 4 };
+
+__device__ __forceinline__ void bulk_prefetch(const char* p, uint32_t bytes, bool evict_last, uint64_t policy) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (evict_last) {
     asm volatile(
@@ -28,24 +31,46 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes, bool 
 #endif
 }
 
+__device__ __forceinline__ void line_prefetch(const char* p, bool evict_last) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (evict_last) {
+    asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(p));
+  } else {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+  }
+#endif
+}
+
 // The kernel reads and writes no memory any kernel of the stream touches (weights are constant
 // while a step runs; a prefetch only warms the L2), so it lets its successor (the attention)
 // launch at once instead of after its own wait, and it waits for its predecessor only before it
 // exits: the successor's wait, which returns once this kernel completed, therefore still covers
 // the predecessor's writes (completion stays ordered along the stream, launch.cuh).
-__global__ void __launch_bounds__(kThreads) l2_prefetch_kernel(L2PrefetchArgs a) {
+__global__ void __launch_bounds__(kLoadThreads) l2_prefetch_kernel(L2PrefetchArgs a) {
   pdl_launch_dependents();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint64_t policy = 0;
   if (a.evict_last) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  const uint64_t first = (uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) * kPieceBytes;
-  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x * kPieceBytes;
+  const uint64_t tid = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const uint64_t threads = uint64_t{gridDim.x} * blockDim.x;
+  const bool last = a.evict_last != 0;
   // Range by range, so the o projection's bytes are asked for before the gate / up bytes.
   for (int r = 0; r < a.n_ranges; ++r) {
     const char* base = static_cast<const char*>(a.ptr[r]);
-    for (uint64_t off = first; off < a.bytes[r]; off += stride) {
-      const uint64_t left = a.bytes[r] - off;
-      prefetch_l2(base + off, static_cast<uint32_t>(left < kPieceBytes ? left : kPieceBytes), a.evict_last != 0, policy);
+    const uint64_t bytes = a.bytes[r];
+    if (a.issue == kBulkPieces) {
+      for (uint64_t off = tid * kPieceBytes; off < bytes; off += threads * kPieceBytes) {
+        bulk_prefetch(base + off, static_cast<uint32_t>(min(uint64_t{kPieceBytes}, bytes - off)), last, policy);
+      }
+    } else if (a.issue == kBulkSpread) {
+      const uint64_t share = ((bytes + threads - 1) / threads + 15) & ~uint64_t{15};
+      const uint64_t end = min(bytes, (tid + 1) * share);
+      for (uint64_t off = tid * share; off < end; off += kPieceBytes) {
+        bulk_prefetch(base + off, static_cast<uint32_t>(min(uint64_t{kPieceBytes}, end - off)), last, policy);
+      }
+    } else if (a.issue == kLoad128 || a.issue == kLoad32) {
+      const uint64_t step = a.issue == kLoad128 ? 128 : 32;
+      for (uint64_t off = tid * step; off < bytes; off += threads * step) line_prefetch(base + off, last);
     }
   }
 #endif
@@ -56,12 +81,17 @@ __global__ void __launch_bounds__(kThreads) l2_prefetch_kernel(L2PrefetchArgs a)
 
 void launch_l2_prefetch(const L2PrefetchArgs& a, const LaunchEnv& env) {
   if (a.n_ranges == 0) return;
-  uint64_t pieces = 0;
-  for (int r = 0; r < a.n_ranges; ++r) pieces += (a.bytes[r] + kPieceBytes - 1) / kPieceBytes;
-  // A piece per thread, on at most one block per SM: the more SMs' copy engines take a share,
-  // the sooner the last byte is asked for.
-  const uint64_t blocks = std::clamp<uint64_t>((pieces + kThreads - 1) / kThreads, 1, std::max(a.n_sm, 1));
-  launch_kernel(env, l2_prefetch_kernel, static_cast<unsigned>(blocks), kThreads, 0, a);
+  const int n_sm = std::max(a.n_sm, 1);
+  if (a.issue == kBulkPieces) {
+    uint64_t pieces = 0;
+    for (int r = 0; r < a.n_ranges; ++r) pieces += (a.bytes[r] + kPieceBytes - 1) / kPieceBytes;
+    // A piece per thread, on at most one block per SM.
+    const uint64_t blocks = std::clamp<uint64_t>((pieces + kBulkThreads - 1) / kBulkThreads, 1, n_sm);
+    launch_kernel(env, l2_prefetch_kernel, static_cast<unsigned>(blocks), kBulkThreads, 0, a);
+    return;
+  }
+  const bool loads = a.issue == kLoad128 || a.issue == kLoad32;
+  launch_kernel(env, l2_prefetch_kernel, static_cast<unsigned>(n_sm), loads ? kLoadThreads : kBulkThreads, 0, a);
 }
 
 }  // namespace tern::cuda

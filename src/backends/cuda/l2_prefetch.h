@@ -22,7 +22,12 @@ struct L2PrefetchArgs {
   int n_ranges;  // set by resolve_l2_prefetches
   int n_sm;      // grid sizing
   int evict_last;  // 1: the lines get the L2 evict_last priority (streamed weights then evict them last)
-  int reserved;
+  // How the kernel asks (A/B): 0 = bulk prefetches of 16 KB, one per thread of 32-thread blocks,
+  // as many blocks as that needs (at most one per SM); 1 = bulk prefetches spread evenly over
+  // every SM (a block per SM, each thread one 16-byte aligned share); 2 / 3 = per-thread
+  // prefetch.global.L2 of every 128th / 32nd byte on every SM (the load path, not the copy
+  // engine); 4 = none (the launch alone, to time its cost).
+  int issue;
   uint64_t room;          // bytes the prefetch may fill in all (the L2 budget less the attention's K/V)
   uint64_t second_bytes;  // bytes of the second GEMV launch after the record (gate / up), split over its matrices
   const void* ptr[kMaxRanges];
