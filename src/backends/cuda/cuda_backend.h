@@ -166,7 +166,7 @@ struct CudaBackendStats {
   int64_t fused_kv_writes = 0;   // kv_write ops that joined the preceding rope's launch
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int64_t l2_prefetches = 0;     // L2 prefetch launches run (l2_prefetch.h; steps replayed count too)
-  int64_t l2_prefetch_bytes = 0; // the bytes they asked the L2 for
+  int64_t l2_prefetch_bytes = 0; // the bytes their ranges cover (dry launches too: l2_prefetch.h)
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
                                  // 0 default, 1 legacy, 2 multi-row / split-row, 3 single-row)
 };

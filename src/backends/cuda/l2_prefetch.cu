@@ -48,9 +48,11 @@ __device__ __forceinline__ void line_prefetch(const char* p, bool evict_last) {
 // the predecessor's writes (completion stays ordered along the stream, launch.cuh).
 __global__ void __launch_bounds__(kLoadThreads) l2_prefetch_kernel(L2PrefetchArgs a) {
   pdl_launch_dependents();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (a.evict_last) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  // Before sm_90 the prefetch helpers are empty (the backend never records the op there).
   const uint64_t tid = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const uint64_t threads = uint64_t{gridDim.x} * blockDim.x;
   const bool last = a.evict_last != 0;
@@ -73,7 +75,6 @@ __global__ void __launch_bounds__(kLoadThreads) l2_prefetch_kernel(L2PrefetchArg
       for (uint64_t off = tid * step; off < bytes; off += threads * step) line_prefetch(base + off, last);
     }
   }
-#endif
   pdl_wait();
 }
 
