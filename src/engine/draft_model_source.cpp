@@ -31,7 +31,8 @@ Draft DraftModelSource::draft(std::span<const int32_t> context, int max_tokens) 
       d.tokens.push_back(sampler_.sample(logits.value(), scratch_));
     } else {
       Candidates q = sampler_.distribution(logits.value(), scratch_);
-      d.tokens.push_back(sampler_.draw(q));
+      // The draft's own seed (draft_sampling), at the drafted token's position.
+      d.tokens.push_back(Sampler::draw_at(q, sampler_.uniform_at(scratch_.size())));
       d.probs.push_back(std::move(q));
     }
     scratch_.push_back(d.tokens.back());

@@ -117,7 +117,7 @@ void Candidates::sort_descending() {
 
 int32_t argmax(std::span<const float> logits) { return first_argmax(logits.data(), logits.size()); }
 
-Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) {
+Sampler::Sampler(const SamplerParams& params) : params_(params) {
   if (params_.top_k > 0) stages_.push_back(std::make_unique<TopK>(params_.top_k));
   if (params_.top_p < 1.0f) stages_.push_back(std::make_unique<TopP>(params_.top_p));
   if (params_.min_p > 0.0f) stages_.push_back(std::make_unique<MinP>(params_.min_p));
@@ -174,8 +174,8 @@ int32_t Sampler::sample(const LogitRow& row, std::span<const int32_t> history) {
   if (!row.logits.empty()) return sample(row.logits, history);
   if (argmax_only() && row.argmax >= 0) return row.argmax;
   if (!greedy() && !row.candidates.ids.empty()) {
-    // One uniform per draw on either path, so the RNG stays in step with the whole-row path.
-    const double u01 = uniform();
+    // The position's uniform on either path, so both pick the same token.
+    const double u01 = uniform_at(history.size());
     Candidates c;
     bool open = false;
     if (build_from_candidates(row.candidates, c, &open)) {
@@ -227,16 +227,33 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     build(logits, history, c);
     return c.ids[argmax(c.logits)];
   }
-  return draw(distribution(logits, history));
+  return draw_at(distribution(logits, history), uniform_at(history.size()));
 }
 
-double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0); }
+namespace {
+// splitmix64's finalizer: a bijection on 64 bits whose every output bit depends on every input bit.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
 
-int32_t Sampler::draw(const Candidates& probs) { return draw_at(probs, uniform()); }
+double Sampler::uniform_at(uint64_t seed, uint64_t position, Stream stream) {
+  // Counter-based: the key hashes (seed, stream), so nearby seeds and the two streams give
+  // unrelated sequences; the counter is the position, stepped by splitmix64's odd increment.
+  const uint64_t key = mix64(mix64(seed) ^ (static_cast<uint64_t>(stream) * 0xD1B54A32D192ED03ull + 1));
+  const uint64_t bits = mix64(key + (position + 1) * 0x9E3779B97F4A7C15ull);
+  return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);  // 53 bits
+}
+
+double Sampler::uniform_at(uint64_t position, Stream stream) const {
+  return uniform_at(params_.seed, position, stream);
+}
 
 int32_t Sampler::draw_at(const Candidates& probs, double u01) {
-  // Inverse-CDF draw with a 53-bit uniform; deterministic given the seed. Probabilities need not
-  // sum exactly to 1 (residual distributions): scale the uniform by their total.
+  // Inverse-CDF draw with a 53-bit uniform. Probabilities need not sum exactly to 1 (residual
+  // distributions): scale the uniform by their total.
   double total = 0.0;
   for (float p : probs.logits) total += p;
   const double u = u01 * total;

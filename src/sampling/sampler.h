@@ -1,13 +1,15 @@
 // The sampler chain: penalties -> temperature -> top-k -> top-p -> min-p -> draw. Each stage is a
 // SamplerStage (the seam for new stages); temperature 0 means greedy (argmax, lowest id on ties,
-// like torch.argmax). A seed makes runs reproducible: the same seed, logits and history give the
-// same token.
+// like torch.argmax). Sampling is a pure function of (seed, logits, history): each draw's uniform
+// is a counter-based hash of the seed and the absolute position of the token being sampled
+// (history.size(), history = every token before it), not the next value of a sequential RNG. So
+// a token never depends on how many draws came before it: speculation (spec/verify.h), batching
+// and candidate sampling all see the uniform plain decoding sees at that position.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <random>
 #include <span>
 #include <vector>
 
@@ -96,23 +98,28 @@ class Sampler {
   const CandidateStats& candidate_stats() const { return candidate_stats_; }
 
   // Picks the next token from logits [n_vocab]; history = prompt + generated tokens (penalties).
+  // The draw uses uniform_at(history.size()).
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
   // The same pick from a forward's row: an argmax_only() sampler takes row.argmax when it is
   // known; a sampler given candidates samples from them when that provably picks the token the
   // logits would (candidate_sampling.cpp); otherwise it needs row.logits or row.fetch_logits (a
-  // precondition). The token and the RNG's state afterwards are the same in every case.
+  // precondition). The token is the same in every case (one uniform, that of the position).
   int32_t sample(const LogitRow& row, std::span<const int32_t> history);
   // The probability distribution after penalties and truncation (for speculative sampling and
   // tests); returns the candidates with logits replaced by probabilities.
   Candidates distribution(std::span<const float> logits, std::span<const int32_t> history);
   // The same from a forward's row (from its candidates when they provably give the same set).
   Candidates distribution(const LogitRow& row, std::span<const int32_t> history);
-  // Draws from a distribution (candidates holding probabilities) with this sampler's RNG.
-  int32_t draw(const Candidates& probs);
-  // The same draw with a given uniform in [0, 1) instead of the RNG's next one.
+  // Inverse-CDF draw from a distribution (candidates holding probabilities) with a uniform in
+  // [0, 1).
   static int32_t draw_at(const Candidates& probs, double u01);
-  // A uniform double in [0, 1) from this sampler's RNG (speculative acceptance tests).
-  double uniform();
+  // Independent uniform streams per position: kDraw picks the token (sample(), and the residual
+  // draw of speculative rejection sampling), kAccept is rejection sampling's acceptance test.
+  enum class Stream : uint64_t { kDraw = 0, kAccept = 1 };
+  // The uniform in [0, 1) of the token at absolute `position` (a pure function of the seed, the
+  // position and the stream).
+  double uniform_at(uint64_t position, Stream stream = Stream::kDraw) const;
+  static double uniform_at(uint64_t seed, uint64_t position, Stream stream);
 
  private:
   void build(std::span<const float> logits, std::span<const int32_t> history, Candidates& c);
@@ -125,7 +132,6 @@ class Sampler {
   std::span<const float> fetch(const LogitRow& row) const;
   SamplerParams params_;
   std::vector<std::unique_ptr<SamplerStage>> stages_;
-  std::mt19937_64 rng_;
   CandidateStats candidate_stats_;
 };
 

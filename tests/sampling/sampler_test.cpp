@@ -3,12 +3,20 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "core/argmax.h"
 
 namespace tern {
 namespace {
+
+// A history of `position` tokens (no penalties in the tests that use it, so only its length
+// matters: the absolute position whose uniform the draw uses).
+std::span<const int32_t> at_position(size_t position) {
+  static const std::vector<int32_t> zeros(1 << 20, 0);
+  return std::span<const int32_t>(zeros).first(position);
+}
 
 TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
   Sampler s(SamplerParams{});
@@ -121,7 +129,7 @@ TEST(Sampler, SeedReproducesAndDiffers) {
     p.seed = seed;
     Sampler s(p);
     std::vector<int32_t> ids;
-    for (int i = 0; i < 32; ++i) ids.push_back(s.sample(logits, {}));
+    for (int i = 0; i < 32; ++i) ids.push_back(s.sample(logits, at_position(i)));
     return ids;
   };
   EXPECT_EQ(draw(7), draw(7));
@@ -139,13 +147,69 @@ TEST(Sampler, DrawsFollowTheDistribution) {
   for (size_t i = 0; i < logits.size(); ++i) z += expected[i] = std::exp(logits[i] / p.temperature);
   const int n = 200000;
   std::vector<int> counts(logits.size());
-  for (int i = 0; i < n; ++i) ++counts[s.sample(logits, {})];
+  for (int i = 0; i < n; ++i) ++counts[s.sample(logits, at_position(i))];
   double chi2 = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
     const double e = n * expected[i] / z;
     chi2 += (counts[i] - e) * (counts[i] - e) / e;
   }
   EXPECT_LT(chi2, 18.47);  // p = 0.001 for 4 degrees of freedom
+}
+
+// A draw is a function of (seed, logits, history): the order of draws, or which positions were
+// drawn before, changes nothing (what makes seeded sampling token-identical with speculation).
+TEST(Sampler, EachDrawDependsOnlyOnSeedAndPosition) {
+  SamplerParams p;
+  p.temperature = 1.0f;
+  p.seed = 42;
+  std::vector<float> logits(50);
+  for (int i = 0; i < 50; ++i) logits[i] = std::cos(0.7f * static_cast<float>(i));
+  Sampler forward(p), backward(p);
+  std::vector<int32_t> a(64), b(64);
+  for (int i = 0; i < 64; ++i) a[i] = forward.sample(logits, at_position(i));
+  for (int i = 63; i >= 0; i -= 1) b[i] = backward.sample(logits, at_position(i));
+  EXPECT_EQ(a, b);
+  // The history's contents do not move the uniform (penalties off): only its length does.
+  const std::vector<int32_t> other(10, 3);
+  EXPECT_EQ(Sampler(p).sample(logits, other), a[10]);
+  EXPECT_EQ(forward.uniform_at(10), Sampler::uniform_at(42, 10, Sampler::Stream::kDraw));
+  EXPECT_NE(forward.uniform_at(10), forward.uniform_at(10, Sampler::Stream::kAccept));
+}
+
+// The counter-based uniforms are uniform along positions, across seeds, and on both streams
+// (20 equal bins, chi-square at p = 0.001 with 19 degrees of freedom: 43.82).
+TEST(Sampler, PositionUniformsAreUniform) {
+  const int n = 100000, bins = 20;
+  auto chi2 = [&](const std::function<double(int)>& u) {
+    std::vector<int> counts(bins, 0);
+    for (int i = 0; i < n; ++i) {
+      const double v = u(i);
+      EXPECT_TRUE(v >= 0.0 && v < 1.0);
+      ++counts[static_cast<int>(v * bins)];
+    }
+    double c = 0;
+    const double e = static_cast<double>(n) / bins;
+    for (int k : counts) c += (k - e) * (k - e) / e;
+    return c;
+  };
+  using S = Sampler::Stream;
+  EXPECT_LT(chi2([](int i) { return Sampler::uniform_at(7, static_cast<uint64_t>(i), S::kDraw); }), 43.82);
+  EXPECT_LT(chi2([](int i) { return Sampler::uniform_at(7, static_cast<uint64_t>(i), S::kAccept); }), 43.82);
+  EXPECT_LT(chi2([](int i) { return Sampler::uniform_at(static_cast<uint64_t>(i), 100, S::kDraw); }), 43.82);
+  // Neighbouring positions are not correlated: the pair (u_i, u_i+1) falls in 4 x 5 cells evenly.
+  EXPECT_LT(chi2([](int i) {
+              const double a = Sampler::uniform_at(3, static_cast<uint64_t>(i), S::kDraw);
+              const double b = Sampler::uniform_at(3, static_cast<uint64_t>(i) + 1, S::kDraw);
+              return (std::floor(a * 4) * 5 + std::floor(b * 5) + 0.5) / 20.0;
+            }),
+            43.82);
+  // The two streams at one position are not correlated either.
+  EXPECT_LT(chi2([](int i) {
+              const double a = Sampler::uniform_at(3, static_cast<uint64_t>(i), S::kDraw);
+              const double b = Sampler::uniform_at(3, static_cast<uint64_t>(i), S::kAccept);
+              return (std::floor(a * 4) * 5 + std::floor(b * 5) + 0.5) / 20.0;
+            }),
+            43.82);
 }
 
 }  // namespace
