@@ -70,8 +70,10 @@ LogitRow SequenceRunner::row(const StepOutputs& out, int i) const {
 OutputNeed SequenceRunner::need() const {
   if (mode_ == Mode::kPrefillOnly) return OutputNeed::kLogits;
   if (!options_->device_candidates) return needs_logits() ? OutputNeed::kLogits : OutputNeed::kArgmax;
-  // Speculative sampling verifies with whole distributions (spec/verify.h).
-  const bool verifying = phase_ == Phase::kDecode && !draft_.tokens.empty() && !forced_;
+  // Rejection sampling (a draft with a distribution) verifies with whole distributions; the
+  // coupled rule for point-mass drafts samples each row as plain decoding does (spec/verify.h).
+  const bool verifying = phase_ == Phase::kDecode && !draft_.tokens.empty() && !forced_ &&
+                         !coupled_verify(draft_, sampler_);
   return sampler_.need(verifying);
 }
 

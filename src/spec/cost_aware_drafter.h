@@ -16,7 +16,8 @@
 // step still drafts probe_width tokens, so a change (the agent starts quoting a file) is noticed.
 //
 // The wrapper changes only how many tokens are proposed, never which, so the verify executor's
-// invariant (greedy output identical with speculation on or off) is untouched.
+// invariant (greedy and seeded point-mass-drafted sampled output identical with speculation on or
+// off, spec/verify.h) is untouched.
 #pragma once
 
 #include <functional>

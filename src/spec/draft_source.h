@@ -1,7 +1,9 @@
 // The DraftSource seam: anything that proposes tokens for the verify executor (engine/session.cpp)
 // to check in one batched forward. Sources: n-gram prompt lookup, suffix tree, a draft model.
 // The invariant the engine keeps for every source: greedy output with speculation equals greedy
-// output without it; sampled output keeps its distribution (speculative rejection sampling).
+// output without it; so does seeded sampled output for point-mass proposals (empty probs: the
+// coupled rule, spec/verify.h); sampled drafts with a distribution keep the output distribution
+// (rejection sampling) but not the tokens.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +18,8 @@ namespace tern {
 struct Draft {
   std::vector<int32_t> tokens;
   // The draft's distribution q_i at each proposed token, for sampled drafts (a draft model);
-  // empty when each token is proposed with certainty (lookup drafters: q = a point mass).
+  // empty when each token is proposed with certainty (lookup drafters, a greedy draft model:
+  // q = a point mass, verified by the coupled rule and token-identical to plain decoding).
   std::vector<Candidates> probs;
 };
 

@@ -35,10 +35,11 @@ class BatchingTest : public ::testing::Test {
                         true, true);
   }
   // What the prompt gives alone: a fresh Session, no reuse, no speculation.
-  GenResult solo(const std::vector<int32_t>& prompt, int max_tokens) {
+  GenResult solo(const std::vector<int32_t>& prompt, int max_tokens, const SamplerParams& sampling = {}) {
     Session s(*m_.model, *m_.kv, tok_.get());
     GenerateOptions o;
     o.max_tokens = max_tokens;
+    o.sampling = sampling;
     o.reuse_prefix = false;
     auto r = s.generate(prompt, o);
     EXPECT_TRUE(r.is_ok()) << r.status().message();
@@ -273,6 +274,72 @@ TEST_F(BatchingTest, PreemptedRequestsResumeExactly) {
   EXPECT_EQ(b->count(Kind::kStarted), 1);
   engine.shutdown(true);
   EXPECT_EQ(pool->n_used_blocks(), 0);
+}
+
+// Seeded sampling gives the same tokens batched, with speculation on or off: each draw's uniform
+// depends only on (seed, position), and point-mass drafts are verified by the coupled rule
+// (spec/verify.h), so neither the cost model's timing nor the other requests of a step matter.
+TEST_F(BatchingTest, SeededSampledRequestsEqualTheirSoloRunsWithSpeculation) {
+  const char* kQuote =
+      "Here is a file:\n```python\ndef area(width, height):\n    return width * height\n\n"
+      "def perimeter(width, height):\n    return 2 * (width + height)\n```\n"
+      "Repeat the file exactly, inside a python code block.";
+  struct SampledCase {
+    Case c;
+    SamplerParams sampling;
+  };
+  auto params = [](uint64_t seed, float t, int k, float p) {
+    SamplerParams s;
+    s.seed = seed;
+    s.temperature = t;
+    s.top_k = k;
+    s.top_p = p;
+    return s;
+  };
+  const std::vector<SampledCase> cases = {
+      // Low temperatures on the quoting prompt: the sample mostly quotes, so drafts get accepted
+      // (and sometimes rejected) whatever widths the cost model picks.
+      {{chat(kAgentSystem, kQuote), 48, true}, params(1, 0.4f, 0, 1.0f)},
+      {{chat(kAgentSystem, kQuote), 48, false}, params(1, 0.4f, 0, 1.0f)},
+      {{chat(kTutorSystem, kQuote), 48, true}, params(2, 0.6f, 40, 1.0f)},
+      {{chat(kAgentSystem, kQuote), 48, true}, params(3, 0.5f, 0, 0.9f)},
+      // Flatter ones: drafts whose target probability is far from 0 and 1, where a verifier that
+      // is only distribution-exact (rejection sampling) would pick other tokens.
+      {{chat(kAgentSystem, kQuote), 48, true}, params(5, 1.0f, 0, 1.0f)},
+      {{chat(kTutorSystem, kQuote), 48, true}, params(6, 1.2f, 0, 1.0f)},
+      {{chat(kAgentSystem, kQuote), 48, true}, params(7, 0.9f, 0, 0.95f)},
+      {{chat(kAgentSystem, "List the files you would read first."), 24, true}, params(4, 1.2f, 20, 0.95f)},
+      {{chat(kTutorSystem, "What is 17 times 23?"), 24, true}, SamplerParams{}},  // greedy next to them
+  };
+  std::vector<Case> plain_cases;
+  std::vector<GenResult> want;
+  for (const SampledCase& c : cases) {
+    plain_cases.push_back(c.c);
+    want.push_back(solo(c.c.prompt, c.c.max_tokens, c.sampling));
+  }
+  EXPECT_EQ(want[0].tokens, want[1].tokens);  // the same request twice, solo
+  auto pool = engine_pool(m_.kv->n_blocks());
+  Engine engine(*m_.model, *pool, *tok_, EngineOptions{16, 64, 48});
+  std::vector<std::shared_ptr<Collected>> got;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    got.push_back(sink(static_cast<int>(i)));
+    EngineRequest r = testing::collect_request(cases[i].c.prompt, cases[i].c.max_tokens, got.back(), nullptr,
+                                               cases[i].c.speculate);
+    r.params.sampling = cases[i].sampling;
+    ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+  }
+  for (auto& c : got) c->done.get_future().wait();
+  expect_all_equal_solo(plain_cases, want, got);
+  int proposed = 0, accepted = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (cases[i].sampling.temperature <= 0.0f) continue;
+    proposed += got[i]->last().stats.drafts_proposed;
+    accepted += got[i]->last().stats.drafts_accepted;
+  }
+  std::printf("  sampled requests: drafts %d/%d accepted\n", accepted, proposed);
+  EXPECT_GT(proposed, 0) << "the sampled requests must have speculated for the test to mean anything";
+  EXPECT_GT(accepted, 0);
+  engine.shutdown(true);
 }
 
 }  // namespace

@@ -3,8 +3,9 @@
 // models sharing a 256-token vocabulary: llama_tiny is the target, qwen3_tiny the draft.
 // The exact distribution of the second generated token, sum_t1 p(t1) p(t2 | t1), is computed from
 // the target's logits; the empirical one over 4000 seeded runs must pass a chi-square test
-// (p = 0.001), in every mode: no speculation, a point-mass draft (what lookup drafters propose),
-// and a draft model.
+// (p = 0.001), in every mode: no speculation, a point-mass draft (what lookup drafters propose;
+// verified by the coupled rule, spec/verify.h, so its tokens are also plain decoding's), and a
+// draft model (rejection sampling).
 #include <gtest/gtest.h>
 
 #include <cmath>
