@@ -184,5 +184,38 @@ TEST(DraftModel, DifferentDraftModelChangesNoGreedyToken) {
   }
 }
 
+// A draft model that drafts greedily proposes point masses, so a seeded sampled target keeps its
+// tokens exactly (the coupled rule, spec/verify.h).
+TEST(DraftModel, GreedyDraftModelKeepsSeededSampledTokens) {
+  const std::string data = TERN_TEST_DATA;
+  auto target = testing::load_test_model(data + "/models/llama_tiny.gguf", 1, false, 0);
+  // The target itself as the draft: its argmax is often, not always, the sampled token.
+  auto draft = testing::load_test_model(data + "/models/llama_tiny.gguf", 1, false, 0);
+  ASSERT_NE(target.model, nullptr);
+  ASSERT_NE(draft.model, nullptr);
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
+  int proposed = 0, accepted = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    GenerateOptions o;
+    o.max_tokens = 32;
+    o.sampling.temperature = seed % 2 ? 0.8f : 1.2f;
+    o.sampling.top_k = seed % 3 == 0 ? 30 : 0;
+    o.sampling.seed = seed;
+    Session plain(*target.model, *target.kv);
+    auto ref = plain.generate(prompt, o);
+    DraftModelSource dm(*draft.model, *draft.kv, SamplerParams{});  // greedy drafts
+    o.drafter = &dm;
+    Session spec(*target.model, *target.kv);
+    auto r = spec.generate(prompt, o);
+    ASSERT_TRUE(ref.is_ok() && r.is_ok());
+    EXPECT_EQ(r.value().tokens, ref.value().tokens) << "seed " << seed;
+    proposed += r.value().stats.drafts_proposed;
+    accepted += r.value().stats.drafts_accepted;
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, proposed);
+  std::printf("  greedy draft model: drafts %d/%d accepted\n", accepted, proposed);
+}
+
 }  // namespace
 }  // namespace tern
