@@ -1,11 +1,11 @@
 // A draft model that shares the target's tokenizer proposes tokens autoregressively (mlx-lm's
 // two-model speculative decoding, as the seed describes it): drafts are sampled with the request's
 // sampler settings (greedy under greedy), their distributions are returned for the rejection
-// rule (distribution-exact, not token-identical: spec/verify.h). Built with greedy settings
-// (temperature 0) under a sampled target it proposes point masses, which the coupled rule
-// verifies: seeded sampled output is then token-identical to plain decoding's. and the draft's KV rewinds to the accepted prefix on the next call (its Session keeps the
-// longest common prefix and trims the rest; its blocks are private, so a trim never has to back
-// off to a block boundary).
+// rule (distribution-exact, not token-identical: spec/verify.h), and the draft's KV rewinds to
+// the accepted prefix on the next call (its Session keeps the longest common prefix and trims the
+// rest; its blocks are private, so a trim never has to back off to a block boundary). Built with
+// greedy settings (temperature 0) under a sampled target it proposes point masses, which the
+// coupled rule verifies: seeded sampled output is then token-identical to plain decoding's.
 #pragma once
 
 #include <memory>

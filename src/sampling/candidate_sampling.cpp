@@ -1,7 +1,8 @@
 // Sampling from a row's best candidates (core/top_candidates.h) instead of the whole row, with the
 // same token as the whole-row path (both draw with the position's uniform) whenever that is
-// provable; otherwise the caller fetches the row (Sampler::sample). docs/ARCHITECTURE.md "Sampling from candidates" states the
-// rules; in short, with the candidates the top C entries of the row by (logit, -id), T > 0:
+// provable; otherwise the caller fetches the row (Sampler::sample). docs/ARCHITECTURE.md
+// "Sampling from candidates" states the rules; in short, with the candidates the top C entries of
+// the row by (logit, -id), T > 0:
 //
 // - Scaling s = l / T is monotone (correctly rounded division), so every token outside the
 //   candidates has s <= s_last, the last candidate's scaled logit (ties are possible: two

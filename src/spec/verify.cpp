@@ -34,7 +34,7 @@ VerifyOutcome verify_draft(const Draft& draft, const std::function<LogitRow(int)
   for (int i = 0; i < k; ++i) {
     const int32_t d = draft.tokens[i];
     if (coupled) {
-      // Plain decoding's token at this position (verify.h); greedy is the case u = argmax.
+      // Plain decoding's token at this position (verify.h): the argmax under greedy.
       const int32_t t = sampler.sample(row(i), history);
       if (t != d) {
         out.next = t;
