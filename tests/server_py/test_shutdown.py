@@ -31,7 +31,12 @@ def read_until_closed(sock, deadline_s):
 def test_sigterm_ends_streams_with_a_clear_event_and_exits_cleanly():
     server = LiveServer("--ctx", "2048", "--kv-mem", "32M", "--shutdown-grace", "1")
     try:
-        long = {"model": server.model, "max_tokens": 1800, "temperature": 0.8, "stream": True,
+        # Both streams must still be running when the grace period ends, or there is nothing to
+        # cut. Greedy, so their length does not depend on a random seed: with the default model
+        # this prompt runs until the KV pool is full (1,418 tokens alone, ~4.7 s at ~300 tok/s
+        # on 2 threads). Sampled at temperature 0.8, a story sometimes ended (EOS) within
+        # the grace period, and the test failed without the server doing anything wrong.
+        long = {"model": server.model, "max_tokens": 1800, "temperature": 0, "stream": True,
                 "messages": [{"role": "user", "content": "Write a very long story about ships."}]}
         openai_sock = open_stream(server, {**long, "_path": "/v1/chat/completions"})
         anthropic_sock = open_stream(server, {**long, "_path": "/v1/messages"})
@@ -47,6 +52,8 @@ def test_sigterm_ends_streams_with_a_clear_event_and_exits_cleanly():
         assert time.time() - t0 < 30
 
         # OpenAI: the stream ends with an error object naming the shutdown, then [DONE].
+        assert b'"finish_reason":"' not in openai_rest, "finished before the grace period ended: " + \
+            openai_rest[-500:].decode(errors="replace")
         assert b'"code":"shutting_down"' in openai_rest, openai_rest[-500:]
         assert b"data: [DONE]" in openai_rest
         # Anthropic: an error event of type overloaded_error (or, if it was refused while queued, a 503).
