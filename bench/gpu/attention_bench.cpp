@@ -73,6 +73,14 @@ int run_attention_bench(const AttentionBenchOptions& o) {
   }
   auto q_buf = b.alloc(sizeof(float) * static_cast<size_t>(max_rows) * kHeads * kHeadDim);
   auto out_buf = b.alloc(sizeof(float) * static_cast<size_t>(max_rows) * kHeads * kHeadDim);
+  // The decode layer's rope and K/V write (decode+rope lines): k and v rows, the rotation's
+  // frequencies (zero-filled like q: the values do not change the work).
+  auto k_buf = b.alloc(sizeof(float) * static_cast<size_t>(kv_cols));
+  auto v_buf = b.alloc(sizeof(float) * static_cast<size_t>(kv_cols));
+  auto freq_buf = b.alloc(sizeof(float) * static_cast<size_t>(kHeadDim / 2));
+  RopeParams rope;
+  rope.n_rot = kHeadDim;
+  rope.inv_freq = Tensor::view(freq_buf->data(), DType::F32, 1, kHeadDim / 2, Device::kCuda);
   AttentionParams params;
   params.n_heads = kHeads;
   params.n_kv_heads = kKvHeads;
@@ -82,7 +90,7 @@ int run_attention_bench(const AttentionBenchOptions& o) {
 
   // Seconds per step of kLayers attention calls (median over reps, after two warm-up steps
   // that capture the graph).
-  auto time_steps = [&](const BatchPlan& plan) {
+  auto time_steps = [&](const BatchPlan& plan, bool with_rope = false) {
     const int n = plan.n_tokens();
     const Tensor q = Tensor::view(q_buf->data(), DType::F32, n, int64_t{kHeads} * kHeadDim, Device::kCuda);
     Tensor out = Tensor::view(out_buf->data(), DType::F32, n, int64_t{kHeads} * kHeadDim, Device::kCuda);
@@ -91,7 +99,17 @@ int run_attention_bench(const AttentionBenchOptions& o) {
     for (int r = 0; r < o.reps + 2; ++r) {
       const double t0 = now_s();
       b.begin_step(plan);
-      for (int l = 0; l < kLayers; ++l) b.attention(q, layers[l], params, out);
+      for (int l = 0; l < kLayers; ++l) {
+        if (with_rope) {  // what a model records per layer before its attention
+          Tensor qr = q;
+          Tensor k = Tensor::view(k_buf->data(), DType::F32, 1, kv_cols, Device::kCuda);
+          const Tensor v = Tensor::view(v_buf->data(), DType::F32, 1, kv_cols, Device::kCuda);
+          b.rope(qr, kHeads, kHeadDim, rope);
+          b.rope(k, kKvHeads, kHeadDim, rope);
+          b.kv_write(k, v, layers[l]);
+        }
+        b.attention(q, layers[l], params, out);
+      }
       b.copy_to_host(first_row, sink.data());
       if (r >= 2) times.push_back(now_s() - t0);
     }
@@ -108,6 +126,10 @@ int run_attention_bench(const AttentionBenchOptions& o) {
     std::printf("attn     decode ctx %6d: %7.1f us/layer, %6.3f ms/token (32 layers); KV %.1f MB/layer -> %5.0f GB/s = "
                 "%4.1f%% of copy bw\n",
                 ctx, t / kLayers * 1e6, t * 1e3, kv_bytes * 1e-6, gbs, copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
+    const int64_t fused_before = cuda::backend_stats(b).fused_attentions;
+    const double tr = time_steps(plan_of(ctx, 1), true);
+    std::printf("attn     decode+rope ctx %6d: %7.1f us/layer (rope q, rope k, K/V write, attention)%s\n", ctx,
+                tr / kLayers * 1e6, cuda::backend_stats(b).fused_attentions > fused_before ? ", fused" : "");
   }
   for (const auto& [cached, n] : o.prefill) {
     const double t = time_steps(plan_of(cached, n));

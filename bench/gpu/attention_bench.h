@@ -3,6 +3,8 @@
 // layer finds its KV in L2, timed per step of 32 calls (CUDA graph replay, one small sync):
 //   decode   one token after C cached tokens (the batch-invariant kernel, split mode): us per
 //            layer, KV bytes per token, GB/s and % of the copy bandwidth
+//   decode+rope  the same step with each layer's rope of q and k and K/V write recorded before its
+//            attention, as models do (the fused decode takes them into its launch: ", fused")
 //   prefill  P tokens on top of C cached tokens (with --tc-prefill the tensor-core kernel,
 //            else the batch-invariant one): ms per layer, ms for 32 layers, TFLOP/s
 #pragma once

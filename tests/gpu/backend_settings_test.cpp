@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tern {
@@ -23,7 +24,8 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_GEMV_PARTS",  "TERN_CUDA_GEMV_STAGE_BYTES", "TERN_CUDA_ATTN_SPAN",       "TERN_CUDA_ATTN_SPAN_STAGES",
     "TERN_CUDA_ATTN_FOLD_MERGE", "TERN_CUDA_ATTN_FOLD_MAX_SPANS", "TERN_CUDA_ATTN_CHUNK_SPLIT",
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
-    "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING", "TERN_CUDA_L2_PREFETCH"};
+    "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING", "TERN_CUDA_L2_PREFETCH",
+    "TERN_CUDA_ATTN_FUSED"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -221,6 +223,33 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
 
 // The float GEMV at n = 1: the register-streamed kernel with its SwiGLU epilogue by default; the
 // previous kernels, a fixed shape or no epilogue on request.
+// The fused decode attention (CudaBackendOptions::attention_fused_decode): the option wins, else
+// TERN_CUDA_ATTN_FUSED=0-3, else the default; the values map to AttentionArgs::fused flags (0
+// none, 1 rope and merge, 2 merge, 3 rope) and others keep the default.
+TEST_F(BackendSettingsTest, FusedDecodeSwitch) {
+  using cuda::kAttnFusedMerge;
+  using cuda::kAttnFusedRope;
+  const int def = cuda::fused_decode_flags(cuda::kDefaultFusedDecode);
+  EXPECT_EQ(def, kAttnFusedRope);  // the rope alone: the mode measured faster
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_fused_decode, def);
+  const std::pair<const char*, int> env_cases[] = {
+      {"0", 0}, {"1", kAttnFusedRope | kAttnFusedMerge}, {"2", kAttnFusedMerge}, {"3", kAttnFusedRope},
+      {"4", def}, {"yes", def}, {"11", def}, {"", def}};
+  for (const auto& [value, flags] : env_cases) {
+    setenv("TERN_CUDA_ATTN_FUSED", value, 1);
+    EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_fused_decode, flags) << value;
+  }
+  CudaBackendOptions o;
+  o.attention_fused_decode = 0;
+  setenv("TERN_CUDA_ATTN_FUSED", "1", 1);
+  EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, 0);
+  o.attention_fused_decode = 2;
+  setenv("TERN_CUDA_ATTN_FUSED", "0", 1);
+  EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, kAttnFusedMerge);
+  o.attention_fused_decode = 9;
+  EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, def);
+}
+
 TEST_F(BackendSettingsTest, FloatGemvSettings) {
   BackendSettings s = resolve_settings(CudaBackendOptions{}, 9, true);
   EXPECT_EQ(s.gemv_float_kernel, 0);

@@ -5,6 +5,7 @@
 // widths, n across the activation tiles, and whole models at prefill and decode.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -294,6 +295,53 @@ TEST_F(GpuFusion, WholeModelsEqualSeparateOps) {
     EXPECT_GT(cuda::backend_stats(*on.backend).gemv_fusions, cuda::backend_stats(*glu.backend).gemv_fusions);
     EXPECT_GT(cuda::backend_stats(*def.backend).gemv_fusions, cuda::backend_stats(*glu.backend).gemv_fusions);
     EXPECT_EQ(cuda::backend_stats(*sep.backend).gemv_fusions, 0);
+  }
+}
+
+// The fused decode attention (attention.h "fused decode": rope and K/V write, and / or the chunk
+// merge, in the attention launch) in whole models: a 150-token prefill (in chunks of 64: context
+// past 128, where the chunk split and so the fusion start), then greedy decode steps with fused
+// decode off, rope and merge (1) and the rope alone (3, the default) give the same logits bit for
+// bit, for Llama (head_dim 64), Qwen2 (biases) and Qwen3 (q/k norms, head_dim 128: the span
+// kernel's compile-time form), f16 and f32 caches.
+TEST_F(GpuFusion, FusedDecodeAttentionEqualsSeparateLaunches) {
+  struct MixCase {
+    const char* preset;
+    const char* mix;
+    DType kv;
+  };
+  for (const MixCase& c : {MixCase{"tiny-llama", "q4_k_m", DType::F16}, MixCase{"tiny-qwen2", "q5_k_m", DType::F16},
+                           MixCase{"tiny-qwen3", "q6_k", DType::F16}, MixCase{"tiny-llama", "f16", DType::F32}}) {
+    SCOPED_TRACE(std::string(c.preset) + " " + c.mix + " " + std::string(dtype_name(c.kv)));
+    auto file = gputest::synthesized(c.preset, c.mix);
+    ASSERT_NE(file, nullptr);
+    cuda::CudaBackendOptions on, rope, off;
+    on.attention_fused_decode = 1;
+    rope.attention_fused_decode = 3;
+    off.attention_fused_decode = 0;
+    gputest::Loaded f = gputest::load_on(file, gputest::make_cuda(on), 1024, c.kv),
+                    r = gputest::load_on(file, gputest::make_cuda(rope), 1024, c.kv),
+                    s = gputest::load_on(file, gputest::make_cuda(off), 1024, c.kv);
+    ASSERT_TRUE(f.model && r.model && s.model);
+    const int V = f.model->config().n_vocab;
+    const auto ids = gputest::prompt_ids(150, V, 9);
+    std::vector<float> last;
+    for (size_t b = 0; b < ids.size(); b += 64) {
+      const std::vector<int32_t> part(ids.begin() + b, ids.begin() + std::min(ids.size(), b + 64));
+      last = gputest::forward(s, part);
+      ASSERT_TRUE(gputest::bitwise_equal(gputest::forward(f, part), last)) << "prefill from " << b;
+      ASSERT_TRUE(gputest::bitwise_equal(gputest::forward(r, part), last)) << "prefill from " << b;
+    }
+    int32_t next = gputest::argmax(last.data() + (last.size() / V - 1) * V, V);
+    for (int step = 0; step < 10; ++step) {
+      const auto a = gputest::forward(f, {next}), b = gputest::forward(s, {next}), c3 = gputest::forward(r, {next});
+      ASSERT_TRUE(gputest::bitwise_equal(a, b)) << "step " << step;
+      ASSERT_TRUE(gputest::bitwise_equal(c3, b)) << "step " << step;
+      next = gputest::argmax(a.data(), V);
+    }
+    EXPECT_GT(cuda::backend_stats(*f.backend).fused_attentions, 0);
+    EXPECT_GT(cuda::backend_stats(*r.backend).fused_attentions, 0);
+    EXPECT_EQ(cuda::backend_stats(*s.backend).fused_attentions, 0);
   }
 }
 

@@ -124,6 +124,23 @@
 // H200 (bench/RESULTS.md, 8B shape, us/layer): ctx 128 12.5 -> 9.2, 1k 23.5 -> 13.7, 2k 28.8 ->
 // 19.5; whole-model 8B Q4_K_M at 1k 298 -> 322 tok/s, SmolLM2 at 128 / 1k +10% / +12%.
 //
+// Fused decode (two-chunk kernels with the chunk split, AttentionArgs::fused; attention_fused.cuh):
+// in a step of one token per sequence the backend may take the layer's rope launch (rope of q and
+// k plus the K/V write, the record right before the attention) into the attention launch
+// (kAttnFusedRope), and may let the last block of each (tile, KV head, head slice) fold the chunk
+// records (the chunk merge's fold_records, attention_chunk_fold.cuh) instead of the chunk merge
+// kernel (kAttnFusedMerge): with both, one launch per layer instead of three. Blocks rotate their
+// q as they load it (rope.cuh, the rope kernel's expressions); the block whose rows hold the
+// token's position computes that K/V row into its ring (not copied: nobody wrote it yet) and, for
+// head slice 0, writes it to the cache with the cache write's conversions. Same q, same K/V bytes,
+// same chunk records, same fold: same bits, output and cache (tests/gpu/attention_fused_test.cpp).
+// TERN_CUDA_ATTN_FUSED=0/1/2/3 (CudaBackendOptions::attention_fused_decode): off / both / the
+// merge / the rope (the default). Measured on the H200 (bench/RESULTS.md, session 6, 8B shape,
+// us/layer of rope + attention): the rope alone 16.6 -> 14.9 at 1k, 12.8 -> 10.3 at 128, 34.6 ->
+// 32.0 at 4k; the merge by the last block 3 us slower at 1k (the counter, its fence and the
+// reload behind the last block cost more than the merge kernel's PDL hand-off, as in session 4's
+// folded span merge), and in whole-model decode both modes with it lost ~11% (8B Q4_K_M 1k).
+//
 // Early K/V copies (two-chunk kernels, AttentionArgs::early_kv; opt-in, TERN_CUDA_ATTN_EARLY_KV=1
 // or CudaBackendOptions::attention_early_kv, steps of at most 16 tokens): a block's first K/V
 // chunks are issued before the PDL wait, overlapping the kernel before. Sound because at most

@@ -28,6 +28,7 @@
 #include "backends/cuda/async_copy.cuh"
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_chunk.cuh"
+#include "backends/cuda/attention_chunk_fold.cuh"
 #include "backends/cuda/attention_span.cuh"
 #include "backends/cuda/attention_span_merge.cuh"
 #include "backends/cuda/common.cuh"
@@ -134,7 +135,6 @@ constexpr int kMergePerThread = kAttnMaxHeadDim / kMergeThreads;
 // token reads its chunks up to its own position: record index first * 4 + k is chunk k % 4 of
 // span first + k / 4. One block per (token, head), kChunkMergeBatch records in flight.
 constexpr int kChunkMergeBatch = 16;
-static_assert(kChunkMergeBatch % kAttnSpanChunks == 0, "a batch ends on a span boundary");
 __global__ void __launch_bounds__(kMergeThreads) attention_chunk_merge_kernel(AttentionArgs a) {
   const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim, tid = threadIdx.x;
   const DevicePlan& P = a.plan;
@@ -142,53 +142,9 @@ __global__ void __launch_bounds__(kMergeThreads) attention_chunk_merge_kernel(At
   const int64_t stride = int64_t{a.n_heads} * (hd + 2);
   const float* rec0 = a.partials + (int64_t{P.token_partial_begin[t]} * kAttnSpanChunks * a.n_heads + h) * (hd + 2);
   pdl_enter();
-  float M = -INFINITY, L = 0.0f, Ms = -INFINITY, Ls = 0.0f;
-  float A[kMergePerThread], As[kMergePerThread];
-#pragma unroll
-  for (int k = 0; k < kMergePerThread; ++k) A[k] = As[k] = 0.0f;
-  for (int c0 = 0; c0 < n_chunks; c0 += kChunkMergeBatch) {
-    float m[kChunkMergeBatch], l[kChunkMergeBatch], av[kChunkMergeBatch][kMergePerThread];
-#pragma unroll
-    for (int b = 0; b < kChunkMergeBatch; ++b) {
-      m[b] = -INFINITY;
-      l[b] = 0.0f;
-      if (c0 + b < n_chunks) {
-        const float* rec = rec0 + (c0 + b) * stride;
-        m[b] = rec[0];
-        l[b] = rec[1];
-#pragma unroll
-        for (int k = 0; k < kMergePerThread; ++k) {
-          const int d = tid + k * kMergeThreads;
-          av[b][k] = d < hd ? rec[2 + d] : 0.0f;
-        }
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kChunkMergeBatch; ++b) {
-      if (c0 + b >= n_chunks) break;
-      if (m[b] != -INFINITY) {
-        const attn::FoldScales f = attn::fold_stats(Ms, Ls, m[b], l[b]);
-#pragma unroll
-        for (int k = 0; k < kMergePerThread; ++k) As[k] = attn::fold_acc(As[k], av[b][k], f);
-      }
-      if ((b + 1) % kAttnSpanChunks == 0 || c0 + b + 1 == n_chunks) {  // the span is complete
-        if (Ms != -INFINITY) {
-          const attn::FoldScales f = attn::fold_stats(M, L, Ms, Ls);
-#pragma unroll
-          for (int k = 0; k < kMergePerThread; ++k) A[k] = attn::fold_acc(A[k], As[k], f);
-        }
-        Ms = -INFINITY;
-        Ls = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kMergePerThread; ++k) As[k] = 0.0f;
-      }
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kMergePerThread; ++k) {
-    const int d = tid + k * kMergeThreads;
-    if (d < hd) a.out[t * a.out_stride + int64_t{h} * hd + d] = __fdiv_rn(A[k], L);
-  }
+  // (attention_chunk_fold.cuh, shared with the fused decode's last block)
+  chunk_fold::fold_records<kMergePerThread, kChunkMergeBatch, false>(rec0, stride, n_chunks, hd, tid, kMergeThreads,
+                                                                     a.out + t * a.out_stride + int64_t{h} * hd);
 }
 
 inline size_t merge_smem_bytes(int head_dim) {
@@ -319,6 +275,7 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
     launch_span<float>(a, env, grid, span_smem(a, sh, a.kv_stages).total);
   }
   if (a.fold_merge) return;  // the span blocks merged (attention_span_merge.cuh)
+  if (a.fused & kAttnFusedMerge) return;  // the last chunk block of each KV head merged (attention_fused.cuh)
   if (a.chunk_split > 0) {
     launch_kernel(env, attention_chunk_merge_kernel,
                   dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads, 0, a);

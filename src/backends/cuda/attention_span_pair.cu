@@ -34,6 +34,7 @@
 #include "backends/cuda/async_copy.cuh"
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_chunk.cuh"
+#include "backends/cuda/attention_fused.cuh"
 #include "backends/cuda/attention_span.cuh"
 #include "backends/cuda/attention_span_merge.cuh"
 #include "backends/cuda/common.cuh"
@@ -629,7 +630,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
       return;
     }
     const SpanKvRing<T, kStages> r(a, g, slots + (k & 1) * kAttnSpanTokens, kv_s, rows_of(k));
-    r.issue_split_at(gi % kAttnSpanChunks, gi, tid, skip);
+    // (fused decode: a row of the step's tokens is computed by write_new_rows, not copied)
+    const int j = (it.span + k * span_stride) * kAttnSpanTokens + row_off + (gi % kAttnSpanChunks) * C +
+                  tid / SpanKvRing<T, kStages>::kLanesPerRow;
+    r.issue_split_at(gi % kAttnSpanChunks, gi, tid, skip || ((a.fused & kAttnFusedRope) && fused::is_new_row(tok_pos, nt, j)));
   };
   auto stage_k = [&](int gi) { return kv_s + (gi % kStages) * 2 * C * hd; };
   // Split ring: ring position gi's K (v = false) or V rows as one group (empty past the last span).
@@ -685,9 +689,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
     for (int gi = 0; gi + kPair < kStages; ++gi) issue(gi);
   }
 
-  for (int i = tid; i < nq * hd; i += kThreads) {
-    const int qi = i / hd, d = i - qi * hd;
-    q_s[i] = a.q[int64_t{t0 + qi / nh} * a.q_stride + int64_t{h0 + qi % nh} * hd + d];
+  if (a.fused & kAttnFusedRope) {  // attention_fused.cuh (chunk split, no early copies, no split ring)
+    fused::load_q<kThreads>(a, q_s, tok_pos, t0, h0, nh, nq, hd);
+    fused::write_new_rows<T, kThreads>(a, tok_pos, t0, nt, g, slice == 0, it.span * kAttnSpanTokens + row_off,
+                                       rows_of(0), kv_s, kStages);
+  } else {
+    for (int i = tid; i < nq * hd; i += kThreads) {
+      const int qi = i / hd, d = i - qi * hd;
+      q_s[i] = a.q[int64_t{t0 + qi / nh} * a.q_stride + int64_t{h0 + qi % nh} * hd + d];
+    }
   }
   const attn::Queries out{nq,      nh,      hd,      Q.seg_lanes, q_s,      p_s,      Q.m_c,     Q.l_c,
                           Q.span_m, Q.span_l, span_a, Q.sa,       Q.sb,     tok_pos,  tok_first};
@@ -752,7 +762,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
         issue_half(gi + kStages + 1, true);
       }
     }
-    if (cs > 0) return;  // the chunk records are stored (one step, one item)
+    if (cs > 0) {  // the chunk records are stored (one step, one item)
+      if (a.fused & kAttnFusedMerge) fused::merge_if_last<kThreads>(a, tile, it.y, it.ny, max_pos, tok_pos, tok_partial, t0, nt, h0, nh);
+      return;
+    }
     span_merge::finish_span<kThreads>(out, a, tile, n_tile_spans, tok_partial, t0, nt, h0, nh, span, it.y, it.ny,
                                       sm + L.kv, L.total - L.kv);
     if (k + 1 < n_items) __syncthreads();  // the partial stored before the next span resets the state

@@ -184,6 +184,14 @@ int attention_split_ring(const CudaBackendOptions& options) {
   if (std::strcmp(env, "3") == 0) return 3;
   return kDefaultSplitRing;
 }
+// The fused decode attention: the option wins when set (0-3), else TERN_CUDA_ATTN_FUSED (a single
+// digit 0-3), else kDefaultFusedDecode.
+int attention_fused_decode(const CudaBackendOptions& options) {
+  if (options.attention_fused_decode >= 0) return fused_decode_flags(options.attention_fused_decode);
+  const char* env = std::getenv("TERN_CUDA_ATTN_FUSED");
+  if (env != nullptr && env[0] >= '0' && env[0] <= '3' && env[1] == '\0') return fused_decode_flags(env[0] - '0');
+  return fused_decode_flags(kDefaultFusedDecode);
+}
 int attention_fold_max_spans() {
   const char* env = std::getenv("TERN_CUDA_ATTN_FOLD_MAX_SPANS");
   const int n = env != nullptr ? std::atoi(env) : 0;
@@ -269,6 +277,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.attention_chunk_split = attention_chunk_split(options);
   s.attention_early_kv = attention_early_kv(options);
   s.attention_split_ring = attention_split_ring(options);
+  s.attention_fused_decode = attention_fused_decode(options);
   s.fuse_gemv = use_gemv_fusion(options) && s.gemv_path != GemvPath::kLegacy;
   s.fuse_swiglu = s.fuse_gemv && use_swiglu_fusion(options);
   // One SwiGLU fusion or the other: the epilogue, folded first, would leave the prologue nothing.
@@ -280,6 +289,16 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.fuse_float_swiglu_epilogue = s.fuse_gemv && s.gemv_float_kernel == 0 && use_float_swiglu_epilogue(options);
   s.l2_prefetch = l2_prefetch(options, cc_major);
   return s;
+}
+
+int fused_decode_flags(int mode) {
+  switch (mode) {
+    case 0: return 0;
+    case 1: return kAttnFusedRope | kAttnFusedMerge;
+    case 2: return kAttnFusedMerge;
+    case 3: return kAttnFusedRope;
+    default: return fused_decode_flags(kDefaultFusedDecode);
+  }
 }
 
 // The default split-mode kernel of a layer shape. Head dim 128 with an f16 cache (the shape the

@@ -29,6 +29,13 @@ struct L2PrefetchSetting {
 };
 bool parse_l2_prefetch(const char* spec, L2PrefetchSetting& out);
 
+// The fused decode attention's default (CudaBackendOptions::attention_fused_decode values): 3, the
+// rope alone. On the H200 (bench/RESULTS.md, session 6) it took a decode layer's rope + attention
+// from 16.6 to 14.9 us at 1k (8B shape; SmolLM2's 13.2 -> 10.7) and SmolLM2 Q4_1 from 1,061 to
+// 1,106 tok/s at ctx 128, 8B Q4_K_M unchanged (355 / 354); the merge by the last block (1, 2)
+// measured slower everywhere (8B attention alone at 1k 14.6 -> 17.8 us, Q4_K_M 355 -> 315).
+constexpr int kDefaultFusedDecode = 3;
+
 struct BackendSettings {
   bool pdl = false;            // programmatic dependent launch (sm_90+; TERN_CUDA_PDL=0 off)
   bool tc_prefill = false;     // tensor-core prefill (TERN_CUDA_TC_PREFILL=1 / 0)
@@ -46,6 +53,8 @@ struct BackendSettings {
   int attention_chunk_split = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT (0 / 1 / 2); -1: default_chunk_split
   bool attention_early_kv = false;  // TERN_CUDA_ATTN_EARLY_KV (0 / 1)
   int attention_split_ring = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING (0-3): default_span_kernel
+  // TERN_CUDA_ATTN_FUSED (0-3) as AttentionArgs::fused flags (kAttnFusedRope | kAttnFusedMerge)
+  int attention_fused_decode = kAttnFusedRope;
   bool fuse_gemv = false;           // GEMV fusion, not on GemvPath::kLegacy (TERN_CUDA_FUSE=0 off)
   bool fuse_swiglu = false;         // its SwiGLU prologue (TERN_CUDA_FUSE=swiglu / noswiglu)
   bool fuse_swiglu_epilogue = false;  // its SwiGLU epilogue (TERN_CUDA_FUSE=swiglu-epilogue)
@@ -71,5 +80,9 @@ int default_span_kernel(int head_dim, DType kv_dtype, int split_ring = kDefaultS
 // split-mode plan with the default kernel: n_split_items (tile, span) items, the most spans of
 // one tile, the plan's last position. Every choice gives the same bits (attention.h).
 int default_chunk_split(int n_split_items, int max_tile_spans, int max_position, int n_kv_heads, int n_sm);
+
+// The fused decode's flags (AttentionArgs::fused) of a CudaBackendOptions::attention_fused_decode
+// value: 0 none, 1 rope and merge, 2 merge, 3 rope; others as kDefaultFusedDecode.
+int fused_decode_flags(int mode);
 
 }  // namespace tern::cuda

@@ -108,6 +108,7 @@ class CudaBackend final : public Backend {
         attention_chunk_split_(settings.attention_chunk_split),
         attention_early_kv_(settings.attention_early_kv),
         attention_split_ring_(settings.attention_split_ring),
+        attention_fused_decode_(settings.attention_fused_decode),
         fuse_gemv_(settings.fuse_gemv),
         fuse_swiglu_(settings.fuse_swiglu),
         fuse_swiglu_epilogue_(settings.fuse_swiglu_epilogue),
@@ -149,6 +150,7 @@ class CudaBackend final : public Backend {
     s.chunk_splits = chunk_splits_;
     s.gemv_fusions = gemv_fusions_;
     s.fused_kv_writes = fused_kv_writes_;
+    s.fused_attentions = fused_attentions_;
     s.gemv_path = static_cast<int>(gemv_path_);
     return s;
   }
@@ -472,6 +474,7 @@ class CudaBackend final : public Backend {
       if (a.chunk_split > 0) ++chunk_splits_;
       // Early K/V copies compare each row's slot with the step's kv_slots: small steps only.
       a.early_kv = attention_early_kv_ && plan_.n_tokens <= 16 ? 1 : 0;
+      if (a.chunk_split > 0 && attention_fused_decode_ != 0) fuse_decode(a);
     }
     push_l2_prefetch(p, kv);
     AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
@@ -856,17 +859,69 @@ class CudaBackend final : public Backend {
     if (attention_span_ >= 0 || attention_fold_merge_ == 2 || attention_fold_max_spans_ > 1) return 0;
     return default_chunk_split(layout_.n_split_items, layout_.max_tile_spans, layout_.max_position, n_kv_heads, n_sm_);
   }
-  void plan_fold_merge(AttentionArgs& a) {
+  // The counters of a launch whose blocks count themselves done per (tile, KV head x head slice):
+  // the folded merge and the fused decode. Zero-filled on allocation; every launch leaves its
+  // counters at zero again.
+  int* merge_counters(const AttentionArgs& a) {
     const int group = a.n_heads / a.n_kv_heads;
     const int n_slices = (group + a.heads_per_block - 1) / a.heads_per_block;
     const size_t need = sizeof(int) * static_cast<size_t>(plan_.n_tiles) * a.n_kv_heads * n_slices;
-    // Zero-filled on allocation; every launch leaves its counters at zero again.
     if (merge_counters_ == nullptr || merge_counters_->bytes() < need) {
       merge_counters_ = alloc(std::max({need, 2 * (merge_counters_ ? merge_counters_->bytes() : 0), size_t{4096}}));
     }
+    return static_cast<int*>(merge_counters_->data());
+  }
+  void plan_fold_merge(AttentionArgs& a) {
     a.fold_merge = 1;
-    a.merge_counters = static_cast<int*>(merge_counters_->data());
+    a.merge_counters = merge_counters(a);
     ++folded_merges_;
+  }
+  // Fused decode (attention.h; attention_fused.cuh): a chunk-split attention in a step of one
+  // token per sequence takes the layer's rope launch (the record right before it: the rope of
+  // this q and of k, with the K/V write into this attention's cache) into its own launch, and
+  // its last blocks merge, so the chunk merge kernel is not launched either. The fused blocks
+  // read the un-rotated q, k and v while they write out: out must not overlap them.
+  // attention_fused_decode_ (kAttnFusedRope, kAttnFusedMerge) says which of the two it may take.
+  void fuse_decode(AttentionArgs& a) {
+    if (layout_.max_tile_tokens != 1) return;
+    if ((attention_fused_decode_ & kAttnFusedRope) != 0) take_rope(a);
+    if ((attention_fused_decode_ & kAttnFusedMerge) != 0) {
+      a.fused |= kAttnFusedMerge;
+      a.merge_counters = merge_counters(a);
+    }
+    if (a.fused != 0) ++fused_attentions_;
+  }
+  void take_rope(AttentionArgs& a) {
+    const RopeArgs* r = queue_->last_if<RopeArgs>(OpKind::kRope);
+    if (r == nullptr || r->x2 == nullptr || r->kv.cols == 0) return;
+    const int64_t q_cols = int64_t{a.n_heads} * a.head_dim, kv_cols = int64_t{a.n_kv_heads} * a.head_dim;
+    const int n = plan_.n_tokens;
+    const bool same_op = r->x == a.q && r->x_stride == a.q_stride && r->n_heads == a.n_heads &&
+                         r->head_dim == a.head_dim && r->n_heads2 == a.n_kv_heads && r->n_tokens == n &&
+                         r->positions == plan_.positions && r->k_first_head == r->n_heads && r->kv.cols == kv_cols &&
+                         r->kv.k == r->x2 && r->kv.k_stride == r->x2_stride && r->kv.n_tokens == n &&
+                         r->kv.kv_slots == plan_.kv_slots && r->kv.k_cache == a.k_cache && r->kv.v_cache == a.v_cache &&
+                         r->kv.k_cache_stride == a.k_cache_stride && r->kv.v_cache_stride == a.v_cache_stride &&
+                         r->kv.cache_dtype == a.kv_dtype;
+    if (!same_op) return;
+    const int64_t out_cols = q_cols;
+    if (!disjoint_rows(a.out, a.out_stride, out_cols, a.q, a.q_stride, q_cols, n) ||
+        !disjoint_rows(a.out, a.out_stride, out_cols, r->kv.k, r->kv.k_stride, kv_cols, n) ||
+        !disjoint_rows(a.out, a.out_stride, out_cols, r->kv.v, r->kv.v_stride, kv_cols, n)) {
+      return;
+    }
+    AttentionRope& rope = a.rope;
+    rope.inv_freq = r->inv_freq;
+    rope.k = r->kv.k;
+    rope.v = r->kv.v;
+    rope.k_stride = r->kv.k_stride;
+    rope.v_stride = r->kv.v_stride;
+    rope.n_rot = r->n_rot;
+    rope.neox = r->neox;
+    rope.mscale = r->mscale;
+    queue_->pop();  // the rope launch runs inside the attention's
+    a.fused |= kAttnFusedRope;
+    a.early_kv = 0;  // (its deferred rows would be copied from the cache before the block writes them)
   }
 
   void fill_attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, const Tensor& out,
@@ -917,6 +972,7 @@ class CudaBackend final : public Backend {
   std::vector<uint32_t> topc_host_;                                        // its results
   std::unique_ptr<Buffer> argmax_keys_;  // argmax_rows: [rows] keys, then [rows, blocks] partials
   int64_t fused_kv_writes_ = 0;  // kv_writes that joined the rope's launch
+  int64_t fused_attentions_ = 0;  // attention ops that took the rope launch in (fuse_decode)
   bool attention_row_copy_ = false;  // TERN_CUDA_ATTN_ROW_COPY=1
   int attention_tc_variant_ = 0;     // TERN_CUDA_ATTN_TC_VARIANT (attention_tc.h)
   int attention_span_ = -1;          // split-mode kernel (attention_span_kernel); -1: per shape
@@ -926,6 +982,7 @@ class CudaBackend final : public Backend {
   int attention_chunk_split_ = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT / option; -1: default_chunk_split
   bool attention_early_kv_ = false;  // TERN_CUDA_ATTN_EARLY_KV / option
   int attention_split_ring_ = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING / option
+  int attention_fused_decode_ = 0;  // AttentionArgs::fused flags (TERN_CUDA_ATTN_FUSED / option)
   int64_t folded_merges_ = 0;
   int64_t chunk_splits_ = 0;
   bool fuse_gemv_ = false;           // CudaBackendOptions::fuse_gemv, not on GemvPath::kLegacy

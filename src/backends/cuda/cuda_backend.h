@@ -94,6 +94,13 @@ struct CudaBackendOptions {
   // while consumer warps run step s); -1 = TERN_CUDA_ATTN_SPLIT_RING (0-3) or else
   // backend_settings.cpp's default (3).
   int attention_split_ring = -1;
+  // Fused decode (attention.h; same bits): in steps of one token per sequence whose attention
+  // takes the chunk split, the layer's rope of q and k and its K/V write (one rope launch) and /
+  // or the chunk merge run inside the attention launch. 0 = off, 1 = both (one launch per layer
+  // instead of three), 2 = the merge only (the rope launch stays), 3 = the rope only (the chunk
+  // merge kernel stays: the default, the only one measured faster on the H200);
+  // -1 = TERN_CUDA_ATTN_FUSED (same values) or else backend_settings.cpp's default (3).
+  int attention_fused_decode = -1;
   // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; not on GemvPath kLegacy):
   // an RMSNorm or SwiGLU producing its activations, and the residual add of its output. Same
   // bits as the separate ops; false, or TERN_CUDA_FUSE=0, keeps them separate (A/B, tests).
@@ -164,6 +171,7 @@ struct CudaBackendStats {
   int64_t folded_merges = 0;     // split attention ops whose span blocks merged (no merge kernel)
   int64_t chunk_splits = 0;      // split attention ops run with the chunk split (attention.h)
   int64_t fused_kv_writes = 0;   // kv_write ops that joined the preceding rope's launch
+  int64_t fused_attentions = 0;  // attention ops that took their rope launch and merge in (fused decode)
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int64_t l2_prefetches = 0;     // L2 prefetch launches run (l2_prefetch.h; steps replayed count too)
   int64_t l2_prefetch_bytes = 0; // the bytes their ranges cover (dry launches too: l2_prefetch.h)

@@ -7,6 +7,7 @@
 #include "backends/cuda/gemv_fusion.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/rope.cuh"
 
 namespace tern::cuda {
 namespace {
@@ -145,17 +146,10 @@ __global__ void rope_kernel(RopeArgs a) {
     const int t = static_cast<int>(idx / (int64_t{half} * heads));
     const bool second = hh >= a.n_heads;
     const int h = second ? hh - a.n_heads : hh;
-    const float angle = __fmul_rn(static_cast<float>(a.positions[t]), a.inv_freq[i]);
-    float s, c;
-    sincosf(angle, &s, &c);
-    c = __fmul_rn(c, a.mscale);
-    s = __fmul_rn(s, a.mscale);
     float* v = (second ? a.x2 + t * a.x2_stride : a.x + t * a.x_stride) + int64_t{h} * a.head_dim;
-    const int i0 = a.neox ? i : 2 * i;
-    const int i1 = a.neox ? i + half : 2 * i + 1;
-    const float x0 = v[i0], x1 = v[i1];
-    const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    const float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    const int i0 = rope_i0(i, half, a.neox != 0), i1 = rope_i1(i, half, a.neox != 0);
+    float y0, y1;
+    rope_rotate(a.positions[t], a.inv_freq[i], a.mscale, v[i0], v[i1], y0, y1);
     v[i0] = y0;
     v[i1] = y1;
     if (a.kv.cols > 0 && hh >= a.k_first_head) {

@@ -254,6 +254,21 @@ struct MatmulArgs {
   TERN_HOST_DEVICE int64_t total_rows() const { return rows[0] + (n_mats > 1 ? rows[1] : 0) + (n_mats > 2 ? rows[2] : 0); }
 };
 
+// Fused decode attention (attention.h, "fused decode"; AttentionArgs::fused): the layer's rope of
+// q and k and its K/V cache write, run inside the attention launch. q (AttentionArgs::q) and k
+// are the un-rotated rows; the cache, positions and slots are the attention's own (k_cache,
+// v_cache, plan.positions, plan.kv_slots).
+struct AttentionRope {
+  const float* inv_freq;  // [n_rot / 2]
+  const float* k;         // [n_tokens][n_kv_heads * head_dim]
+  const float* v;
+  int64_t k_stride, v_stride;
+  int n_rot;
+  int neox;  // int, not bool: no padding bytes inside the record
+  float mscale;
+  int pad;
+};
+
 // Attention of q over the paged KV of each token's sequence (attention.h).
 struct AttentionArgs {
   const float* q;
@@ -284,6 +299,13 @@ struct AttentionArgs {
                         // split, partials per chunk and the chunk merge), 0: one block per span
   float* partials;  // split mode: [n_partials, n_heads, head_dim + 2]; chunk split:
                     // [n_partials, kAttnSpanChunks, n_heads, head_dim + 2]
+  // Fused decode (two-chunk span kernels with the chunk split, one token per sequence; attention.h,
+  // "fused decode"), flags: kAttnFusedRope: q is rotated in the blocks and the new K/V rows
+  // written by them (rope); kAttnFusedMerge: the last block of each (tile, KV head, head slice)
+  // folds the chunk records (merge_counters) instead of the chunk merge kernel.
+  int fused;
+  int fused_pad;
+  AttentionRope rope;
   DevicePlan plan;
 };
 
@@ -294,6 +316,10 @@ constexpr int kAttnSpanTokens = kAttnChunkTokens * kAttnSpanChunks;  // position
 constexpr int kAttnTileTokens = 8;                                  // query tokens per tile
 constexpr int kAttnMaxHeadDim = 256;                                // and head_dim % 8 == 0
 constexpr int kAttnTcTileTokens = 128;                              // tensor-core prefill tiles
+
+// AttentionArgs::fused flags.
+constexpr int kAttnFusedRope = 1;
+constexpr int kAttnFusedMerge = 2;
 
 // Bytes of attention partials a split launch needs.
 size_t attention_partials_bytes(const AttentionArgs& a);

@@ -1,0 +1,73 @@
+// The fold of a (token, head)'s chunk records (attention.h, "chunk split"), shared by the chunk
+// merge kernel (attention_span.cu) and the fused decode's last block (attention_fused.cuh), so
+// both give the same bits: chunk records folded into span partials in chunk order from
+// (-inf, 0, 0), skipping empty chunks, and those into the result in span order, skipping empty
+// spans, with fold_stats / fold_acc (the expressions and order of the span blocks and their
+// merge). The batch size only groups loads (the folds stay in chunk order), so it changes no value.
+#pragma once
+
+#include <cmath>
+
+#include "backends/cuda/attention_chunk.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace tern::cuda::chunk_fold {
+
+// Record c of the token starts at rec0 + c * stride: [m, l, a_0 .. a_{hd-1}]. This thread owns
+// dimensions d = d0 + k * d_step (k < kPer, d < hd) and writes out[d] = A_d / L. kL2: loads that
+// bypass L1 (records written by other blocks of the same launch).
+template <int kPer, int kBatch, bool kL2>
+__device__ __forceinline__ void fold_records(const float* rec0, int64_t stride, int n_chunks, int hd, int d0, int d_step,
+                                             float* out) {
+  static_assert(kBatch % kAttnSpanChunks == 0, "a batch ends on a span boundary");
+  auto ld = [](const float* p) { return kL2 ? __ldcg(p) : *p; };
+  float M = -INFINITY, L = 0.0f, Ms = -INFINITY, Ls = 0.0f;
+  float A[kPer], As[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) A[k] = As[k] = 0.0f;
+  for (int c0 = 0; c0 < n_chunks; c0 += kBatch) {
+    float m[kBatch], l[kBatch], av[kBatch][kPer];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      m[b] = -INFINITY;
+      l[b] = 0.0f;
+      if (c0 + b < n_chunks) {
+        const float* rec = rec0 + (c0 + b) * stride;
+        m[b] = ld(rec);
+        l[b] = ld(rec + 1);
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+          const int d = d0 + k * d_step;
+          av[b][k] = d < hd ? ld(rec + 2 + d) : 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (c0 + b >= n_chunks) break;
+      if (m[b] != -INFINITY) {
+        const attn::FoldScales f = attn::fold_stats(Ms, Ls, m[b], l[b]);
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) As[k] = attn::fold_acc(As[k], av[b][k], f);
+      }
+      if ((b + 1) % kAttnSpanChunks == 0 || c0 + b + 1 == n_chunks) {  // the span is complete
+        if (Ms != -INFINITY) {
+          const attn::FoldScales f = attn::fold_stats(M, L, Ms, Ls);
+#pragma unroll
+          for (int k = 0; k < kPer; ++k) A[k] = attn::fold_acc(A[k], As[k], f);
+        }
+        Ms = -INFINITY;
+        Ls = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) As[k] = 0.0f;
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int d = d0 + k * d_step;
+    if (d < hd) out[d] = __fdiv_rn(A[k], L);
+  }
+}
+
+}  // namespace tern::cuda::chunk_fold

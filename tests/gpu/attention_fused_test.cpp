@@ -1,0 +1,223 @@
+// The fused decode attention (attention.h "fused decode", attention_fused.cuh: the layer's rope of
+// q and k, its K/V cache write and the chunk merge inside the chunk-split attention launch)
+// against the separate launches (rope + K/V write, attention, chunk merge), bit for bit: the
+// attention output of every step and both caches after them, over GQA groups (a group of 7: two head
+// slices, only slice 0 writes the cache), head_dim 64 to 256, f16 and f32 caches, softcap,
+// sliding windows, partial and NeoX rotations, decodes at contexts on both sides of chunk and
+// span boundaries (1 and 2 chunks per block), steps of several sequences, and steps that must
+// not fuse (a verify tile), each mode (rope and merge, merge alone, rope alone). Then the
+// counters under CUDA graph replays.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention_test_util.h"
+
+namespace tern {
+namespace {
+
+using gputest::HostTensor;
+using namespace gputest::attn;
+
+struct RopeShape {
+  int n_rot;  // 0: head_dim
+  bool neox;
+  float mscale;
+};
+
+struct Case {
+  Shape s;
+  RopeShape r;
+};
+
+const Case kCases[] = {
+    {{32, 8, 128, DType::F16}, {0, false, 1.0f}},                  // the 8B shape
+    {{9, 3, 64, DType::F16}, {0, true, 1.0f}},                     // SmolLM2's
+    {{14, 2, 64, DType::F32}, {32, false, 1.0f}},                  // group 7, partial rotation
+    {{4, 4, 80, DType::F16}, {48, true, 1.25f}},                   // MHA, odd head_dim
+    {{8, 1, 256, DType::F32}, {0, true, 1.0f}},                    // MQA at 256
+    {{8, 2, 128, DType::F16, 30.0f}, {0, false, 1.0f}},            // softcap
+    {{8, 2, 64, DType::F16, 0.0f, 37}, {0, false, 1.0f}},          // sliding window
+};
+
+// One layer's device inputs: q, k, v rows and the rotation's inverse frequencies.
+struct LayerInputs {
+  gputest::DeviceTensor q, k, v, inv_freq, out;
+  RopeParams rope;
+};
+
+LayerInputs upload(Backend& b, const Case& c, int n, uint32_t seed) {
+  const Shape& s = c.s;
+  const int64_t q_cols = int64_t{s.n_heads} * s.head_dim, kv_cols = int64_t{s.n_kv_heads} * s.head_dim;
+  LayerInputs in;
+  const HostTensor q = gputest::host_f32(gputest::random_floats(static_cast<size_t>(n * q_cols), seed, 2.0f), n, q_cols);
+  const HostTensor k = gputest::host_f32(gputest::random_floats(static_cast<size_t>(n * kv_cols), seed + 1), n, kv_cols);
+  const HostTensor v = gputest::host_f32(gputest::random_floats(static_cast<size_t>(n * kv_cols), seed + 2), n, kv_cols);
+  const int n_rot = c.r.n_rot > 0 ? c.r.n_rot : s.head_dim;
+  std::vector<float> freq(static_cast<size_t>(n_rot / 2));
+  for (int i = 0; i < n_rot / 2; ++i) freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / n_rot);
+  const HostTensor f = gputest::host_f32(freq, 1, n_rot / 2);
+  in.q = gputest::device_copy(b, q.t);
+  in.k = gputest::device_copy(b, k.t);
+  in.v = gputest::device_copy(b, v.t);
+  in.inv_freq = gputest::device_copy(b, f.t);
+  in.out = gputest::device_empty(b, DType::F32, n, q_cols);
+  in.rope.n_rot = n_rot;
+  in.rope.neox = c.r.neox;
+  in.rope.mscale = c.r.mscale;
+  in.rope.inv_freq = in.inv_freq.t;
+  return in;
+}
+
+// The layer's ops as the models record them: rope(q), rope(k), kv_write, attention.
+void record_layer(Backend& b, const Case& c, LayerInputs& in, KvLayerView kv) {
+  b.rope(in.q.t, c.s.n_heads, c.s.head_dim, in.rope);
+  b.rope(in.k.t, c.s.n_kv_heads, c.s.head_dim, in.rope);
+  b.kv_write(in.k.t, in.v.t, kv);
+  b.attention(in.q.t, kv, params_of(c.s), in.out.t);
+}
+
+// Runs the step on b; returns the attention output.
+std::vector<float> run_step(Backend& b, const Case& c, const BatchPlan& plan, Cache& cache, uint32_t seed) {
+  LayerInputs in = upload(b, c, plan.n_tokens(), seed);
+  b.begin_step(plan);
+  record_layer(b, c, in, cache.dev_view());
+  return gputest::download(b, in.out.t);
+}
+
+// The K and V caches (raw elements in a float vector: f16 caches fill its first half).
+std::vector<float> caches_of(Backend& b, Cache& cache) {
+  const KvLayerView kv = cache.dev_view();
+  std::vector<float> all = gputest::download(b, kv.k);
+  const std::vector<float> v = gputest::download(b, kv.v);
+  all.insert(all.end(), v.begin(), v.end());
+  return all;
+}
+
+std::unique_ptr<Backend> make_fused(int fused, int chunk_split) {
+  cuda::CudaBackendOptions o;
+  o.attention_fused_decode = fused;
+  o.attention_chunk_split = chunk_split;
+  return gputest::make_cuda(o);
+}
+
+TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
+  TERN_REQUIRE_GPU();
+  auto want = make_fused(0, -1);
+  std::vector<std::unique_ptr<Backend>> got;
+  got.push_back(make_fused(1, -1));  // the default chunk split per plan
+  got.push_back(make_fused(1, 1));   // one chunk per block everywhere it applies
+  got.push_back(make_fused(1, 2));   // two chunks per block
+  got.push_back(make_fused(2, -1));  // the merge alone (the rope launch stays)
+  got.push_back(make_fused(3, 1));   // the rope alone (the chunk merge kernel stays)
+  ASSERT_TRUE(want != nullptr);
+  for (const auto& b : got) ASSERT_TRUE(b != nullptr);
+  uint32_t seed = 4100;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(describe(c.s) + " n_rot " + std::to_string(c.r.n_rot) + (c.r.neox ? " neox" : ""));
+    std::vector<std::unique_ptr<Cache>> caches;
+    caches.push_back(std::make_unique<Cache>(*want, c.s, 600, seed));
+    for (const auto& b : got) caches.push_back(std::make_unique<Cache>(*b, c.s, 600, seed));
+    auto take = [&](int n_tokens) {
+      const std::vector<int32_t> blocks = caches[0]->take_blocks(n_tokens);
+      for (size_t i = 1; i < caches.size(); ++i) EXPECT_EQ(caches[i]->take_blocks(n_tokens), blocks);
+      return blocks;
+    };
+    std::vector<BatchPlan> plans;
+    const auto blocks = take(4097);
+    for (int pos : {0, 40, 63, 64, 127, 128, 200, 255, 256, 300, 511, 1000, 1023, 1024, 2047, 4095, 4096}) {
+      plans.emplace_back();
+      add_sequence(plans.back(), pos, 1, blocks);
+    }
+    plans.emplace_back();  // a batched decode: five sequences, one token each
+    add_sequence(plans.back(), 1000, 1, take(1001));
+    add_sequence(plans.back(), 130, 1, take(131));
+    add_sequence(plans.back(), 2600, 1, take(2601));
+    add_sequence(plans.back(), 5, 1, take(6));
+    add_sequence(plans.back(), 64, 1, take(65));
+    plans.emplace_back();  // a verify tile next to a decode: not fused
+    add_sequence(plans.back(), 700, 3, take(703));
+    add_sequence(plans.back(), 300, 1, take(301));
+    std::vector<int64_t> before;
+    for (const auto& b : got) before.push_back(cuda::backend_stats(*b).fused_attentions);
+    for (size_t pi = 0; pi < plans.size(); ++pi) {
+      SCOPED_TRACE("plan " + std::to_string(pi) + " (" + std::to_string(plans[pi].n_tokens()) + " tokens, last position " +
+                   std::to_string(plans[pi].positions.back()) + ")");
+      const uint32_t step_seed = seed + 10 + static_cast<uint32_t>(pi) * 3;
+      const auto want_out = run_step(*want, c, plans[pi], *caches[0], step_seed);
+      for (size_t i = 0; i < got.size(); ++i) {
+        SCOPED_TRACE("backend " + std::to_string(i));
+        EXPECT_TRUE(gputest::bitwise_equal(run_step(*got[i], c, plans[pi], *caches[i + 1], step_seed), want_out));
+      }
+    }
+    // Every plan wrote its tokens' rows (later plans read the earlier ones'): the caches after all.
+    const auto want_caches = caches_of(*want, *caches[0]);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(gputest::bitwise_equal(caches_of(*got[i], *caches[i + 1]), want_caches)) << "caches, backend " << i;
+    }
+    // (head_dim 256 with f32: the two-chunk kernels do not fit, no chunk split, nothing fuses)
+    if (!(c.s.head_dim == 256 && c.s.cache == DType::F32)) {
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_GT(cuda::backend_stats(*got[i]).fused_attentions, before[i] + 10);
+    }
+    EXPECT_EQ(cuda::backend_stats(*want).fused_attentions, 0);
+    seed += 100;
+  }
+}
+
+// The fused blocks' counters must be back at zero after every launch: a batched decode step of
+// two layers (two fused launches sharing the counters) run 5 times with the same buffers, so it
+// replays as a CUDA graph, equals the separate launches' result every time; the same for the
+// rope alone (3, the default mode: no counters, the chunk merge kernel).
+TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
+  TERN_REQUIRE_GPU();
+  const Case c{{32, 8, 128, DType::F16}, {0, false, 1.0f}};
+  for (int mode : {1, 3}) {
+    SCOPED_TRACE("mode " + std::to_string(mode));
+    auto want = make_fused(0, -1);
+    auto got = make_fused(mode, -1);
+    ASSERT_TRUE(want != nullptr && got != nullptr);
+    Cache want_cache(*want, c.s, 300, 4700), got_cache(*got, c.s, 300, 4700);
+    BatchPlan plan;
+    for (int ctx : {1000, 300, 129}) {
+      const auto blocks = want_cache.take_blocks(ctx + 1);
+      EXPECT_EQ(got_cache.take_blocks(ctx + 1), blocks);
+      add_sequence(plan, ctx, 1, blocks);
+    }
+    auto run_steps = [&](Backend& b, Cache& cache, int n_steps) {
+      LayerInputs l0 = upload(b, c, plan.n_tokens(), 4710), l1 = upload(b, c, plan.n_tokens(), 4720);
+      const HostTensor q0 = gputest::host_f32(gputest::download(b, l0.q.t), plan.n_tokens(), l0.q.t.cols);
+      const HostTensor q1 = gputest::host_f32(gputest::download(b, l1.q.t), plan.n_tokens(), l1.q.t.cols);
+      const HostTensor k0 = gputest::host_f32(gputest::download(b, l0.k.t), plan.n_tokens(), l0.k.t.cols);
+      const HostTensor k1 = gputest::host_f32(gputest::download(b, l1.k.t), plan.n_tokens(), l1.k.t.cols);
+      std::vector<std::vector<float>> outs;
+      for (int step = 0; step < n_steps; ++step) {
+        // The separate rope rotates q and k in place: every step starts from the same inputs.
+        b.copy_from_host(q0.t.data, l0.q.t);
+        b.copy_from_host(q1.t.data, l1.q.t);
+        b.copy_from_host(k0.t.data, l0.k.t);
+        b.copy_from_host(k1.t.data, l1.k.t);
+        b.begin_step(plan);
+        record_layer(b, c, l0, cache.dev_view());
+        record_layer(b, c, l1, cache.dev_view());
+        outs.push_back(gputest::download(b, l0.out.t));
+        outs.push_back(gputest::download(b, l1.out.t));
+      }
+      return outs;
+    };
+    const auto want_outs = run_steps(*want, want_cache, 1);
+    const int64_t graphs_before = cuda::backend_stats(*got).steps_graph;
+    const auto outs = run_steps(*got, got_cache, 5);
+    for (size_t k = 0; k < outs.size(); ++k) {
+      SCOPED_TRACE("step " + std::to_string(k / 2) + " layer " + std::to_string(k % 2));
+      EXPECT_TRUE(gputest::bitwise_equal(outs[k], want_outs[k % 2]));
+    }
+    EXPECT_GE(cuda::backend_stats(*got).steps_graph, graphs_before + 2) << "the steps were not replayed as graphs";
+    EXPECT_GE(cuda::backend_stats(*got).fused_attentions, 10);
+  }
+}
+
+}  // namespace
+}  // namespace tern
