@@ -123,8 +123,8 @@ constexpr int min_blocks_per_sm() {
   else return T == DType::Q8_0 || T == DType::Q6_K || !kBulk ? 3 : 4;
 }
 
-// kPair: the SwiGLU epilogue's instance (bulk and staged copies alike: which lane holds a row's
-// sums changes, never how they are formed), a separate instance so the others keep their registers.
+// kPair: the SwiGLU epilogue's instance (bulk-staged only; others leave it to the elementwise
+// kernel), a separate instance so the others keep their registers.
 template <DType T, bool kBulk, int kTile, bool kPair = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, kTile>())
     gemv_quant_kernel(MatmulArgs a, int n_stages, int seg_rows, int prefetch) {
@@ -345,20 +345,16 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
     launch_gemv_rows(a, env);
     return true;
   }
-  // Rows that are not 16-byte aligned (SmolLM2's 576-column q4_1 rows: 360 bytes) take the
-  // staged copies, with the epilogue in-kernel too: the elementwise SwiGLU it replaces was a
-  // launch of its own per layer.
   if (a.n == 1) {
     if (bulk && glu) launch_instance<T, true, 1, true>(a, env, n_stages, seg_rows);
     else if (bulk) launch_instance<T, true, 1>(a, env, n_stages, seg_rows);
-    else if (glu) launch_instance<T, false, 1, true>(a, env, n_stages, seg_rows);
     else launch_instance<T, false, 1>(a, env, n_stages, seg_rows);
   } else {
     if (bulk && glu) launch_instance<T, true, kGemvMaxXRows, true>(a, env, n_stages, seg_rows);
     else if (bulk) launch_instance<T, true, kGemvMaxXRows>(a, env, n_stages, seg_rows);
-    else if (glu) launch_instance<T, false, kGemvMaxXRows, true>(a, env, n_stages, seg_rows);
     else launch_instance<T, false, kGemvMaxXRows>(a, env, n_stages, seg_rows);
   }
+  if (glu && !bulk) launch_glu_after(a, env);  // the staged-copy instances have no pair mode
   return true;
 }
 
@@ -380,8 +376,6 @@ void allow_smem(int max_smem_bytes) {
   allow_smem_instance<T, true, 1>(max_smem_bytes);
   allow_smem_instance<T, true, kGemvMaxXRows, true>(max_smem_bytes);
   allow_smem_instance<T, true, 1, true>(max_smem_bytes);
-  allow_smem_instance<T, false, kGemvMaxXRows, true>(max_smem_bytes);
-  allow_smem_instance<T, false, 1, true>(max_smem_bytes);
 }
 
 }  // namespace
