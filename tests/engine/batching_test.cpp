@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "../common/model_fixture.h"
+#include "../common/chat_model_fixture.h"
 #include "engine/engine.h"
 #include "engine_harness.h"
 
@@ -22,18 +22,8 @@ const char* kAgentSystem =
     "write_file(path, text), run_tests(). Think before acting and keep answers short.";
 const char* kTutorSystem = "You are a patient maths tutor. Explain each step.";
 
-class BatchingTest : public ::testing::Test {
+class BatchingTest : public testing::DefaultChatModel {
  protected:
-  void SetUp() override {
-    m_ = testing::load_test_model(testing::default_model_path());
-    ASSERT_NE(m_.model, nullptr);
-    tok_ = std::move(tok::Tokenizer::from_gguf(*m_.file)).value();
-  }
-  std::vector<int32_t> chat(const std::string& system, const std::string& user) const {
-    return tok_->encode("<|im_start|>system\n" + system + "<|im_end|>\n<|im_start|>user\n" + user +
-                            "<|im_end|>\n<|im_start|>assistant\n",
-                        true, true);
-  }
   // What the prompt gives alone: a fresh Session, no reuse, no speculation.
   GenResult solo(const std::vector<int32_t>& prompt, int max_tokens, const SamplerParams& sampling = {}) {
     Session s(*m_.model, *m_.kv, tok_.get());
@@ -57,8 +47,6 @@ class BatchingTest : public ::testing::Test {
     return c;
   }
 
-  testing::LoadedTestModel m_;
-  std::unique_ptr<tok::Tokenizer> tok_;
 };
 
 struct Case {

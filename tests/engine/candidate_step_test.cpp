@@ -4,7 +4,7 @@
 // vocabulary).
 #include <gtest/gtest.h>
 
-#include "../common/model_fixture.h"
+#include "../common/chat_model_fixture.h"
 #include "engine/engine.h"
 #include "engine/session.h"
 #include "engine_harness.h"
@@ -13,16 +13,8 @@
 namespace tern {
 namespace {
 
-class CandidateSteps : public ::testing::Test {
+class CandidateSteps : public testing::DefaultChatModel {
  protected:
-  void SetUp() override {
-    m_ = testing::load_test_model(testing::default_model_path());
-    ASSERT_NE(m_.model, nullptr);
-    tok_ = std::move(tok::Tokenizer::from_gguf(*m_.file)).value();
-  }
-  std::vector<int32_t> chat(const std::string& user) const {
-    return tok_->encode("<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n", true, true);
-  }
   GenResult solo(const std::vector<int32_t>& prompt, const SamplerParams& sampling, int max_tokens, bool candidates,
                  bool speculate = false) {
     Session s(*m_.model, *m_.kv, tok_.get());
@@ -38,8 +30,6 @@ class CandidateSteps : public ::testing::Test {
     return r.is_ok() ? std::move(r).value() : GenResult{};
   }
 
-  testing::LoadedTestModel m_;
-  std::unique_ptr<tok::Tokenizer> tok_;
 };
 
 std::vector<SamplerParams> samplers() {

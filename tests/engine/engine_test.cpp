@@ -7,7 +7,7 @@
 #include <chrono>
 #include <future>
 
-#include "../common/model_fixture.h"
+#include "../common/chat_model_fixture.h"
 #include "engine_harness.h"
 
 namespace tern {
@@ -19,21 +19,7 @@ EngineRequest make_request(std::vector<int32_t> prompt, int max_tokens, std::sha
   return testing::collect_request(std::move(prompt), max_tokens, std::move(sink));
 }
 
-class EngineTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    m_ = testing::load_test_model(testing::default_model_path());
-    ASSERT_NE(m_.model, nullptr);
-    tok_ = std::move(tok::Tokenizer::from_gguf(*m_.file)).value();
-  }
-  std::vector<int32_t> chat(const std::string& system, const std::string& user) const {
-    return tok_->encode("<|im_start|>system\n" + system + "<|im_end|>\n<|im_start|>user\n" + user +
-                            "<|im_end|>\n<|im_start|>assistant\n",
-                        true, true);
-  }
-  testing::LoadedTestModel m_;
-  std::unique_ptr<tok::Tokenizer> tok_;
-};
+using EngineTest = testing::DefaultChatModel;
 
 TEST_F(EngineTest, ServesRequestsWithEventsAndSharedPrefixes) {
   const std::string system = "You are a coding agent. You may call tools: read_file, write_file, run_tests. Be brief.";

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../common/model_fixture.h"
+#include "../common/chat_model_fixture.h"
 #include "engine/session.h"
 #include "spec/ngram_drafter.h"
 #include "spec/suffix_drafter.h"
@@ -160,21 +160,7 @@ TEST(SeededVerify, FirstTokenFollowsTheTargetDistribution) {
   }
 }
 
-class SeededSpeculation : public ::testing::Test {
- protected:
-  void SetUp() override {
-    m_ = testing::load_test_model(testing::default_model_path());
-    ASSERT_NE(m_.model, nullptr);
-    auto tok = tok::Tokenizer::from_gguf(*m_.file);
-    ASSERT_TRUE(tok.is_ok()) << tok.status().message();
-    tok_ = std::move(tok).value();
-  }
-  std::vector<int32_t> chat(const std::string& user) const {
-    return tok_->encode("<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n", true, true);
-  }
-  testing::LoadedTestModel m_;
-  std::unique_ptr<tok::Tokenizer> tok_;
-};
+using SeededSpeculation = testing::DefaultChatModel;
 
 // Sampled output with a fixed seed is the same with the n-gram and suffix drafters as without,
 // for several seeds, temperatures, top-k and top-p, and prefill chunk sizes.

@@ -3,7 +3,7 @@
 // on and off and for every prefill chunk size.
 #include <gtest/gtest.h>
 
-#include "../common/model_fixture.h"
+#include "../common/chat_model_fixture.h"
 #include "engine/session.h"
 #include "spec/ngram_drafter.h"
 #include "spec/suffix_drafter.h"
@@ -12,21 +12,7 @@
 namespace tern {
 namespace {
 
-class EngineOnDefaultModel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    m_ = testing::load_test_model(testing::default_model_path());
-    ASSERT_NE(m_.model, nullptr);
-    auto tok = tok::Tokenizer::from_gguf(*m_.file);
-    ASSERT_TRUE(tok.is_ok()) << tok.status().message();
-    tok_ = std::move(tok).value();
-  }
-  std::vector<int32_t> chat(const std::string& user) const {
-    return tok_->encode("<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n", true, true);
-  }
-  testing::LoadedTestModel m_;
-  std::unique_ptr<tok::Tokenizer> tok_;
-};
+using EngineOnDefaultModel = testing::DefaultChatModel;
 
 // A prompt the model answers by quoting its context: the n-gram drafter's home ground.
 const char* kQuotePrompt =
