@@ -159,6 +159,67 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
   BENCH_CUDA(cudaMalloc(&x_mem, xh.size() * sizeof(float)));
   float* x = static_cast<float*>(x_mem);
   BENCH_CUDA(cudaMemcpy(x, xh.data(), xh.size() * sizeof(float), cudaMemcpyHostToDevice));
+  // For the "norm:" / "res:" variants: an RMSNorm weight (the prologue normalizes x itself, so
+  // a.x is left unread) and a residual row.
+  std::vector<float> gh(static_cast<size_t>(s.cols));
+  for (float& v : gh) v = 1.0f + 0.1f * nd(rng);
+  void* g_mem = nullptr;
+  BENCH_CUDA(cudaMalloc(&g_mem, gh.size() * sizeof(float)));
+  BENCH_CUDA(cudaMemcpy(g_mem, gh.data(), gh.size() * sizeof(float), cudaMemcpyHostToDevice));
+  int64_t all_rows = 0;
+  for (int64_t r : s.rows) all_rows += r;
+  void* res_mem = nullptr;
+  BENCH_CUDA(cudaMalloc(&res_mem, sizeof(float) * n * all_rows));
+  BENCH_CUDA(cudaMemset(res_mem, 0, sizeof(float) * n * all_rows));
+  // Strips the fusion / variant prefixes of a --gemv-rows or --gemv-float entry into a; true when
+  // the entry has the RMSNorm prologue (its outputs are compared with the first such entry's).
+  auto take_prefixes = [&](std::string& shape, cuda::MatmulArgs& args) {
+    bool norm = false;
+    for (bool more = true; more;) {
+      more = false;
+      auto take = [&](const char* p) {
+        const size_t len = std::strlen(p);
+        if (shape.compare(0, len, p) != 0) return false;
+        shape = shape.substr(len);
+        more = true;
+        return true;
+      };
+      if (take("norm:")) {
+        norm = true;
+        args.fuse.prologue = cuda::GemvPrologue::kRmsNorm;
+        args.fuse.src = static_cast<const float*>(x_mem);
+        args.fuse.src_stride = s.cols;
+        args.fuse.src2 = static_cast<const float*>(g_mem);
+        args.fuse.eps = 1e-5f;
+      }
+      if (take("res:") && args.n_mats == 1) {
+        args.fuse.residual = static_cast<float*>(res_mem);
+        args.fuse.residual_stride = all_rows;
+      }
+      if (take("pipe:")) args.gemv_float_pipe = 1;
+      if (take("one:")) args.gemv_float_pipe = 2;
+      if (take("pre:")) args.gemv_norm_preload = 1;
+      if (take("nopre:")) args.gemv_norm_preload = 2;
+    }
+    return norm;
+  };
+  auto clear_prefixes = [&](cuda::MatmulArgs& args) {
+    args.fuse = cuda::GemvFusion{};
+    args.gemv_float_pipe = 0;
+    args.gemv_norm_preload = 0;
+  };
+  std::vector<float> norm_y;  // the first "norm:" entry's outputs
+  auto check = [&](bool norm, const Timing& t, const std::vector<float>& ref, double ref_us) {
+    const std::vector<float>& want = norm ? norm_y : ref;
+    if (norm && norm_y.empty()) {
+      norm_y = t.y;
+      std::printf("gemv       -> (the RMSNorm-prologue reference)\n");
+      return true;
+    }
+    const bool same = want.size() == t.y.size() && std::memcmp(want.data(), t.y.data(), t.y.size() * sizeof(float)) == 0;
+    std::printf("gemv       -> %.2fx vs default; outputs %s\n", ref_us / t.us, same ? "bitwise equal" : "DIFFER (bug)");
+    return same;
+  };
   cuda::MatmulArgs a = {};
   a.dtype = s.dtype;
   a.n_mats = static_cast<int>(s.rows.size());
@@ -225,19 +286,22 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kRows);
     a.gemv_rows_per_step = 0;
     a.gemv_parts_per_row = 0;
-    if (shape != "auto" && std::sscanf(shape.c_str(), "%dx%d", &a.gemv_rows_per_step, &a.gemv_parts_per_row) != 2) {
+    std::string bare = shape;
+    const bool norm = take_prefixes(bare, a);
+    // "single" / "default": those paths (with the prefixes' fusions) instead of GemvPath::kRows.
+    if (bare == "single") a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kSingle);
+    if (bare == "default") a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kAuto);
+    if (bare != "auto" && bare != "single" && bare != "default" &&
+        std::sscanf(bare.c_str(), "%dx%d", &a.gemv_rows_per_step, &a.gemv_parts_per_row) != 2) {
       std::fprintf(stderr, "gpu_bench --gemv-rows: expected auto or RxP (e.g. 2x1), found '%s'\n", shape.c_str());
       return false;
     }
     Timing rows;
     ok = time_path(a, copies, iters, stream, rows);
+    clear_prefixes(a);
     if (!ok) break;
     line(("rows/" + shape).c_str(), rows);
-    const bool same = default_y.size() == rows.y.size() &&
-                      std::memcmp(default_y.data(), rows.y.data(), rows.y.size() * sizeof(float)) == 0;
-    std::printf("gemv       -> %.2fx vs default; outputs %s\n", fresh.us / rows.us,
-                same ? "bitwise equal" : "DIFFER (bug)");
-    if (!same) ok = false;
+    if (!check(norm, rows, default_y, fresh.us)) ok = false;
   }
   // The float kernels at n = 1: the previous ones and the streamed kernel's shapes.
   a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kAuto);
@@ -247,6 +311,7 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     // Prefixes "glu:" (the SwiGLU epilogue, two equal matrices; its output to a scratch row) and
     // "dyn:" (dynamic units: a zeroed work counter), in any order.
     std::string shape = variant;
+    const bool norm = take_prefixes(shape, a);
     bool glu = false, dyn = false;
     for (bool more = true; more;) {
       more = false;
@@ -278,22 +343,21 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     }
     Timing t;
     ok = time_path(a, copies, iters, stream, t);
-    a.fuse.glu_out = nullptr;
+    clear_prefixes(a);
     a.gemv_float_counter = nullptr;
     if (glu_out != nullptr) cudaFree(glu_out);
     if (counter != nullptr) cudaFree(counter);
     if (!ok) break;
     line(("float/" + variant).c_str(), t);
-    const bool same = default_y.size() == t.y.size() &&
-                      std::memcmp(default_y.data(), t.y.data(), t.y.size() * sizeof(float)) == 0;
-    std::printf("gemv       -> %.2fx vs default; outputs %s\n", fresh.us / t.us, same ? "bitwise equal" : "DIFFER (bug)");
-    if (!same) ok = false;
+    if (!check(norm, t, default_y, fresh.us)) ok = false;
   }
   a.gemv_float_kernel = a.gemv_float_rows = a.gemv_float_unroll = a.gemv_float_blocks = 0;
   for (auto& c : copies) {
     for (void* p : c) cudaFree(p);
   }
   cudaFree(x);
+  cudaFree(g_mem);
+  cudaFree(res_mem);
   for (int m = 0; m < a.n_mats; ++m) cudaFree(a.y[m]);
   return ok;
 }

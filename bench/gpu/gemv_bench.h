@@ -15,6 +15,11 @@ struct GemvBenchOptions {
   // GemvPath::kRows shapes to time after the default, "RxP" (R rows per warp step, P warps per
   // row; gemv_rows.cu) or "auto" (the per-shape choice); empty: none. Each is compared bit for
   // bit with the default kernels' output.
+  // Prefixes (here and in float_shapes, any order): "norm:" the RMSNorm prologue (compared with the
+  // first "norm:" entry instead of the default), "res:" the residual epilogue (one matrix),
+  // "pre:" / "nopre:" the quantized norm-weight preload on / off, "pipe:" / "one:" the float
+  // kernel's two-buffer / one-buffer variant; the bare names "single" and "default" (rows
+  // entries) take those paths instead of the multi-row one.
   std::vector<std::string> rows_shapes = {"auto"};
   // Float products (F32 / F16 / BF16) at n = 1, timed after the default (the register-streamed
   // kernel, gemv_float_stream.cu): "prev" (the previous float kernels) or a streamed shape "RxU"

@@ -3,7 +3,7 @@
 //   gpu_bench [--model FILE | --preset NAME --mix MIX] [--ctx 1024,32768] [--decode-steps 64]
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
 //             [--tc-prefill] [--append 30720+2048] [--full-logits] [--gemm-peak]
-//             [--l2-prefetch "off;o;o+ffn:16,last"]
+//             [--l2-prefetch "off;o;o+ffn:16,last"] [--small-gemv "off;on;pipe;pre"]
 //   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
 //             [--attn-shape 32/8/128]
 //   gpu_bench --gemv [--gemv-filter STR] [--gemv-n 1] [--gemv-iters 50] [--gemv-stage-bytes 8192,16384]
@@ -28,7 +28,9 @@
 //            --l2-prefetch: decode and batch rows once per L2 prefetch setting (TERN_CUDA_L2_PREFETCH
 //            syntax, ';'-separated, e.g. "off;o;o+ffn:16,last"), on the same model and context: two
 //            rounds (the second in reverse order), each setting's median over both, with the bytes
-//            its steps asked the L2 for
+//            its steps asked the L2 for; --small-gemv likewise per setting of the small-GEMV switches
+//            (cuda::set_small_gemv): off / on (both), pipe (the float kernel's two buffers only), pre
+//            (the quantized norm-weight preload only), default
 //   gemv     (--gemv, instead of the model) each GEMV kernel alone per type and shape: us, GB/s,
 //            % of copy bandwidth, previous vs default kernels, then the multi-row / split-row
 //            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape, the float kernels per
@@ -154,6 +156,14 @@ bool parse(int argc, char** argv, Options& o) {
       for (std::string rest = next(); !rest.empty();) {
         const size_t semi = rest.find(';');
         if (semi != 0) o.l2_prefetch.push_back(rest.substr(0, semi));
+        rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
+      }
+    }
+    else if (a == "--small-gemv") {  // entries join the --l2-prefetch list as "sg:NAME"
+      o.l2_prefetch.clear();
+      for (std::string rest = next(); !rest.empty();) {
+        const size_t semi = rest.find(';');
+        if (semi != 0) o.l2_prefetch.push_back("sg:" + rest.substr(0, semi));
         rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
       }
     }
@@ -353,13 +363,27 @@ int run(const Options& o) {
   const int rounds = o.l2_prefetch.empty() ? 1 : 2;
   auto use_l2 = [&](const std::string& spec) {
     if (spec.empty()) return;
+    if (spec.rfind("sg:", 0) == 0) {
+      const std::string v = spec.substr(3);
+      const int pipe = v == "on" || v == "pipe" ? 1 : (v == "default" ? 0 : 2);
+      const int pre = v == "on" || v == "pre" ? 1 : (v == "default" ? 0 : 2);
+      if (v != "on" && v != "off" && v != "pipe" && v != "pre" && v != "default") {
+        std::fprintf(stderr, "gpu_bench: --small-gemv: expected off / on / pipe / pre / default, found '%s'\n", v.c_str());
+        std::exit(2);
+      }
+      cuda::set_small_gemv(*e.backend, pipe, pre);
+      return;
+    }
     const Status st = cuda::set_l2_prefetch(*e.backend, spec);
     if (!st.is_ok()) {
       std::fprintf(stderr, "gpu_bench: %s\n", st.message().c_str());
       std::exit(2);
     }
   };
-  auto l2_label = [](const std::string& spec) { return spec.empty() ? std::string() : " [l2 " + spec + "]"; };
+  auto l2_label = [](const std::string& spec) {
+    if (spec.rfind("sg:", 0) == 0) return " [small-gemv " + spec.substr(3) + "]";
+    return spec.empty() ? std::string() : " [l2 " + spec + "]";
+  };
   for (int ctx : o.ctx) {
     KvSequence seq(*e.kv);
     fill(e, seq, ctx, o.chunk, rng);
@@ -392,7 +416,7 @@ int run(const Options& o) {
       std::printf("decode   ctx %6d%s: %7.3f ms/token, %8.1f tok/s; %.3f GB read/token -> %6.0f GB/s = %4.1f%% of copy bw",
                   ctx, l2_label(l2[v]).c_str(), median * 1e3, 1.0 / median, weight_gb + kv_gb, gbs,
                   copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
-      if (!l2[v].empty()) std::printf("; L2 prefetch %.1f MB/step", l2_mb[v]);
+      if (!l2[v].empty() && l2[v].rfind("sg:", 0) != 0) std::printf("; L2 prefetch %.1f MB/step", l2_mb[v]);
       std::printf("\n");
     }
   }

@@ -25,7 +25,7 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_ATTN_FOLD_MERGE", "TERN_CUDA_ATTN_FOLD_MAX_SPANS", "TERN_CUDA_ATTN_CHUNK_SPLIT",
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
     "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING", "TERN_CUDA_L2_PREFETCH",
-    "TERN_CUDA_ATTN_FUSED"};
+    "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -281,6 +281,32 @@ TEST_F(BackendSettingsTest, FloatGemvSettings) {
   s = resolve_settings(o, 9, true);
   EXPECT_EQ(s.gemv_float_kernel, 0);
   EXPECT_FALSE(s.fuse_float_swiglu_epilogue);  // fusion off
+}
+
+// The small-GEMV switches: 0 leaves the kernels' default, 1 / 2 force on / off; the environment
+// (1 / 0) wins over the options, anything else leaves them.
+TEST_F(BackendSettingsTest, SmallGemvSwitches) {
+  BackendSettings s = resolve_settings(CudaBackendOptions{}, 9, true);
+  EXPECT_EQ(s.gemv_float_pipe, 0);
+  EXPECT_EQ(s.gemv_norm_preload, 0);
+  CudaBackendOptions o;
+  o.float_gemv_pipe = 2;
+  o.gemv_norm_preload = 1;
+  s = resolve_settings(o, 9, true);
+  EXPECT_EQ(s.gemv_float_pipe, 2);
+  EXPECT_EQ(s.gemv_norm_preload, 1);
+  o.float_gemv_pipe = 7;  // not a switch value: the default
+  EXPECT_EQ(resolve_settings(o, 9, true).gemv_float_pipe, 0);
+  setenv("TERN_CUDA_GEMV_FLOAT_PIPE", "1", 1);
+  setenv("TERN_CUDA_GEMV_NORM_PRELOAD", "0", 1);
+  s = resolve_settings(o, 9, true);
+  EXPECT_EQ(s.gemv_float_pipe, 1);
+  EXPECT_EQ(s.gemv_norm_preload, 2);
+  setenv("TERN_CUDA_GEMV_FLOAT_PIPE", "0", 1);
+  setenv("TERN_CUDA_GEMV_NORM_PRELOAD", "yes", 1);  // unparsed: the option
+  s = resolve_settings(o, 9, true);
+  EXPECT_EQ(s.gemv_float_pipe, 2);
+  EXPECT_EQ(s.gemv_norm_preload, 1);
 }
 
 TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {

@@ -381,16 +381,21 @@ TEST_F(GpuMatmul, StreamedFloatKernelEqualsPreviousKernels) {
   struct Shape {
     int rows, unroll, blocks;
     bool dynamic;  // units claimed from the work counter (reset by each launch for the next)
+    int pipe;      // CudaBackendOptions::float_gemv_pipe: 1 the two-buffer kernel, 2 the one-buffer one
   };
   std::vector<std::unique_ptr<Backend>> streamed;
-  for (const Shape& sh : {Shape{0, 0, 0, false}, Shape{1, 8, 1, false}, Shape{1, 16, 0, false}, Shape{2, 4, 1, false},
-                          Shape{2, 8, 0, false}, Shape{4, 4, 1, false}, Shape{4, 4, 0, false}, Shape{0, 0, 0, true},
-                          Shape{1, 8, 1, true}, Shape{2, 8, 1, true}}) {
+  for (const Shape& sh : {Shape{0, 0, 0, false, 2}, Shape{1, 8, 1, false, 2}, Shape{1, 16, 0, false, 2},
+                          Shape{2, 4, 1, false, 2}, Shape{2, 8, 0, false, 2}, Shape{4, 4, 1, false, 2},
+                          Shape{4, 4, 0, false, 2}, Shape{0, 0, 0, true, 0}, Shape{1, 8, 1, true, 0},
+                          Shape{2, 8, 1, true, 0}, Shape{0, 0, 0, false, 1}, Shape{1, 8, 0, false, 1},
+                          Shape{1, 8, 1, false, 1}, Shape{1, 4, 0, false, 1}, Shape{2, 4, 0, false, 1},
+                          Shape{2, 4, 1, false, 1}}) {
     cuda::CudaBackendOptions o;
     o.float_gemv_rows = sh.rows;
     o.float_gemv_unroll = sh.unroll;
     o.float_gemv_blocks = sh.blocks;
     o.float_gemv_dynamic = sh.dynamic;
+    o.float_gemv_pipe = sh.pipe;
     streamed.push_back(gputest::make_cuda(o));
     ASSERT_NE(streamed.back(), nullptr);
   }

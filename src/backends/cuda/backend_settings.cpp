@@ -75,6 +75,14 @@ bool use_float_gemv_dynamic(const CudaBackendOptions& options) {
   if (env != nullptr && *env) return std::strcmp(env, "0") != 0;
   return options.float_gemv_dynamic;
 }
+// A tri-state switch (0 = the kernel's default, 1 = on, 2 = off): the environment variable when
+// set to 1 / 0, else the option.
+int on_off_default(const char* name, int option) {
+  const char* env = std::getenv(name);
+  if (env != nullptr && std::strcmp(env, "1") == 0) return 1;
+  if (env != nullptr && std::strcmp(env, "0") == 0) return 2;
+  return option == 1 || option == 2 ? option : 0;
+}
 bool use_float_swiglu_epilogue(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_GEMV_FLOAT_GLU");
   if (env != nullptr && *env) return std::strcmp(env, "0") != 0;
@@ -286,6 +294,8 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   gemv_float_shape(options, s.gemv_float_rows, s.gemv_float_unroll);
   s.gemv_float_blocks = gemv_shape_override("TERN_CUDA_GEMV_FLOAT_BLOCKS", options.float_gemv_blocks);
   s.gemv_float_dynamic = s.gemv_float_kernel == 0 && use_float_gemv_dynamic(options);
+  s.gemv_float_pipe = on_off_default("TERN_CUDA_GEMV_FLOAT_PIPE", options.float_gemv_pipe);
+  s.gemv_norm_preload = on_off_default("TERN_CUDA_GEMV_NORM_PRELOAD", options.gemv_norm_preload);
   s.fuse_float_swiglu_epilogue = s.fuse_gemv && s.gemv_float_kernel == 0 && use_float_swiglu_epilogue(options);
   s.l2_prefetch = l2_prefetch(options, cc_major);
   return s;

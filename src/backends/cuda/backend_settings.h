@@ -63,6 +63,8 @@ struct BackendSettings {
   int gemv_float_unroll = 0;
   int gemv_float_blocks = 0;        // TERN_CUDA_GEMV_FLOAT_BLOCKS (0: as many as fit)
   bool gemv_float_dynamic = false;  // TERN_CUDA_GEMV_FLOAT_DYNAMIC=1 / 0
+  int gemv_float_pipe = 0;          // 0 default, 1 on, 2 off (TERN_CUDA_GEMV_FLOAT_PIPE=1 / 0)
+  int gemv_norm_preload = 0;        // 0 default, 1 on, 2 off (TERN_CUDA_GEMV_NORM_PRELOAD=1 / 0)
   bool fuse_float_swiglu_epilogue = false;  // with fuse_gemv (TERN_CUDA_GEMV_FLOAT_GLU=0 / 1)
   L2PrefetchSetting l2_prefetch;    // TERN_CUDA_L2_PREFETCH; off before sm_90 (no bulk prefetch)
 };

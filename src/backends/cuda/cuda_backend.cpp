@@ -117,6 +117,8 @@ class CudaBackend final : public Backend {
         gemv_float_rows_(settings.gemv_float_rows),
         gemv_float_unroll_(settings.gemv_float_unroll),
         gemv_float_blocks_(settings.gemv_float_blocks),
+        gemv_float_pipe_(settings.gemv_float_pipe),
+        gemv_norm_preload_(settings.gemv_norm_preload),
         l2_prefetch_(settings.l2_prefetch),
         l2_bytes_(static_cast<uint64_t>(std::max(prop.l2CacheSize, 0))),
         cc_major_(prop.major) {
@@ -353,6 +355,8 @@ class CudaBackend final : public Backend {
     a.gemv_float_rows = gemv_float_rows_;
     a.gemv_float_unroll = gemv_float_unroll_;
     a.gemv_float_blocks = gemv_float_blocks_;
+    a.gemv_float_pipe = gemv_float_pipe_;
+    a.gemv_norm_preload = gemv_norm_preload_;
     a.gemv_float_counter = gemv_float_counter_ != nullptr ? static_cast<int*>(gemv_float_counter_->data()) : nullptr;
     add_matrix(a, w, out);
   }
@@ -482,6 +486,10 @@ class CudaBackend final : public Backend {
   }
 
   void set_l2_prefetch(const L2PrefetchSetting& s) { l2_prefetch_ = cc_major_ >= 9 ? s : L2PrefetchSetting{}; }
+  void set_small_gemv(int float_pipe, int norm_preload) {
+    gemv_float_pipe_ = float_pipe;
+    gemv_norm_preload_ = norm_preload;
+  }
 
   // Greedy sampling on the device (argmax.cu): two small kernels reduce the rows to one 64-bit key
   // each, and only the keys cross to the host.
@@ -993,6 +1001,8 @@ class CudaBackend final : public Backend {
   int gemv_float_rows_ = 0;
   int gemv_float_unroll_ = 0;
   int gemv_float_blocks_ = 0;
+  int gemv_float_pipe_ = 0;     // MatmulArgs::gemv_float_pipe / gemv_norm_preload
+  int gemv_norm_preload_ = 0;
   L2PrefetchSetting l2_prefetch_;  // BackendSettings::l2_prefetch (set_l2_prefetch changes it)
   uint64_t l2_bytes_ = 0;          // the device's L2
   int cc_major_ = 0;
@@ -1059,6 +1069,12 @@ Status set_l2_prefetch(Backend& backend, const std::string& spec) {
   if (!parse_l2_prefetch(spec.c_str(), s)) return error("cuda: cannot parse L2 prefetch '" + spec + "'");
   cuda->set_l2_prefetch(s);
   return {};
+}
+
+void set_small_gemv(Backend& backend, int float_pipe, int norm_preload) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  TERN_CHECK_MSG(cuda != nullptr, "set_small_gemv: not a CUDA backend");
+  cuda->set_small_gemv(float_pipe, norm_preload);
 }
 
 CudaBackendStats backend_stats(const Backend& backend) {

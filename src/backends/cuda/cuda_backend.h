@@ -132,6 +132,12 @@ struct CudaBackendOptions {
   int float_gemv_rows = 0;
   int float_gemv_unroll = 0;
   int float_gemv_blocks = 0;
+  // The streamed float kernel's two-buffer variant (MatmulArgs::gemv_float_pipe; same bits): 0 =
+  // the default, 1 = on, 2 = off; TERN_CUDA_GEMV_FLOAT_PIPE=1 / 0 overrides it. The quantized
+  // kernels' norm-weight preload before the PDL wait (MatmulArgs::gemv_norm_preload; same bits),
+  // likewise; TERN_CUDA_GEMV_NORM_PRELOAD=1 / 0.
+  int float_gemv_pipe = 0;
+  int gemv_norm_preload = 0;
   // The SwiGLU epilogue for float gate/up products that the streamed kernel takes (a warp's two
   // rows are gate row r and up row r), with fuse_gemv; TERN_CUDA_GEMV_FLOAT_GLU=0 / 1 overrides.
   // On: it saves the elementwise launch without repeating work (H200, 8B F16 decode with the first
@@ -183,6 +189,10 @@ CudaBackendStats backend_stats(const Backend& backend);
 // TERN_CUDA_L2_PREFETCH would set it (off | o | o+ffn:N [,flags]), so one process can A/B
 // it on one loaded model. Error for a spec it cannot parse. Steps recorded after the call use it.
 Status set_l2_prefetch(Backend& backend, const std::string& spec);
+// Sets the small-GEMV switches of a CUDA backend from now on (A/B timing in one process; every
+// setting gives the same bits): CudaBackendOptions::float_gemv_pipe and gemv_norm_preload values
+// (0 default, 1 on, 2 off).
+void set_small_gemv(Backend& backend, int float_pipe, int norm_preload);
 
 // What benchmarks report next to their timings.
 struct DeviceInfo {

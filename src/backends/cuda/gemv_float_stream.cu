@@ -56,6 +56,17 @@ __device__ __forceinline__ uint4 load_stream16(const uint8_t* p) {
   return v;
 }
 
+// The same load as volatile asm, so the compiler issues it where the source puts it (the
+// two-buffer kernel's refill must go out before the other buffer's multiply-adds, not be sunk to
+// its first use).
+__device__ __forceinline__ uint4 load_stream16_now(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 // Lane's 8 elements of a chunk, from its kVecs loaded words, as floats in element order.
 template <DType T>
 __device__ __forceinline__ void unpack8(const uint4 (&v)[vecs_per_chunk<T>()], float (&w)[8]) {
@@ -273,19 +284,146 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<T, kRows, kUnroll>())) g
   }
 }
 
+// The two-buffer variant (MatmulArgs::gemv_float_pipe; no SwiGLU epilogue, no dynamic units).
+// A warp's work is a sequence of (unit, batch) items: its units w, w + warps, ... as above, each
+// cut into batches of kUnroll chunks of its kRows rows. Two batches are in registers: the lane
+// multiplies one while the next one's words are on their way, and refills a buffer as soon as it
+// is consumed, so a warp's loads in flight never drop to zero between batches or between rows
+// (the one-buffer kernel issues a unit's next batch only after multiplying the previous one: with
+// every warp starting together after the PDL wait, the launch streams in bursts). Both buffers
+// go out before the wait. The per-row order of chunks and the butterfly are the same, so the
+// bits are too.
+template <DType T, int kRows, int kUnroll>
+__global__ void __launch_bounds__(kThreads, (min_blocks<T, kRows, 2 * kUnroll>())) gemv_float_pipe_kernel(MatmulArgs a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  float* xs = reinterpret_cast<float*>(smem);
+  constexpr int kVecs = vecs_per_chunk<T>();
+  constexpr int kChunkBytes = 256 * (T == DType::F32 ? 4 : 2);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int cols = static_cast<int>(a.cols);
+  const int n_chunks = (cols + 255) / 256;
+  const int n_batches = (n_chunks + kUnroll - 1) / kUnroll;
+  const int64_t total_rows = a.total_rows();
+  const int64_t n_units = (total_rows + kRows - 1) / kRows;
+  const int64_t unit_stride = int64_t{gridDim.x} * kGemvWarps;
+  const int64_t first_unit = int64_t{blockIdx.x} * kGemvWarps + warp;
+  const int my_units =
+      first_unit < n_units ? static_cast<int>((n_units - first_unit + unit_stride - 1) / unit_stride) : 0;
+  const int total = my_units * n_batches;
+  const int lane_off = lane * 16 * kVecs;
+  auto lane_in = [&](int c) { return c * 256 + 8 * lane < cols; };
+
+  // Issue cursor: unit in_k of the warp, batch in_b; its rows' addresses (a missing row of the
+  // last unit re-reads the unit's first row, never stored).
+  int in_k = 0, in_b = 0;
+  const uint8_t* wr[kRows];
+  auto set_rows = [&](int k) {
+    const int64_t u = first_unit + int64_t{k} * unit_stride;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t gr = u * kRows + r;
+      wr[r] = mat_row(a, gr < total_rows ? gr : u * kRows).w + lane_off;
+    }
+  };
+  using Batch = uint4[kRows][kUnroll][kVecs];
+  auto issue = [&](Batch& b) {
+    const int c0 = in_b * kUnroll;
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      if (c0 + k < n_chunks && lane_in(c0 + k)) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+          for (int v = 0; v < kVecs; ++v) b[r][k][v] = load_stream16_now(wr[r] + int64_t{c0 + k} * kChunkBytes + 16 * v);
+        }
+      }
+    }
+    if (++in_b == n_batches) {
+      in_b = 0;
+      if (++in_k < my_units) set_rows(in_k);
+    }
+  };
+  int out_k = 0, out_b = 0;
+  float acc[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  auto consume = [&](const Batch& b) {
+    const int c0 = out_b * kUnroll;
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int c = c0 + k;
+      if (c < n_chunks && lane_in(c)) {
+        const float4 p = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane);
+        const float4 q = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane + 4);
+        const float xv[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          float w[8];
+          unpack8<T>(b[r][k], w);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[r] = __fmaf_rn(w[i], xv[i], acc[r]);
+        }
+      }
+    }
+    if (++out_b == n_batches) {  // the unit's rows are complete
+      out_b = 0;
+      const int64_t u = first_unit + int64_t{out_k} * unit_stride;
+      ++out_k;
+      float sums[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        sums[r] = warp_sum_tree(acc[r]);
+        acc[r] = 0.0f;
+      }
+      if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (u * kRows + r < total_rows) {
+            const MatRow row = mat_row(a, u * kRows + r);
+            row.y[row.r] = sums[r];
+            fused_residual(a, 0, row.r, sums[r]);
+          }
+        }
+      }
+    }
+  };
+
+  Batch buf0, buf1;
+  if (total > 0) {  // both buffers before the wait: the weights depend on no earlier kernel
+    set_rows(0);
+    issue(buf0);
+    if (total > 1) issue(buf1);
+  }
+  float* gs = xs + cols;  // the RMSNorm weight (smem_bytes: only with that prologue)
+  preload_norm_weight(a, gs);
+  pdl_enter();
+  form_x(a, xs, gs);
+  for (int it = 0; it < total; it += 2) {
+    consume(buf0);
+    if (it + 2 < total) issue(buf0);
+    if (it + 1 < total) {
+      consume(buf1);
+      if (it + 3 < total) issue(buf1);
+    }
+  }
+}
+
 // x, and the RMSNorm weight when the launch has that prologue.
 int smem_bytes(const MatmulArgs& a) {
   return static_cast<int>(a.cols) * 4 * (a.fuse.prologue == GemvPrologue::kRmsNorm ? 2 : 1);
 }
 
-// Blocks per SM of an instance at this launch's shared memory (at most gemv_float_blocks).
-template <DType T, int kRows, int kUnroll, bool kPair>
-int blocks_per_sm(const MatmulArgs& a) {
+// Blocks per SM of a kernel at this launch's shared memory (at most gemv_float_blocks).
+template <typename Kernel>
+int blocks_per_sm_of(Kernel kernel, const MatmulArgs& a) {
   int per_sm = 0;
-  TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_float_stream_kernel<T, kRows, kUnroll, kPair>,
-                                                                kThreads, smem_bytes(a)));
+  TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes(a)));
   per_sm = std::max(per_sm, 1);
   return a.gemv_float_blocks > 0 ? std::min(per_sm, a.gemv_float_blocks) : per_sm;
+}
+template <DType T, int kRows, int kUnroll, bool kPair>
+int blocks_per_sm(const MatmulArgs& a) {
+  return blocks_per_sm_of(gemv_float_stream_kernel<T, kRows, kUnroll, kPair>, a);
 }
 
 int64_t units_of(const MatmulArgs& a, int rows, bool pair) { return pair ? a.rows[0] : (a.total_rows() + rows - 1) / rows; }
@@ -309,6 +447,18 @@ void launch_instance(const MatmulArgs& a, const LaunchEnv& env) {
   launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kThreads, static_cast<size_t>(smem_bytes(a)), a);
 }
 
+// The two-buffer kernel, on the same balanced grid.
+template <DType T, int kRows, int kUnroll>
+void launch_pipe_instance(const MatmulArgs& a, const LaunchEnv& env) {
+  auto* kernel = gemv_float_pipe_kernel<T, kRows, kUnroll>;
+  const int64_t n_units = units_of(a, kRows, false);
+  const int64_t resident = int64_t{blocks_per_sm_of(kernel, a)} * a.n_sm;
+  // Each warp takes ceil(units / resident warps) units; no more blocks than that needs.
+  const int64_t per_warp = (n_units + resident * kGemvWarps - 1) / (resident * kGemvWarps);
+  const int64_t blocks = std::max<int64_t>(1, (n_units + per_warp * kGemvWarps - 1) / (per_warp * kGemvWarps));
+  launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kThreads, static_cast<size_t>(smem_bytes(a)), a);
+}
+
 // The shapes compiled: kRows x kUnroll (kRows * kUnroll 16-byte loads per lane for 2-byte types,
 // twice that for F32). rows == 0: per shape. On the H200 (gpu_bench --gemv, 8B F16, us at 1x8 /
 // 1x16 / 2x8 / 4x4): q+k+v 17.6 / 15.3 / 16.2 / 15.5, o 11.8 / 12.1 / 10.5 / 11.6, gate+up
@@ -316,9 +466,37 @@ void launch_instance(const MatmulArgs& a, const LaunchEnv& env) {
 // 68.2, 54.0). 2x8 wins but where its units split badly over the warps (q+k+v: 3072 units over
 // 2112 warps, a second round for half of them); 1x16 has the same words in flight and twice the
 // units, so it takes those shapes.
+// Whether a launch takes the two-buffer kernel: asked for (gemv_float_pipe), or the default, for
+// the products it can take (no SwiGLU epilogue, no dynamic units).
+bool use_pipe(const MatmulArgs& a) {
+  constexpr bool kPipeDefault = true;
+  const bool wanted = a.gemv_float_pipe == 1 || (a.gemv_float_pipe == 0 && kPipeDefault);
+  return wanted && a.fuse.glu_out == nullptr && a.gemv_float_counter == nullptr;
+}
+
+// Shapes of the two-buffer kernel (two batches of kRows x kUnroll words per lane): 1x8 and 2x4
+// (sixteen 16-byte words of 2-byte types in registers, two blocks per SM) and 1x4 (eight, four
+// blocks). rows == 0: 1x8 unless two-row units split better over the warps.
+template <DType T>
+void launch_pipe_shape(const MatmulArgs& a, const LaunchEnv& env, int rows, int unroll) {
+  if (rows <= 0) {
+    const double b24 = balance(a, 2, blocks_per_sm_of(gemv_float_pipe_kernel<T, 2, 4>, a));
+    const double b18 = balance(a, 1, blocks_per_sm_of(gemv_float_pipe_kernel<T, 1, 8>, a));
+    rows = b24 > 1.05 * b18 ? 2 : 1;
+    unroll = rows == 1 ? 8 : 4;
+  }
+  if (rows >= 2) launch_pipe_instance<T, 2, 4>(a, env);
+  else if (unroll <= 4) launch_pipe_instance<T, 1, 4>(a, env);
+  else launch_pipe_instance<T, 1, 8>(a, env);
+}
+
 template <DType T>
 void launch_shape(const MatmulArgs& a, const LaunchEnv& env, int rows, int unroll) {
   const bool pair = a.fuse.glu_out != nullptr;
+  if (use_pipe(a)) {
+    launch_pipe_shape<T>(a, env, rows, unroll);
+    return;
+  }
   if (pair) {
     if (rows > 0 && unroll <= 4) launch_instance<T, 2, 4, true>(a, env);
     else launch_instance<T, 2, 8, true>(a, env);
@@ -348,8 +526,22 @@ void allow_instance(int max_smem_bytes) {
                                        max_smem_bytes - kStaticSmemBytes));
 }
 
+template <DType T, int kRows, int kUnroll>
+void allow_pipe_instance(int max_smem_bytes) {
+  auto* kernel = gemv_float_pipe_kernel<T, kRows, kUnroll>;
+  cudaFuncAttributes attr{};
+  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kStaticSmemBytes),
+                 "gemv_float_stream: static shared memory exceeds kStaticSmemBytes");
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       max_smem_bytes - kStaticSmemBytes));
+}
+
 template <DType T>
 void allow_typed(int max_smem_bytes) {
+  allow_pipe_instance<T, 1, 4>(max_smem_bytes);
+  allow_pipe_instance<T, 1, 8>(max_smem_bytes);
+  allow_pipe_instance<T, 2, 4>(max_smem_bytes);
   allow_instance<T, 1, 8, false>(max_smem_bytes);
   allow_instance<T, 1, 16, false>(max_smem_bytes);
   allow_instance<T, 2, 4, false>(max_smem_bytes);

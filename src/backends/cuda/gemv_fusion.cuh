@@ -131,13 +131,20 @@ __device__ __forceinline__ void fused_rms_inv_rows(const MatmulArgs& a, int64_t 
 
 // Elements [c, c + 16) of fused activation row i (the prologue's output), for a GEMV that forms
 // its activations itself. With an RMSNorm prologue and store set, also stores them to a.x.
+// With use_pre, an RMSNorm prologue takes the norm weight's elements [c, c + 16) from w_pre (the
+// caller loaded them before its PDL wait: the weight is constant) instead of loading them.
 __device__ __forceinline__ void fused_x16(const MatmulArgs& a, int64_t i, int64_t c, float inv, bool store,
-                                          float (&v)[16]) {
+                                          float (&v)[16], const float (&w_pre)[16], bool use_pre) {
   const GemvFusion& f = a.fuse;
   load_floats16(f.src + i * f.src_stride + c, v);
   float w[16];
   if (f.prologue == GemvPrologue::kRmsNorm) {
-    load_floats16(f.src2 + c, w);
+    if (use_pre) {
+#pragma unroll
+      for (int k = 0; k < 16; ++k) w[k] = w_pre[k];
+    } else {
+      load_floats16(f.src2 + c, w);
+    }
 #pragma unroll
     for (int k = 0; k < 16; ++k) v[k] = rms_norm_value(v[k], inv, w[k]);
     if (store) store_floats16(const_cast<float*>(a.x) + i * a.cols + c, v);

@@ -110,7 +110,7 @@ __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
 // and a grid of every resident block spreads a small product's sets over all SMs.
 template <DType T, int kRows, int kParts>
 __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
-    gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch, int spread) {
+    gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch, int spread, int norm_preload) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) uint8_t smem[];
   using W = typename WItemOf<T>::type;
@@ -195,10 +195,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   // before its predecessor wrote, complete once the predecessor's blocks have passed their own
   // wait (which launched this one), and waits for the predecessor only before it exits.
   const bool concurrent = a.fuse.concurrent != 0;
+  // The norm weight before the wait (gemv_norm_preload); not in the one-row instances, whose
+  // 64-80 registers would spill its 16 values.
+  NormPreload pre;
+  if (kRows >= 2 && norm_preload) preload_norm16(a, 1, pre);
   if (!concurrent) pdl_enter();
   // An RMSNorm prologue (the only one gemv_rows_supports takes): block 0 stores the normed rows.
   if (a.fuse.prologue != GemvPrologue::kNone) {
-    quantize_tile_fused(a, 0, 1, l, xq, xd, xs, xh, blockIdx.x == 0);
+    quantize_tile_fused(a, 0, 1, l, xq, xd, xs, xh, blockIdx.x == 0, pre);
   } else {
     quantize_tile(a, 0, 1, l, xq, xd, xs, xh);
   }
@@ -353,7 +357,7 @@ bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_st
   MatmulArgs args = a;
   if (!run_concurrent()) args.fuse.concurrent = 0;
   launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kGemvWarps * 32, static_cast<size_t>(l.total), args,
-                n_stages, part_steps, prefetch_steps(n_stages, true), spread ? 1 : 0);
+                n_stages, part_steps, prefetch_steps(n_stages, true), spread ? 1 : 0, a.gemv_norm_preload != 2 ? 1 : 0);
   return true;
 }
 

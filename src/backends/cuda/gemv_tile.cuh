@@ -164,8 +164,26 @@ constexpr int kFusionStaticSmemBytes = 256;
 // amax in one shuffle: the extra loads and arithmetic of the prologue would otherwise push the
 // kernel's single-row tiles past their 64-80 registers. The values, amax and int sums are those
 // quantize_tile forms from the stored activations, so the tile is the same bit for bit.
+// The norm weight of a thread's first half-unit of quantize_tile_fused, loaded before the
+// kernel's PDL wait (MatmulArgs::gemv_norm_preload): the weight is constant, so this takes its
+// L2 round trip off the path after the wait; the values, and so the bits, are the same.
+struct NormPreload {
+  float w[16];
+  bool have = false;
+};
+__device__ __forceinline__ void preload_norm16(const MatmulArgs& a, int nt, NormPreload& p) {
+  p.have = false;
+  if (a.fuse.prologue != GemvPrologue::kRmsNorm) return;
+  const int n_units = static_cast<int>(a.cols / 32), i = threadIdx.x;
+  if (i >= 2 * nt * n_units) return;
+  const int half = i & 1, u = (i >> 1) % n_units;
+  load_floats16(a.fuse.src2 + int64_t{u} * 32 + 16 * half, p.w);
+  p.have = true;
+}
+
 __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t x0, int nt, const SmemLayout& l,
-                                                    uint8_t* xq, float* xd, int* xs, int* xh, bool store_block) {
+                                                    uint8_t* xq, float* xd, int* xs, int* xh, bool store_block,
+                                                    const NormPreload& pre) {
   __shared__ float row_inv[kGemvMaxXRows];  // RMSNorm: 1 / rms per activation row
   if (a.fuse.prologue == GemvPrologue::kRmsNorm) fused_rms_inv_rows<kGemvWarps * 32>(a, x0, nt, row_inv);
   const int cols = static_cast<int>(a.cols), n_units = cols / 32;
@@ -178,7 +196,9 @@ __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t
     const int j = unit / n_units, u = unit % n_units;
     float v[16];
     if (active) {
-      fused_x16(a, x0 + j, int64_t{u} * 32 + 16 * half, row_inv[j < kGemvMaxXRows ? j : 0], store, v);
+      // The thread's first half-unit (i == threadIdx.x) is the one preload_norm16 loaded.
+      const bool use_pre = pre.have && i == static_cast<int>(threadIdx.x);
+      fused_x16(a, x0 + j, int64_t{u} * 32 + 16 * half, row_inv[j < kGemvMaxXRows ? j : 0], store, v, pre.w, use_pre);
     } else {
 #pragma unroll
       for (int k = 0; k < 16; ++k) v[k] = 0.0f;
@@ -213,6 +233,13 @@ __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t
       }
     }
   }
+}
+
+// Without a preloaded norm weight.
+__device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t x0, int nt, const SmemLayout& l,
+                                                    uint8_t* xq, float* xd, int* xs, int* xh, bool store_block) {
+  NormPreload none;
+  quantize_tile_fused(a, x0, nt, l, xq, xd, xs, xh, store_block, none);
 }
 
 // Binary counter over a row's steps (levels 8+ of the canonical tree): step s merges with the

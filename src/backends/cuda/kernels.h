@@ -241,6 +241,14 @@ struct MatmulArgs {
   int gemv_float_rows;
   int gemv_float_unroll;
   int gemv_float_blocks;
+  // The streamed float kernel's two-buffer variant (gemv_float_stream.cu, pipe): a lane's next
+  // batch of weight words is issued while it multiplies the current one, so a warp's stream never
+  // drains between batches or rows. 0 = the default, 1 = on, 2 = off (A/B timing, tests).
+  int gemv_float_pipe;
+  // The quantized kernels' RMSNorm prologue (gemv_tile.cuh quantize_tile_fused): each thread's
+  // norm-weight values are loaded before the PDL wait (the weight is constant), which takes an
+  // L2 round trip off the path after it. 0 = the default, 1 = on, 2 = off (A/B timing, tests).
+  int gemv_norm_preload;
   const void* w[kMaxFusedMatmuls];
   size_t w_stride_bytes[kMaxFusedMatmuls];
   int64_t rows[kMaxFusedMatmuls];
