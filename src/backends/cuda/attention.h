@@ -69,9 +69,9 @@
 // before the same reads: same bits (GpuAttention.SplitKvRing*: kShapes, 32k-33k with persistent
 // blocks, several sequences, graph replays, 2-4 stages). + 256 (kSpanValueQueryPairs, with the
 // ring): a values lane serves 2 of a group's 4 queries, so a decode's values step runs on 8
-// warps, not 4 (same chains). The default at head_dim 128 / f16 is 243 = 115 + 128
-// (backend_settings.cpp default_span_kernel); TERN_CUDA_ATTN_SPLIT_RING=0/1/2
-// (CudaBackendOptions::attention_split_ring) picks 115 / 243 / 499 (A/B). Measured (H200, 8B
+// warps, not 4 (same chains). 243 = 115 + 128 was the default at head_dim 128 / f16 in session 5
+// (now 755, below; backend_settings.cpp default_span_kernel); TERN_CUDA_ATTN_SPLIT_RING=0/1/2/3
+// (CudaBackendOptions::attention_split_ring) picks 115 / 243 / 499 / 755 (A/B). Measured (H200, 8B
 // shape, us/layer, bench/RESULTS.md): 32k 88.7 / 85.6 / 88.4, 8k 28.5 / 27.4 / 27.5; ncu at 32k:
 // the kernel issues on 41% of cycles with 3.9 warps per scheduler and 0.66 eligible (9.5 cycles
 // per warp instruction), DRAM 34%: bound by the per-warp latency of its phases, not by bytes in
