@@ -148,6 +148,47 @@ __device__ __forceinline__ void form_x(const MatmulArgs& a, float* xs, const flo
   __syncthreads();
 }
 
+// Chunk c of a unit: the lane's 8 x values from shared memory, then each row's 8 products fused
+// into its accumulator in element order (the per-row chain of both kernels below).
+template <DType T, int kRows, int kUnroll>
+__device__ __forceinline__ void fma_chunk(const float* xs, int c, int lane,
+                                          const uint4 (&b)[kRows][kUnroll][vecs_per_chunk<T>()], int k,
+                                          float (&acc)[kRows]) {
+  const float4 p = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane);
+  const float4 q = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane + 4);
+  const float xv[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float w[8];
+    unpack8<T>(b[r][k], w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[r] = __fmaf_rn(w[i], xv[i], acc[r]);
+  }
+}
+
+// A unit's rows are complete: each row's butterfly into sums (the accumulators start again from
+// 0), and lane 0 stores the rows that exist (exists(r) false: a missing row of the last unit),
+// joint row row_of(r), with the residual epilogue.
+template <int kRows, typename Exists, typename RowOf>
+__device__ __forceinline__ void finish_unit(const MatmulArgs& a, int lane, float (&acc)[kRows], float (&sums)[kRows],
+                                            Exists exists, RowOf row_of) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    sums[r] = warp_sum_tree(acc[r]);
+    acc[r] = 0.0f;
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (exists(r)) {
+        const MatRow row = mat_row(a, row_of(r));
+        row.y[row.r] = sums[r];
+        fused_residual(a, 0, row.r, sums[r]);
+      }
+    }
+  }
+}
+
 // Blocks per SM the register budget is sized for: left alone, ptxas hoists the shared-memory
 // loads of x for a whole batch and needs 110-160 registers (1-2 blocks per SM). Capped, a lane
 // keeps its loaded words plus one chunk's work: 4 blocks (64 registers) for 8 words in flight,
@@ -227,39 +268,14 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<T, kRows, kUnroll>())) g
 #pragma unroll
       for (int k = 0; k < kUnroll; ++k) {
         const int c = c0 + k;
-        if (c < n_chunks && lane_in(c)) {
-          const float4 p = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane);
-          const float4 q = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane + 4);
-          const float xv[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            float w[8];
-            unpack8<T>(buf[r][k], w);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) acc[r] = __fmaf_rn(w[i], xv[i], acc[r]);
-          }
-        }
+        if (c < n_chunks && lane_in(c)) fma_chunk<T, kRows, kUnroll>(xs, c, lane, buf, k, acc);
       }
       c0 += kUnroll;
       if (c0 >= n_chunks) {  // the unit's rows are complete
         float sums[kRows];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          sums[r] = warp_sum_tree(acc[r]);
-          acc[r] = 0.0f;
-        }
-        if (lane == 0) {
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            if (valid[r]) {
-              const MatRow row = mat_row(a, unit_row(unit, r));
-              row.y[row.r] = sums[r];
-              fused_residual(a, 0, row.r, sums[r]);
-            }
-          }
-          if constexpr (kPair) {  // after both stores, so an in-place output wins
-            a.fuse.glu_out[unit] = swiglu_value(sums[0], sums[1]);
-          }
+        finish_unit(a, lane, acc, sums, [&](int r) { return valid[r]; }, [&](int r) { return unit_row(unit, r); });
+        if constexpr (kPair) {  // after both stores, so an in-place output wins
+          if (lane == 0) a.fuse.glu_out[unit] = swiglu_value(sums[0], sums[1]);
         }
         unit = counter != nullptr ? unit_stride + __shfl_sync(kFullMask, claim, 0) : unit + unit_stride;
         if (unit >= n_units) break;
@@ -352,39 +368,15 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<T, kRows, 2 * kUnroll>()
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
       const int c = c0 + k;
-      if (c < n_chunks && lane_in(c)) {
-        const float4 p = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane);
-        const float4 q = *reinterpret_cast<const float4*>(xs + c * 256 + 8 * lane + 4);
-        const float xv[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          float w[8];
-          unpack8<T>(b[r][k], w);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[r] = __fmaf_rn(w[i], xv[i], acc[r]);
-        }
-      }
+      if (c < n_chunks && lane_in(c)) fma_chunk<T, kRows, kUnroll>(xs, c, lane, b, k, acc);
     }
     if (++out_b == n_batches) {  // the unit's rows are complete
       out_b = 0;
       const int64_t u = first_unit + int64_t{out_k} * unit_stride;
       ++out_k;
       float sums[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        sums[r] = warp_sum_tree(acc[r]);
-        acc[r] = 0.0f;
-      }
-      if (lane == 0) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          if (u * kRows + r < total_rows) {
-            const MatRow row = mat_row(a, u * kRows + r);
-            row.y[row.r] = sums[r];
-            fused_residual(a, 0, row.r, sums[r]);
-          }
-        }
-      }
+      finish_unit(
+          a, lane, acc, sums, [&](int r) { return u * kRows + r < total_rows; }, [&](int r) { return u * kRows + r; });
     }
   };
 
