@@ -16,6 +16,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_plan.h"
 #include "backends/cuda/gemv.h"
+#include "backends/cuda/gemv_fusion_plan.h"
 #include "backends/cuda/host_staging.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kv_transfer.h"
@@ -59,30 +60,10 @@ class DeviceBuffer final : public Buffer {
 // r < rows, lie in address ranges that do not overlap.
 bool disjoint_rows(const float* a, int64_t a_stride, int64_t a_cols, const float* b, int64_t b_stride, int64_t b_cols,
                    int64_t rows) {
-  if (rows == 0) return true;
-  const auto begin_a = reinterpret_cast<uintptr_t>(a), begin_b = reinterpret_cast<uintptr_t>(b);
-  const uintptr_t end_a = begin_a + sizeof(float) * static_cast<uintptr_t>((rows - 1) * a_stride + a_cols);
-  const uintptr_t end_b = begin_b + sizeof(float) * static_cast<uintptr_t>((rows - 1) * b_stride + b_cols);
-  return end_a <= begin_b || end_b <= begin_a;
-}
-
-// Rows of floats a fused GEMV launch reads or writes (kernels.h GemvFusion), for the peephole's
-// no-overlap checks.
-struct FloatRows {
-  const float* p;
-  int64_t stride, cols, rows;
-};
-// True when the address ranges the two cover do not overlap.
-bool disjoint(const FloatRows& a, const FloatRows& b) {
-  if (a.rows == 0 || b.rows == 0) return true;
-  const auto begin_a = reinterpret_cast<uintptr_t>(a.p), begin_b = reinterpret_cast<uintptr_t>(b.p);
-  const uintptr_t end_a = begin_a + sizeof(float) * static_cast<uintptr_t>((a.rows - 1) * a.stride + a.cols);
-  const uintptr_t end_b = begin_b + sizeof(float) * static_cast<uintptr_t>((b.rows - 1) * b.stride + b.cols);
-  return end_a <= begin_b || end_b <= begin_a;
+  return disjoint(FloatRows{a, a_stride, a_cols, rows}, FloatRows{b, b_stride, b_cols, rows});
 }
 
 bool is_device(const Tensor& t) { return t.device == Device::kCuda; }
-int64_t f32_stride(const Tensor& t) { return static_cast<int64_t>(t.row_stride / sizeof(float)); }
 
 class CudaBackend final : public Backend {
  public:
@@ -338,7 +319,10 @@ class CudaBackend final : public Backend {
       }
     }
     GemvFusion fuse{};
-    if (fuse_gemv_) fuse = take_prologue(w, x, out);
+    if (fuse_gemv_) {
+      fuse = take_gemv_prologue(*queue_, w, x, out, fuse_swiglu_ ? static_cast<int*>(fusion_counter_->data()) : nullptr);
+      if (fuse.prologue != GemvPrologue::kNone) ++gemv_fusions_;
+    }
     MatmulArgs& a = queue_->push<MatmulArgs>(OpKind::kMatmul);
     a.fuse = fuse;
     a.dtype = w.dtype;
@@ -681,157 +665,15 @@ class CudaBackend final : public Backend {
     ++tc_matmuls_;
   }
 
-  // --- GEMV fusion (kernels.h GemvFusion) -----------------------------------------------------
-
-  static FloatRows out_rows(const Tensor& out, int64_t n) { return {out.f32(), out.cols, out.cols, n}; }
-  static FloatRows x_rows(const MatmulArgs& a) { return {a.x, a.cols, a.cols, a.n}; }
-  static std::vector<FloatRows> prologue_reads(const GemvFusion& f, int64_t n, int64_t cols) {
-    if (f.prologue == GemvPrologue::kRmsNorm) return {{f.src, f.src_stride, cols, n}, {f.src2, cols, cols, 1}};
-    if (f.prologue == GemvPrologue::kSwiglu) return {{f.src, f.src_stride, cols, n}, {f.src2, f.src2_stride, cols, n}};
-    return {};
-  }
-  // True when `rows`, written by a launch, overlaps neither the prologue's inputs nor x.
-  static bool prologue_untouched(const MatmulArgs& a, const FloatRows& rows) {
-    if (a.fuse.prologue == GemvPrologue::kNone) return true;
-    if (!disjoint(rows, x_rows(a))) return false;
-    for (const FloatRows& r : prologue_reads(a.fuse, a.n, a.cols)) {
-      if (!disjoint(rows, r)) return false;
-    }
-    return true;
-  }
-
-  // The prologue of a new product of x: the RMSNorm or SwiGLU record right before it that
-  // produced x (popped), or the RMSNorm that the previous product of the same x carried (q/k/v
-  // split into two launches by weight type). Only where the launch reads nothing the op writes
-  // except x itself, and its output y touches none of the op's inputs.
-  GemvFusion take_prologue(const Tensor& w, const Tensor& x, const Tensor& out) {
-    GemvFusion f{};
-    const int64_t n = x.rows, cols = w.cols;
-    const FloatRows xr{x.f32(), cols, cols, n}, yr = out_rows(out, n);
-    if (x.cols != cols || f32_stride(x) != cols || !disjoint(xr, yr)) return f;
-    if (const RmsNormArgs* norm = queue_->last_if<RmsNormArgs>(OpKind::kRmsNorm);
-        norm != nullptr && norm->add_a == nullptr && norm->out == x.f32() && norm->out_stride == cols &&
-        norm->rows == n && norm->cols == cols) {
-      const FloatRows src{norm->x, norm->x_stride, cols, n}, weight{norm->w, cols, cols, 1};
-      if (disjoint(src, xr) && disjoint(weight, xr) && disjoint(src, yr) && disjoint(weight, yr)) {
-        f.prologue = GemvPrologue::kRmsNorm;
-        f.write_x = 1;
-        f.src = norm->x;
-        f.src_stride = norm->x_stride;
-        f.src2 = norm->w;
-        f.eps = norm->eps;
-        queue_->pop();
-        ++gemv_fusions_;
-      }
-      return f;
-    }
-    if (const ElementwiseArgs* sw = queue_->last_if<ElementwiseArgs>(OpKind::kElementwise);
-        fuse_swiglu_ && sw != nullptr && sw->op == ElementwiseOp::kSwiglu && sw->out == x.f32() && sw->out_stride == cols &&
-        sw->rows == n && sw->cols == cols && n <= kGemvMaxXRows) {
-      // The output may be the gate or up itself (in place): the launch stores it after every
-      // block has read its inputs (gemv_fusion.cuh fused_store_after_readers).
-      const FloatRows gate{sw->a, sw->a_stride, cols, n}, up{sw->b, sw->b_stride, cols, n};
-      const bool gate_ok = (sw->a == sw->out && sw->a_stride == cols) || disjoint(gate, xr);
-      const bool up_ok = (sw->b == sw->out && sw->b_stride == cols) || disjoint(up, xr);
-      if (gate_ok && up_ok && disjoint(gate, yr) && disjoint(up, yr)) {
-        f.prologue = GemvPrologue::kSwiglu;
-        f.write_x = 1;
-        f.src = sw->a;
-        f.src_stride = sw->a_stride;
-        f.src2 = sw->b;
-        f.src2_stride = sw->b_stride;
-        f.done_blocks = static_cast<int*>(fusion_counter_->data());
-        queue_->pop();
-        ++gemv_fusions_;
-      }
-      return f;
-    }
-    if (const MatmulArgs* prev = queue_->last_if<MatmulArgs>(OpKind::kMatmul);
-        prev != nullptr && prev->fuse.prologue == GemvPrologue::kRmsNorm && prev->x == x.f32() && prev->n == n &&
-        prev->cols == cols) {
-      // The previous launch completes before this one starts; its outputs must leave the norm's
-      // inputs as they were.
-      bool untouched = prologue_untouched(*prev, yr);
-      for (int m = 0; m < prev->n_mats; ++m) {
-        const FloatRows ym{prev->y[m], prev->rows[m], prev->rows[m], n};
-        for (const FloatRows& r : prologue_reads(prev->fuse, n, cols)) untouched = untouched && disjoint(ym, r);
-      }
-      if (prev->fuse.glu_out != nullptr) {
-        const FloatRows glu{prev->fuse.glu_out, prev->fuse.glu_out_stride, prev->rows[0], n};
-        for (const FloatRows& r : prologue_reads(prev->fuse, n, cols)) untouched = untouched && disjoint(glu, r);
-      }
-      if (untouched && prev->fuse.residual == nullptr) {
-        f = prev->fuse;
-        f.write_x = 0;  // the previous launch stored x
-        // Nothing either launch writes is touched by the other: this one's output lies apart
-        // from the previous one's activations and outputs (its other reads, the norm's inputs
-        // and the weights, were checked above or are never written).
-        bool apart = disjoint(yr, x_rows(*prev));
-        for (int m = 0; m < prev->n_mats; ++m) apart = apart && disjoint(yr, {prev->y[m], prev->rows[m], prev->rows[m], n});
-        f.concurrent = apart && prev->fuse.glu_out == nullptr ? 1 : 0;
-        ++gemv_fusions_;
-      }
-    }
-    return f;
-  }
-
-  // add(x, y, x) or add(y, x, x) right after the product that wrote y (one matrix): the product's
-  // launch adds each output to x as it stores it (same rounding; addition commutes).
-  bool take_residual_add(const Tensor& a, const Tensor& b, const Tensor& out) {
-    MatmulArgs* prev = queue_->last_if<MatmulArgs>(OpKind::kMatmul);
-    if (prev == nullptr || prev->n_mats != 1 || prev->fuse.residual != nullptr || prev->n != out.rows ||
-        prev->rows[0] != out.cols || a.rows != out.rows || a.cols != out.cols) {
-      return false;
-    }
-    const int64_t n = prev->n, rows = prev->rows[0];
-    auto is_y = [&](const Tensor& t) { return t.f32() == prev->y[0] && f32_stride(t) == rows; };
-    auto is_out = [&](const Tensor& t) { return t.f32() == out.f32() && f32_stride(t) == f32_stride(out); };
-    if (!((is_y(b) && is_out(a)) || (is_y(a) && is_out(b)))) return false;
-    const FloatRows res{out.f32(), f32_stride(out), rows, n};
-    if (!disjoint(res, {prev->y[0], rows, rows, n}) || !disjoint(res, x_rows(*prev)) ||
-        !prologue_untouched(*prev, res)) {
-      return false;
-    }
-    prev->fuse.residual = out.f32();
-    prev->fuse.residual_stride = f32_stride(out);
-    ++gemv_fusions_;
-    return true;
-  }
-
-  // swiglu(gate, up, out) right after the two-matrix product that wrote gate and up (equal rows):
-  // the product's launch stores silu(gate) * up to out once both rows of an index are done. out
-  // may be gate or up itself (each row's output is stored after its inputs' own stores).
-  bool take_swiglu_epilogue(const Tensor& gate, const Tensor& up, const Tensor& out) {
-    MatmulArgs* prev = queue_->last_if<MatmulArgs>(OpKind::kMatmul);
-    if (prev == nullptr || prev->n_mats != 2 || prev->fuse.glu_out != nullptr || prev->fuse.residual != nullptr ||
-        prev->rows[0] != prev->rows[1] || prev->n != gate.rows || gate.cols != prev->rows[0] ||
-        up.rows != gate.rows || up.cols != gate.cols || out.rows != gate.rows || out.cols != gate.cols) {
-      return false;
-    }
-    // Without fuse_swiglu_epilogue, only the float products that the streamed kernel takes in
-    // one launch (n = 1; gemv_float_stream.cu pairs gate row r with up row r).
-    const bool is_float = prev->dtype == DType::F32 || prev->dtype == DType::F16 || prev->dtype == DType::BF16;
-    if (!fuse_swiglu_epilogue_ && !(is_float && prev->n == 1 && prev->gemv_float_kernel == 0)) return false;
-    const int64_t n = prev->n, rows = prev->rows[0];
-    auto is = [&](const Tensor& t, const float* p) { return t.f32() == p && f32_stride(t) == rows; };
-    if (!is(gate, prev->y[0]) || !is(up, prev->y[1])) return false;
-    const FloatRows o{out.f32(), f32_stride(out), rows, n};
-    const bool in_place = is(out, prev->y[0]) || is(out, prev->y[1]);
-    if (!in_place && (!disjoint(o, {prev->y[0], rows, rows, n}) || !disjoint(o, {prev->y[1], rows, rows, n}) ||
-                      !disjoint(o, x_rows(*prev)) || !prologue_untouched(*prev, o))) {
-      return false;
-    }
-    prev->fuse.glu_out = out.f32();
-    prev->fuse.glu_out_stride = f32_stride(out);
-    ++gemv_fusions_;
-    return true;
-  }
-
   void elementwise(ElementwiseOp op, const Tensor& x, const Tensor& y, const Tensor& out) {
     TERN_CHECK_MSG(is_device(x) && is_device(y) && is_device(out), "elementwise op: tensors must be on the CUDA device");
-    if (fuse_gemv_ && op == ElementwiseOp::kAdd && take_residual_add(x, y, out)) return;
+    if (fuse_gemv_ && op == ElementwiseOp::kAdd && take_residual_add(*queue_, x, y, out)) {
+      ++gemv_fusions_;
+      return;
+    }
     if ((fuse_swiglu_epilogue_ || fuse_float_swiglu_epilogue_) && op == ElementwiseOp::kSwiglu &&
-        take_swiglu_epilogue(x, y, out)) {
+        take_swiglu_epilogue(*queue_, x, y, out, fuse_swiglu_epilogue_)) {
+      ++gemv_fusions_;
       return;
     }
     ElementwiseArgs& a = queue_->push<ElementwiseArgs>(OpKind::kElementwise);
