@@ -37,15 +37,7 @@ const Shape kShapes[] = {
     {8, 2, 64, DType::F16, 0.0f, 37},                                             // sliding window
 };
 
-class GpuAttention : public ::testing::Test {
- protected:
-  void SetUp() override {
-    TERN_REQUIRE_GPU();
-    backend_ = gputest::make_cuda();
-    ASSERT_NE(backend_, nullptr);
-  }
-  std::unique_ptr<Backend> backend_;
-};
+using GpuAttention = gputest::CudaBackendTest;
 
 TEST_F(GpuAttention, DecodeAtManyContextLengths) {
   uint32_t seed = 1;

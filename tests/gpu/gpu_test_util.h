@@ -28,6 +28,17 @@ inline std::unique_ptr<Backend> make_cuda(cuda::CudaBackendOptions options = {})
   return b.is_ok() ? std::move(b).value() : nullptr;
 }
 
+// A test on a CUDA backend: skipped without a device.
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TERN_REQUIRE_GPU();
+    backend_ = make_cuda();
+    ASSERT_NE(backend_, nullptr);
+  }
+  std::unique_ptr<Backend> backend_;
+};
+
 // A host tensor with its storage.
 struct HostTensor {
   std::vector<uint8_t> bytes;

@@ -83,14 +83,8 @@ std::string describe(const Case& c, int64_t n) {
          " n=" + std::to_string(n);
 }
 
-class GpuMatmul : public ::testing::Test {
+class GpuMatmul : public gputest::CudaBackendTest {
  protected:
-  void SetUp() override {
-    TERN_REQUIRE_GPU();
-    backend_ = gputest::make_cuda();
-    ASSERT_NE(backend_, nullptr);
-  }
-
   // Runs one case at several n; checks against the reference and row-by-row invariance.
   void check(const Case& c, const std::vector<int64_t>& ns, uint32_t seed) {
     Backend& b = *backend_;
@@ -135,8 +129,6 @@ class GpuMatmul : public ::testing::Test {
       EXPECT_TRUE(gputest::bitwise_equal(got, alone)) << "batched rows differ from rows computed alone";
     }
   }
-
-  std::unique_ptr<Backend> backend_;
 };
 
 TEST_F(GpuMatmul, FloatTypes) {

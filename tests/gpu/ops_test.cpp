@@ -18,15 +18,7 @@ namespace {
 using gputest::DeviceTensor;
 using gputest::HostTensor;
 
-class GpuOps : public ::testing::Test {
- protected:
-  void SetUp() override {
-    TERN_REQUIRE_GPU();
-    backend_ = gputest::make_cuda();
-    ASSERT_NE(backend_, nullptr);
-  }
-  std::unique_ptr<Backend> backend_;
-};
+using GpuOps = gputest::CudaBackendTest;
 
 TEST_F(GpuOps, EmbedEveryTableTypeIsBitExact) {
   Backend& b = *backend_;

@@ -41,15 +41,7 @@ Result run(Backend* b, const Tensor& x, const float* rows_host, int count, const
   return r;
 }
 
-class GpuTopCandidates : public ::testing::Test {
- protected:
-  void SetUp() override {
-    TERN_REQUIRE_GPU();
-    backend_ = gputest::make_cuda();
-    ASSERT_NE(backend_, nullptr);
-  }
-  std::unique_ptr<Backend> backend_;
-};
+using GpuTopCandidates = gputest::CudaBackendTest;
 
 TEST_F(GpuTopCandidates, EqualTheHostReference) {
   Backend& b = *backend_;
