@@ -210,10 +210,7 @@ TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
     const auto want_outs = run_steps(*want, want_cache, 1);
     const int64_t graphs_before = cuda::backend_stats(*got).steps_graph;
     const auto outs = run_steps(*got, got_cache, 5);
-    for (size_t k = 0; k < outs.size(); ++k) {
-      SCOPED_TRACE("step " + std::to_string(k / 2) + " layer " + std::to_string(k % 2));
-      EXPECT_TRUE(gputest::bitwise_equal(outs[k], want_outs[k % 2]));
-    }
+    expect_steps_equal(outs, want_outs, "layer");
     EXPECT_GE(cuda::backend_stats(*got).steps_graph, graphs_before + 2) << "the steps were not replayed as graphs";
     EXPECT_GE(cuda::backend_stats(*got).fused_attentions, 10);
   }

@@ -603,30 +603,15 @@ TEST_F(GpuAttention, SplitKvRingRepeatsUnderGraphs) {
     SCOPED_TRACE("plan " + std::to_string(pi));
     const BatchPlan& plan = plans[pi];
     const HostTensor q0 = random_q(plan.n_tokens(), s, 3110 + 2 * pi), q1 = random_q(plan.n_tokens(), s, 3111 + 2 * pi);
-    const int64_t cols = q0.t.cols;
     auto run_steps = [&](Backend& b, Cache& cache, int n_steps) {
-      gputest::DeviceTensor dq0 = gputest::device_copy(b, q0.t), dq1 = gputest::device_copy(b, q1.t);
-      gputest::DeviceTensor out0 = gputest::device_empty(b, DType::F32, plan.n_tokens(), cols);
-      gputest::DeviceTensor out1 = gputest::device_empty(b, DType::F32, plan.n_tokens(), cols);
-      std::vector<std::vector<float>> outs;
-      for (int step = 0; step < n_steps; ++step) {
-        b.begin_step(plan);
-        b.attention(dq0.t, cache.dev_view(), params_of(s), out0.t);
-        b.attention(dq1.t, cache.dev_view(), params_of(s), out1.t);
-        outs.push_back(gputest::download(b, out0.t));
-        outs.push_back(gputest::download(b, out1.t));
-      }
-      return outs;
+      return run_two_op_steps(b, cache, plan, s, q0, q1, n_steps);
     };
     const auto want_outs = run_steps(*want, *c.all[0], 1);
     for (size_t i = 0; i < got.size(); ++i) {
       SCOPED_TRACE("backend " + std::to_string(i));
       const int64_t graphs_before = cuda::backend_stats(*got[i]).steps_graph;
       const auto outs = run_steps(*got[i], *c.all[i + 1], 5);
-      for (size_t k = 0; k < outs.size(); ++k) {
-        SCOPED_TRACE("step " + std::to_string(k / 2) + " op " + std::to_string(k % 2));
-        EXPECT_TRUE(gputest::bitwise_equal(outs[k], want_outs[k % 2]));
-      }
+      expect_steps_equal(outs, want_outs, "op");
       EXPECT_GE(cuda::backend_stats(*got[i]).steps_graph, graphs_before + 2) << "the steps were not replayed as graphs";
     }
   }
@@ -696,30 +681,15 @@ TEST_F(GpuAttention, FoldedMergeRepeatsUnderGraphs) {
     add_sequence(plan, 300, 9, c.take(309));  // two tiles of 2 spans
     add_sequence(plan, 40, 1, c.take(41));    // one span
     const HostTensor q0 = random_q(plan.n_tokens(), s, 1710), q1 = random_q(plan.n_tokens(), s, 1711);
-    const int64_t cols = q0.t.cols;
     auto run_steps = [&](Backend& b, Cache& cache, int n_steps) {
-      gputest::DeviceTensor dq0 = gputest::device_copy(b, q0.t), dq1 = gputest::device_copy(b, q1.t);
-      gputest::DeviceTensor out0 = gputest::device_empty(b, DType::F32, plan.n_tokens(), cols);
-      gputest::DeviceTensor out1 = gputest::device_empty(b, DType::F32, plan.n_tokens(), cols);
-      std::vector<std::vector<float>> outs;
-      for (int step = 0; step < n_steps; ++step) {
-        b.begin_step(plan);
-        b.attention(dq0.t, cache.dev_view(), params_of(s), out0.t);
-        b.attention(dq1.t, cache.dev_view(), params_of(s), out1.t);
-        outs.push_back(gputest::download(b, out0.t));
-        outs.push_back(gputest::download(b, out1.t));
-      }
-      return outs;
+      return run_two_op_steps(b, cache, plan, s, q0, q1, n_steps);
     };
     const auto want_outs = run_steps(*want, *c.all[0], 1);
     for (size_t i = 0; i < got.size(); ++i) {
       SCOPED_TRACE("backend " + std::to_string(i));
       const int64_t graphs_before = cuda::backend_stats(*got[i]).steps_graph;
       const auto outs = run_steps(*got[i], *c.all[i + 1], 5);
-      for (size_t k = 0; k < outs.size(); ++k) {
-        SCOPED_TRACE("step " + std::to_string(k / 2) + " op " + std::to_string(k % 2));
-        EXPECT_TRUE(gputest::bitwise_equal(outs[k], want_outs[k % 2]));
-      }
+      expect_steps_equal(outs, want_outs, "op");
       EXPECT_GE(cuda::backend_stats(*got[i]).steps_graph, graphs_before + 2) << "the steps were not replayed as graphs";
       if (i == 0) {
         EXPECT_GT(cuda::backend_stats(*got[i]).folded_merges, 0);  // fold 2: the counters ran

@@ -124,6 +124,34 @@ inline std::vector<float> run_ref(const BatchPlan& plan, Cache& cache, const Sha
   return out;
 }
 
+// n_steps steps of `plan` on b, each two attention ops (q0, then q1, into outputs of their own):
+// the outputs in step order. The backend replays repeated steps as CUDA graphs.
+inline std::vector<std::vector<float>> run_two_op_steps(Backend& b, Cache& cache, const BatchPlan& plan, const Shape& s,
+                                                        const HostTensor& q0, const HostTensor& q1, int n_steps) {
+  DeviceTensor dq0 = gputest::device_copy(b, q0.t), dq1 = gputest::device_copy(b, q1.t);
+  DeviceTensor out0 = gputest::device_empty(b, DType::F32, plan.n_tokens(), q0.t.cols);
+  DeviceTensor out1 = gputest::device_empty(b, DType::F32, plan.n_tokens(), q0.t.cols);
+  std::vector<std::vector<float>> outs;
+  for (int step = 0; step < n_steps; ++step) {
+    b.begin_step(plan);
+    b.attention(dq0.t, cache.dev_view(), params_of(s), out0.t);
+    b.attention(dq1.t, cache.dev_view(), params_of(s), out1.t);
+    outs.push_back(gputest::download(b, out0.t));
+    outs.push_back(gputest::download(b, out1.t));
+  }
+  return outs;
+}
+
+// Each step's two outputs (outs, in step order) equal the reference step's (want: one step), bit
+// for bit; `op` names the pair's members in failure traces.
+inline void expect_steps_equal(const std::vector<std::vector<float>>& outs, const std::vector<std::vector<float>>& want,
+                               const std::string& op) {
+  for (size_t k = 0; k < outs.size(); ++k) {
+    SCOPED_TRACE("step " + std::to_string(k / 2) + " " + op + " " + std::to_string(k % 2));
+    EXPECT_TRUE(gputest::bitwise_equal(outs[k], want[k % 2]));
+  }
+}
+
 inline HostTensor random_q(int n, const Shape& s, uint32_t seed) {
   const int64_t cols = int64_t{s.n_heads} * s.head_dim;
   return gputest::host_f32(gputest::random_floats(static_cast<size_t>(n * cols), seed, 2.0f), n, cols);
