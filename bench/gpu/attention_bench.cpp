@@ -127,9 +127,11 @@ int run_attention_bench(const AttentionBenchOptions& o) {
                 "%4.1f%% of copy bw\n",
                 ctx, t / kLayers * 1e6, t * 1e3, kv_bytes * 1e-6, gbs, copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
     const int64_t fused_before = cuda::backend_stats(b).fused_attentions;
+    const int64_t cluster_before = cuda::backend_stats(b).cluster_attentions;
     const double tr = time_steps(plan_of(ctx, 1), true);
-    std::printf("attn     decode+rope ctx %6d: %7.1f us/layer (rope q, rope k, K/V write, attention)%s\n", ctx,
-                tr / kLayers * 1e6, cuda::backend_stats(b).fused_attentions > fused_before ? ", fused" : "");
+    std::printf("attn     decode+rope ctx %6d: %7.1f us/layer (rope q, rope k, K/V write, attention)%s%s\n", ctx,
+                tr / kLayers * 1e6, cuda::backend_stats(b).fused_attentions > fused_before ? ", fused" : "",
+                cuda::backend_stats(b).cluster_attentions > cluster_before ? ", clusters" : "");
   }
   for (const auto& [cached, n] : o.prefill) {
     const double t = time_steps(plan_of(cached, n));

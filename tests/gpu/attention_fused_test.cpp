@@ -5,8 +5,11 @@
 // slices, only slice 0 writes the cache), head_dim 64 to 256, f16 and f32 caches, softcap,
 // sliding windows, partial and NeoX rotations, decodes at contexts on both sides of chunk and
 // span boundaries (1 and 2 chunks per block), steps of several sequences, and steps that must
-// not fuse (a verify tile), each mode (rope and merge, merge alone, rope alone). Then the
-// counters under CUDA graph replays.
+// not fuse (a verify tile), each mode (rope and merge, merge alone, rope alone). The cluster merge
+// (attention_cluster.cu: the chunk records folded from the cluster's shared memory in the same
+// launch) against the same reference, with and without the fused rope, 1 to 16 blocks per
+// cluster (several steps per block where the chunks outnumber the blocks). Then the counters
+// under CUDA graph replays.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -97,23 +100,44 @@ std::vector<float> caches_of(Backend& b, Cache& cache) {
   return all;
 }
 
-std::unique_ptr<Backend> make_fused(int fused, int chunk_split) {
+std::unique_ptr<Backend> make_fused(int fused, int chunk_split, int cluster = 0) {
   cuda::CudaBackendOptions o;
   o.attention_fused_decode = fused;
   o.attention_chunk_split = chunk_split;
+  o.attention_cluster = cluster;
   return gputest::make_cuda(o);
+}
+
+// Whether this device runs the cluster merge (sm_90+; elsewhere the setting resolves to off).
+bool clusters_available() {
+  auto b = make_fused(3, -1, 16);
+  return b != nullptr && cuda::backend_stats(*b).attention_cluster > 0;
 }
 
 TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
   TERN_REQUIRE_GPU();
   auto want = make_fused(0, -1);
-  std::vector<std::unique_ptr<Backend>> got;
-  got.push_back(make_fused(1, -1));  // the default chunk split per plan
-  got.push_back(make_fused(1, 1));   // one chunk per block everywhere it applies
-  got.push_back(make_fused(1, 2));   // two chunks per block
-  got.push_back(make_fused(2, -1));  // the merge alone (the rope launch stays)
-  got.push_back(make_fused(3, 1));   // the rope alone (the chunk merge kernel stays)
   ASSERT_TRUE(want != nullptr);
+  std::vector<std::unique_ptr<Backend>> got;
+  std::vector<bool> fuses, clusters;
+  auto add = [&](int fused, int chunk_split, int cluster) {
+    got.push_back(make_fused(fused, chunk_split, cluster));
+    fuses.push_back(fused != 0);
+    clusters.push_back(cluster > 0);
+  };
+  add(1, -1, 0);  // the default chunk split per plan
+  add(1, 1, 0);   // one chunk per block everywhere it applies
+  add(1, 2, 0);   // two chunks per block
+  add(2, -1, 0);  // the merge alone (the rope launch stays)
+  add(3, 1, 0);   // the rope alone (the chunk merge kernel stays)
+  if (clusters_available()) {
+    add(3, -1, 16);  // clusters with the fused rope (the default mode)
+    add(0, -1, 16);  // clusters, the rope launch kept
+    add(1, 2, 8);    // (the last-block merge gives way to the cluster's)
+    add(3, 1, 4);    // up to 16 chunks per block: several steps, three K/V stages
+    add(0, 2, 2);
+    add(3, -1, 1);   // one block takes every chunk and folds its own records
+  }
   for (const auto& b : got) ASSERT_TRUE(b != nullptr);
   uint32_t seed = 4100;
   for (const Case& c : kCases) {
@@ -141,8 +165,9 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
     plans.emplace_back();  // a verify tile next to a decode: not fused
     add_sequence(plans.back(), 700, 3, take(703));
     add_sequence(plans.back(), 300, 1, take(301));
-    std::vector<int64_t> before;
+    std::vector<int64_t> before, before_clusters;
     for (const auto& b : got) before.push_back(cuda::backend_stats(*b).fused_attentions);
+    for (const auto& b : got) before_clusters.push_back(cuda::backend_stats(*b).cluster_attentions);
     for (size_t pi = 0; pi < plans.size(); ++pi) {
       SCOPED_TRACE("plan " + std::to_string(pi) + " (" + std::to_string(plans[pi].n_tokens()) + " tokens, last position " +
                    std::to_string(plans[pi].positions.back()) + ")");
@@ -160,7 +185,17 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
     }
     // (head_dim 256 with f32: the two-chunk kernels do not fit, no chunk split, nothing fuses)
     if (!(c.s.head_dim == 256 && c.s.cache == DType::F32)) {
-      for (size_t i = 0; i < got.size(); ++i) EXPECT_GT(cuda::backend_stats(*got[i]).fused_attentions, before[i] + 10);
+      for (size_t i = 0; i < got.size(); ++i) {
+        const cuda::CudaBackendStats st = cuda::backend_stats(*got[i]);
+        if (fuses[i]) {
+          EXPECT_GT(st.fused_attentions, before[i] + 10) << "backend " << i;
+        }
+        if (clusters[i]) {
+          EXPECT_GT(st.cluster_attentions, before_clusters[i] + 5) << "backend " << i;
+        } else {
+          EXPECT_EQ(st.cluster_attentions, 0) << "backend " << i;
+        }
+      }
     }
     EXPECT_EQ(cuda::backend_stats(*want).fused_attentions, 0);
     seed += 100;
@@ -174,10 +209,12 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
 TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
   TERN_REQUIRE_GPU();
   const Case c{{32, 8, 128, DType::F16}, {0, false, 1.0f}};
-  for (int mode : {1, 3}) {
-    SCOPED_TRACE("mode " + std::to_string(mode));
+  std::vector<std::pair<int, int>> configs = {{1, 0}, {3, 0}};  // (mode, most blocks per cluster)
+  if (clusters_available()) configs.insert(configs.end(), {{3, 16}, {0, 8}});
+  for (const auto& [mode, cluster] : configs) {
+    SCOPED_TRACE("mode " + std::to_string(mode) + " cluster " + std::to_string(cluster));
     auto want = make_fused(0, -1);
-    auto got = make_fused(mode, -1);
+    auto got = make_fused(mode, -1, cluster);
     ASSERT_TRUE(want != nullptr && got != nullptr);
     Cache want_cache(*want, c.s, 300, 4700), got_cache(*got, c.s, 300, 4700);
     BatchPlan plan;
@@ -212,7 +249,12 @@ TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
     const auto outs = run_steps(*got, got_cache, 5);
     expect_steps_equal(outs, want_outs, "layer");
     EXPECT_GE(cuda::backend_stats(*got).steps_graph, graphs_before + 2) << "the steps were not replayed as graphs";
-    EXPECT_GE(cuda::backend_stats(*got).fused_attentions, 10);
+    if (mode != 0) {
+      EXPECT_GE(cuda::backend_stats(*got).fused_attentions, 10);
+    }
+    if (cluster > 0) {
+      EXPECT_GE(cuda::backend_stats(*got).cluster_attentions, 10);
+    }
   }
 }
 

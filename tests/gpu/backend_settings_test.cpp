@@ -25,7 +25,7 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_ATTN_FOLD_MERGE", "TERN_CUDA_ATTN_FOLD_MAX_SPANS", "TERN_CUDA_ATTN_CHUNK_SPLIT",
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
     "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING", "TERN_CUDA_L2_PREFETCH",
-    "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD"};
+    "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD", "TERN_CUDA_ATTN_CLUSTER"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -248,6 +248,27 @@ TEST_F(BackendSettingsTest, FusedDecodeSwitch) {
   EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, kAttnFusedMerge);
   o.attention_fused_decode = 9;
   EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, def);
+}
+
+// The cluster merge (CudaBackendOptions::attention_cluster: most blocks per cluster): the option
+// wins (capped at 16), else TERN_CUDA_ATTN_CLUSTER=0-16, else the default; off before sm_90.
+TEST_F(BackendSettingsTest, ClusterMergeSwitch) {
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_cluster, cuda::kDefaultAttnCluster);
+  const std::pair<const char*, int> env_cases[] = {{"0", 0},  {"1", 1},  {"8", 8},  {"16", 16},
+                                                   {"17", cuda::kDefaultAttnCluster}, {"-1", cuda::kDefaultAttnCluster},
+                                                   {"8x", cuda::kDefaultAttnCluster}, {"", cuda::kDefaultAttnCluster}};
+  for (const auto& [value, blocks] : env_cases) {
+    setenv("TERN_CUDA_ATTN_CLUSTER", value, 1);
+    EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_cluster, blocks) << value;
+    EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 8, true).attention_cluster, 0) << value;  // no clusters on sm_80
+  }
+  CudaBackendOptions o;
+  o.attention_cluster = 0;
+  setenv("TERN_CUDA_ATTN_CLUSTER", "16", 1);
+  EXPECT_EQ(resolve_settings(o, 9, true).attention_cluster, 0);
+  o.attention_cluster = 40;
+  EXPECT_EQ(resolve_settings(o, 9, true).attention_cluster, 16);
+  EXPECT_EQ(resolve_settings(o, 8, true).attention_cluster, 0);
 }
 
 TEST_F(BackendSettingsTest, FloatGemvSettings) {

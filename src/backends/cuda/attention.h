@@ -175,6 +175,16 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
 void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env);
 // Raises the span kernels' shared-memory limit (init_attention calls it).
 void init_attention_span(int max_smem_bytes);
+// Cluster merge (attention_cluster.cu): for a chunk-split plan `a` (plan_attention_span done)
+// whose last position is max_position, sets a.cluster_blocks / cluster_chunks / cluster_stages
+// (clusters of at most max_blocks blocks, each taking cluster_chunks consecutive chunks) and
+// returns true where such a launch fits (shared memory, a cluster resident); else leaves them 0.
+// Only on sm_90+ devices (the caller checks).
+bool plan_attention_cluster(AttentionArgs& a, int max_blocks, int max_position, int max_smem_bytes);
+// The clustered launch of `a` (cluster_blocks > 0): attention and merge, no merge kernel.
+void launch_attention_cluster(const AttentionArgs& a, const LaunchEnv& env);
+// Raises the cluster kernels' shared-memory limit and allows 16-block clusters (sm_90+ only).
+void init_attention_cluster(int max_smem_bytes);
 // Launches of the warp-specialized span kernel (kSpanWarpSpecialized) in this process so far:
 // tests check that it ran, not its fallback.
 int64_t attention_span_ws_launches();

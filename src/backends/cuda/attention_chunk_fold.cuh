@@ -13,14 +13,12 @@
 
 namespace tern::cuda::chunk_fold {
 
-// Record c of the token starts at rec0 + c * stride: [m, l, a_0 .. a_{hd-1}]. This thread owns
-// dimensions d = d0 + k * d_step (k < kPer, d < hd) and writes out[d] = A_d / L. kL2: loads that
-// bypass L1 (records written by other blocks of the same launch).
-template <int kPer, int kBatch, bool kL2>
-__device__ __forceinline__ void fold_records(const float* rec0, int64_t stride, int n_chunks, int hd, int d0, int d_step,
-                                             float* out) {
+// Chunk c's record of the token starts at rec_of(c): [m, l, a_0 .. a_{hd-1}], read with ld. This
+// thread owns dimensions d = d0 + k * d_step (k < kPer, d < hd) and writes out[d] = A_d / L.
+template <int kPer, int kBatch, typename RecOf, typename Ld>
+__device__ __forceinline__ void fold_records_at(const RecOf& rec_of, const Ld& ld, int n_chunks, int hd, int d0,
+                                                int d_step, float* out) {
   static_assert(kBatch % kAttnSpanChunks == 0, "a batch ends on a span boundary");
-  auto ld = [](const float* p) { return kL2 ? __ldcg(p) : *p; };
   float M = -INFINITY, L = 0.0f, Ms = -INFINITY, Ls = 0.0f;
   float A[kPer], As[kPer];
 #pragma unroll
@@ -32,7 +30,7 @@ __device__ __forceinline__ void fold_records(const float* rec0, int64_t stride, 
       m[b] = -INFINITY;
       l[b] = 0.0f;
       if (c0 + b < n_chunks) {
-        const float* rec = rec0 + (c0 + b) * stride;
+        const float* rec = rec_of(c0 + b);
         m[b] = ld(rec);
         l[b] = ld(rec + 1);
 #pragma unroll
@@ -68,6 +66,15 @@ __device__ __forceinline__ void fold_records(const float* rec0, int64_t stride, 
     const int d = d0 + k * d_step;
     if (d < hd) out[d] = __fdiv_rn(A[k], L);
   }
+}
+
+// Records at rec0 + c * stride (the chunk merge kernel's global records). kL2: loads that bypass
+// L1 (records written by other blocks of the same launch).
+template <int kPer, int kBatch, bool kL2>
+__device__ __forceinline__ void fold_records(const float* rec0, int64_t stride, int n_chunks, int hd, int d0, int d_step,
+                                             float* out) {
+  fold_records_at<kPer, kBatch>([=](int c) { return rec0 + c * stride; },
+                                [](const float* p) { return kL2 ? __ldcg(p) : *p; }, n_chunks, hd, d0, d_step, out);
 }
 
 }  // namespace tern::cuda::chunk_fold

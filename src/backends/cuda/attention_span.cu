@@ -227,6 +227,10 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
 }
 
 void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
+  if (a.cluster_blocks > 0) {  // the chunk split with its merge in the same launch (attention_cluster.cu)
+    launch_attention_cluster(a, env);
+    return;
+  }
   const SpanShape sh = span_shape_of(a);
   const unsigned parts = a.chunk_split > 0 ? static_cast<unsigned>(kAttnSpanChunks / a.chunk_split) : 1u;
   const unsigned n_items = static_cast<unsigned>(a.plan.n_split_items) * parts;

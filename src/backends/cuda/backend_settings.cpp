@@ -200,6 +200,19 @@ int attention_fused_decode(const CudaBackendOptions& options) {
   if (env != nullptr && env[0] >= '0' && env[0] <= '3' && env[1] == '\0') return fused_decode_flags(env[0] - '0');
   return fused_decode_flags(kDefaultFusedDecode);
 }
+// The cluster merge: the option wins when set (0-16, larger values 16), else TERN_CUDA_ATTN_CLUSTER
+// (a number 0-16), else kDefaultAttnCluster; 0 before sm_90 (no clusters).
+int attention_cluster(const CudaBackendOptions& options, int cc_major) {
+  if (cc_major < 9) return 0;
+  if (options.attention_cluster >= 0) return std::min(options.attention_cluster, 16);
+  const char* env = std::getenv("TERN_CUDA_ATTN_CLUSTER");
+  if (env != nullptr && env[0] != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end == '\0' && n >= 0 && n <= 16) return static_cast<int>(n);
+  }
+  return kDefaultAttnCluster;
+}
 int attention_fold_max_spans() {
   const char* env = std::getenv("TERN_CUDA_ATTN_FOLD_MAX_SPANS");
   const int n = env != nullptr ? std::atoi(env) : 0;
@@ -286,6 +299,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.attention_early_kv = attention_early_kv(options);
   s.attention_split_ring = attention_split_ring(options);
   s.attention_fused_decode = attention_fused_decode(options);
+  s.attention_cluster = attention_cluster(options, cc_major);
   s.fuse_gemv = use_gemv_fusion(options) && s.gemv_path != GemvPath::kLegacy;
   s.fuse_swiglu = s.fuse_gemv && use_swiglu_fusion(options);
   // One SwiGLU fusion or the other: the epilogue, folded first, would leave the prologue nothing.

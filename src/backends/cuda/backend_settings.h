@@ -36,6 +36,10 @@ bool parse_l2_prefetch(const char* spec, L2PrefetchSetting& out);
 // measured slower everywhere (8B attention alone at 1k 14.6 -> 17.8 us, Q4_K_M 355 -> 315).
 constexpr int kDefaultFusedDecode = 3;
 
+// The cluster merge's default (CudaBackendOptions::attention_cluster: most blocks per cluster, 0
+// off). Off until measured faster (attention_cluster.cu).
+constexpr int kDefaultAttnCluster = 0;
+
 struct BackendSettings {
   bool pdl = false;            // programmatic dependent launch (sm_90+; TERN_CUDA_PDL=0 off)
   bool tc_prefill = false;     // tensor-core prefill (TERN_CUDA_TC_PREFILL=1 / 0)
@@ -55,6 +59,7 @@ struct BackendSettings {
   int attention_split_ring = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING (0-3): default_span_kernel
   // TERN_CUDA_ATTN_FUSED (0-3) as AttentionArgs::fused flags (kAttnFusedRope | kAttnFusedMerge)
   int attention_fused_decode = kAttnFusedRope;
+  int attention_cluster = 0;  // TERN_CUDA_ATTN_CLUSTER (0-16): most blocks per cluster; 0 before sm_90
   bool fuse_gemv = false;           // GEMV fusion, not on GemvPath::kLegacy (TERN_CUDA_FUSE=0 off)
   bool fuse_swiglu = false;         // its SwiGLU prologue (TERN_CUDA_FUSE=swiglu / noswiglu)
   bool fuse_swiglu_epilogue = false;  // its SwiGLU epilogue (TERN_CUDA_FUSE=swiglu-epilogue)

@@ -90,6 +90,7 @@ class CudaBackend final : public Backend {
         attention_early_kv_(settings.attention_early_kv),
         attention_split_ring_(settings.attention_split_ring),
         attention_fused_decode_(settings.attention_fused_decode),
+        attention_cluster_(settings.attention_cluster),
         fuse_gemv_(settings.fuse_gemv),
         fuse_swiglu_(settings.fuse_swiglu),
         fuse_swiglu_epilogue_(settings.fuse_swiglu_epilogue),
@@ -134,6 +135,8 @@ class CudaBackend final : public Backend {
     s.gemv_fusions = gemv_fusions_;
     s.fused_kv_writes = fused_kv_writes_;
     s.fused_attentions = fused_attentions_;
+    s.cluster_attentions = cluster_attentions_;
+    s.attention_cluster = attention_cluster_;
     s.gemv_path = static_cast<int>(gemv_path_);
     return s;
   }
@@ -463,6 +466,13 @@ class CudaBackend final : public Backend {
       // Early K/V copies compare each row's slot with the step's kv_slots: small steps only.
       a.early_kv = attention_early_kv_ && plan_.n_tokens <= 16 ? 1 : 0;
       if (a.chunk_split > 0 && attention_fused_decode_ != 0) fuse_decode(a);
+      // The cluster merge (attention_cluster.cu): the chunk records folded on chip in the same
+      // launch; it replaces the chunk merge kernel and the last-block merge alike (same bits).
+      if (a.chunk_split > 0 && attention_cluster_ > 0 &&
+          plan_attention_cluster(a, attention_cluster_, layout_.max_position, max_smem_bytes_)) {
+        a.fused &= ~kAttnFusedMerge;
+        ++cluster_attentions_;
+      }
     }
     push_l2_prefetch(p, kv);
     AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
@@ -833,6 +843,8 @@ class CudaBackend final : public Backend {
   bool attention_early_kv_ = false;  // TERN_CUDA_ATTN_EARLY_KV / option
   int attention_split_ring_ = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING / option
   int attention_fused_decode_ = 0;  // AttentionArgs::fused flags (TERN_CUDA_ATTN_FUSED / option)
+  int attention_cluster_ = 0;       // most blocks per cluster of the cluster merge, 0 off (TERN_CUDA_ATTN_CLUSTER)
+  int64_t cluster_attentions_ = 0;
   int64_t folded_merges_ = 0;
   int64_t chunk_splits_ = 0;
   bool fuse_gemv_ = false;           // CudaBackendOptions::fuse_gemv, not on GemvPath::kLegacy

@@ -101,6 +101,11 @@ struct CudaBackendOptions {
   // merge kernel stays: the default, the only one measured faster on the H200);
   // -1 = TERN_CUDA_ATTN_FUSED (same values) or else backend_settings.cpp's default (3).
   int attention_fused_decode = -1;
+  // Cluster merge (attention.h; same bits; sm_90+): a chunk-split attention runs as thread-block
+  // clusters of at most this many blocks (1-16) per (tile, KV head), which fold the chunk records
+  // from each other's shared memory instead of the chunk merge kernel; 0 = off; -1 =
+  // TERN_CUDA_ATTN_CLUSTER (0-16) or else backend_settings.h kDefaultAttnCluster.
+  int attention_cluster = -1;
   // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; not on GemvPath kLegacy):
   // an RMSNorm or SwiGLU producing its activations, and the residual add of its output. Same
   // bits as the separate ops; false, or TERN_CUDA_FUSE=0, keeps them separate (A/B, tests).
@@ -178,6 +183,8 @@ struct CudaBackendStats {
   int64_t chunk_splits = 0;      // split attention ops run with the chunk split (attention.h)
   int64_t fused_kv_writes = 0;   // kv_write ops that joined the preceding rope's launch
   int64_t fused_attentions = 0;  // attention ops that took their rope launch and merge in (fused decode)
+  int64_t cluster_attentions = 0;  // chunk-split attention ops run as clusters (the merge on chip)
+  int attention_cluster = 0;       // the resolved cluster merge setting (0: off, always before sm_90)
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int64_t l2_prefetches = 0;     // L2 prefetch launches run (l2_prefetch.h; steps replayed count too)
   int64_t l2_prefetch_bytes = 0; // the bytes their ranges cover (dry launches too: l2_prefetch.h)

@@ -312,7 +312,12 @@ struct AttentionArgs {
   // written by them (rope); kAttnFusedMerge: the last block of each (tile, KV head, head slice)
   // folds the chunk records (merge_counters) instead of the chunk merge kernel.
   int fused;
-  int fused_pad;
+  // Cluster merge (attention_cluster.cu, sm_90; chunk split only): blocks per thread-block
+  // cluster, one cluster per (tile, KV head x head slice), each block taking cluster_chunks
+  // consecutive chunks and the cluster folding the records in shared memory; 0: the chunk merge.
+  int cluster_blocks;
+  int cluster_chunks;
+  int cluster_stages;  // K/V stages of a cluster block (2 or 3)
   AttentionRope rope;
   DevicePlan plan;
 };
