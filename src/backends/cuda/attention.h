@@ -141,6 +141,23 @@
 // reload behind the last block cost more than the merge kernel's PDL hand-off, as in session 4's
 // folded span merge), and in whole-model decode both modes with it lost ~11% (8B Q4_K_M 1k).
 //
+// Cluster merge (chunk split on sm_90+, AttentionArgs::cluster_blocks; attention_cluster.cu;
+// TERN_CUDA_ATTN_CLUSTER=n / CudaBackendOptions::attention_cluster: at most n blocks per cluster,
+// 0 off): the chunk-split attention and its merge in one launch without a counter. One
+// thread-block cluster per (tile, KV head x head slice) of ceil(chunks / cpb) blocks, cpb =
+// ceil(chunks / n) (the plan's last position; 16 blocks at most, a non-portable cluster size);
+// block r computes the records of chunks [r cpb, r cpb + cpb) two per step (2 or 3 K/V stages),
+// with the two-chunk kernels' step functions, into its own shared memory (PairQueries::local0),
+// then a cluster barrier (arrive.release / wait.acquire) and each block folds a slice of the
+// tile's nq x hd outputs, one thread per output reading the records of every chunk from the
+// owning block's shared memory (mapa) with chunk_fold::fold_records_at, the chunk merge kernel's
+// fold; a second barrier keeps the records alive until every peer has read them. Same records,
+// same fold: the chunk merge's bits (GpuAttentionFused.*). With the fused rope (kAttnFusedRope)
+// the first K/V stages are issued before the PDL wait (the step's own rows are computed in the
+// launch, every row copied was written by an earlier step: early_kv's argument with nothing to
+// defer) and a chunk's new rows are computed when its stage is issued. It replaces the
+// last-block merge (kAttnFusedMerge). Falls back to the chunk merge kernel where no cluster fits.
+//
 // Early K/V copies (two-chunk kernels, AttentionArgs::early_kv; opt-in, TERN_CUDA_ATTN_EARLY_KV=1
 // or CudaBackendOptions::attention_early_kv, steps of at most 16 tokens): a block's first K/V
 // chunks are issued before the PDL wait, overlapping the kernel before. Sound because at most

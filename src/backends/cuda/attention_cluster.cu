@@ -22,8 +22,12 @@
 // on the kernel before: the first K/V chunks are issued before the PDL wait.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 #include "backends/cuda/async_copy.cuh"
@@ -223,8 +227,11 @@ using ClusterKernel = void (*)(AttentionArgs);
 
 template <typename T, bool kGroup, int kHd, int kVDims>
 ClusterKernel cluster_kernel_for(int stages) {
-  return stages >= 3 ? attention_cluster_kernel<T, 3, kGroup, kHd, kVDims>
-                     : attention_cluster_kernel<T, 2, kGroup, kHd, kVDims>;
+  switch (stages) {
+    case 2: return attention_cluster_kernel<T, 2, kGroup, kHd, kVDims>;
+    case 3: return attention_cluster_kernel<T, 3, kGroup, kHd, kVDims>;
+    default: return attention_cluster_kernel<T, 4, kGroup, kHd, kVDims>;
+  }
 }
 
 // The instance for `a` (as pair_kernel_of picks the chunk-split span kernel): span kernel 3 with
@@ -239,11 +246,15 @@ ClusterKernel cluster_kernel_of(const AttentionArgs& a, int stages) {
   return group ? cluster_kernel_for<float, true, 0, 1>(stages) : cluster_kernel_for<float, false, 0, 1>(stages);
 }
 
-// Whether clusters of `blocks` blocks of `kernel` with `smem` bytes each can be resident
-// (cudaOccupancyMaxActiveClusters), asked once per combination.
-bool cluster_fits(ClusterKernel kernel, int blocks, size_t smem) {
+bool g_cluster_pdl = true;   // TERN_CUDA_ATTN_CLUSTER_PDL=0: cluster launches without PDL (A/B)
+int g_cluster_stages = 0;    // TERN_CUDA_ATTN_CLUSTER_STAGES=2-4: K/V stages of multi-step blocks (A/B)
+bool g_cluster_debug = false;  // TERN_CUDA_ATTN_CLUSTER_DEBUG=1: print each new plan's shape
+
+// How many clusters of `blocks` blocks of `kernel` with `smem` bytes each can be resident at
+// once (cudaOccupancyMaxActiveClusters; 0: none), asked once per combination.
+int active_clusters(ClusterKernel kernel, int blocks, size_t smem) {
   static std::mutex mu;
-  static std::map<std::tuple<ClusterKernel, int, size_t>, bool> known;
+  static std::map<std::tuple<ClusterKernel, int, size_t>, int> known;
   std::lock_guard<std::mutex> lock(mu);
   const auto key = std::make_tuple(kernel, blocks, smem);
   const auto found = known.find(key);
@@ -260,10 +271,12 @@ bool cluster_fits(ClusterKernel kernel, int blocks, size_t smem) {
   config.attrs = attr;
   config.numAttrs = 1;
   int n = 0;
-  const bool ok = cudaOccupancyMaxActiveClusters(&n, kernel, &config) == cudaSuccess && n > 0;
-  if (!ok) (void)cudaGetLastError();  // (a refused query leaves no sticky error)
-  known.emplace(key, ok);
-  return ok;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();  // (a refused query leaves no sticky error)
+    n = 0;
+  }
+  known.emplace(key, n);
+  return n;
 }
 
 }  // namespace
@@ -277,10 +290,26 @@ bool plan_attention_cluster(AttentionArgs& a, int max_blocks, int max_position, 
   if (cpb > kMaxClusterChunks) return false;
   const int blocks = (n_chunks + cpb - 1) / cpb;
   const SpanShape sh = span_shape_of(a);
-  for (int stages = cpb > kPair ? 3 : 2; stages >= 2; --stages) {
+  // Every cluster of the launch resident at once (a second wave of clusters would double the
+  // launch): the most stages (up to 4: the next step's pair in flight during this one) that keep
+  // them so. One step per block needs two.
+  const int n_clusters = a.plan.n_tiles * a.n_kv_heads * sh.n_slices;
+  const int most = cpb <= kPair ? 2 : g_cluster_stages > 0 ? g_cluster_stages : 4;
+  for (int stages = most; stages >= 2; --stages) {
     const size_t smem = cluster_smem(a, sh, stages, cpb).total;
     const ClusterKernel k = cluster_kernel_of(a, stages);
-    if (k == nullptr || smem > static_cast<size_t>(max_smem_bytes) || !cluster_fits(k, blocks, smem)) continue;
+    if (k == nullptr || smem > static_cast<size_t>(max_smem_bytes)) continue;
+    const int active = active_clusters(k, blocks, smem);
+    if (g_cluster_debug) {
+      static std::mutex mu;
+      static std::set<std::tuple<int, int, int, int>> told;
+      std::lock_guard<std::mutex> lock(mu);
+      if (told.insert(std::make_tuple(n_chunks, blocks, stages, n_clusters)).second) {
+        std::fprintf(stderr, "cluster plan: %d chunks, %d blocks x %d chunks, %d stages, %zu B smem: %d clusters, %d resident\n",
+                     n_chunks, blocks, cpb, stages, smem, n_clusters, active);
+      }
+    }
+    if (active < n_clusters) continue;
     a.cluster_blocks = blocks;
     a.cluster_chunks = cpb;
     a.cluster_stages = stages;
@@ -305,7 +334,7 @@ void launch_attention_cluster(const AttentionArgs& a, const LaunchEnv& env) {
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
-  config.numAttrs = env.pdl ? 2 : 1;
+  config.numAttrs = env.pdl && g_cluster_pdl ? 2 : 1;
   TERN_CUDA_CHECK(cudaLaunchKernelEx(&config, cluster_kernel_of(a, a.cluster_stages), a));
 }
 
@@ -314,7 +343,14 @@ void init_attention_cluster(int max_smem_bytes) {
   TERN_CUDA_CHECK(cudaGetDevice(&dev));
   TERN_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
   if (cc_major < 9) return;  // (clusters need sm_90; plan_attention_cluster is then never asked)
-  for (int stages = 2; stages <= 3; ++stages) {
+  const char* pdl = std::getenv("TERN_CUDA_ATTN_CLUSTER_PDL");
+  g_cluster_pdl = pdl == nullptr || std::strcmp(pdl, "0") != 0;
+  const char* stages_env = std::getenv("TERN_CUDA_ATTN_CLUSTER_STAGES");
+  g_cluster_stages = stages_env != nullptr ? std::clamp(std::atoi(stages_env), 0, 4) : 0;
+  if (g_cluster_stages == 1) g_cluster_stages = 2;
+  const char* debug = std::getenv("TERN_CUDA_ATTN_CLUSTER_DEBUG");
+  g_cluster_debug = debug != nullptr && std::strcmp(debug, "1") == 0;
+  for (int stages = 2; stages <= 4; ++stages) {
     for (ClusterKernel k : {cluster_kernel_for<__half, true, 128, 2>(stages), cluster_kernel_for<__half, true, 0, 1>(stages),
                             cluster_kernel_for<__half, false, 0, 1>(stages), cluster_kernel_for<float, true, 0, 1>(stages),
                             cluster_kernel_for<float, false, 0, 1>(stages)}) {
