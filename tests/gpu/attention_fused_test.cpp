@@ -9,7 +9,7 @@
 // (attention_cluster.cu: the chunk records folded from the cluster's shared memory in the same
 // launch) against the same reference, with and without the fused rope, 1 to 16 blocks per
 // cluster (several steps per block where the chunks outnumber the blocks). Then the counters
-// under CUDA graph replays.
+// under CUDA graph replays, and graph executables not updated across cluster shapes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -225,7 +225,8 @@ TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
   TERN_REQUIRE_GPU();
   const Case c{{32, 8, 128, DType::F16}, {0, false, 1.0f}};
   std::vector<std::pair<int, int>> configs = {{1, 0}, {3, 0}};  // (mode, most blocks per cluster)
-  if (clusters_available()) configs.insert(configs.end(), {{3, 16}, {0, 8}});
+  // (clusters of 8 blocks: the step's 16 clusters are resident at once, so the launch takes them)
+  if (clusters_available()) configs.insert(configs.end(), {{3, 8}, {0, 8}});
   for (const auto& [mode, cluster] : configs) {
     SCOPED_TRACE("mode " + std::to_string(mode) + " cluster " + std::to_string(cluster));
     auto want = make_fused(0, -1);
@@ -233,7 +234,8 @@ TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
     ASSERT_TRUE(want != nullptr && got != nullptr);
     Cache want_cache(*want, c.s, 300, 4700), got_cache(*got, c.s, 300, 4700);
     BatchPlan plan;
-    for (int ctx : {1000, 300, 129}) {
+    const std::vector<int> contexts = cluster > 0 ? std::vector<int>{1000, 129} : std::vector<int>{1000, 300, 129};
+    for (int ctx : contexts) {
       const auto blocks = want_cache.take_blocks(ctx + 1);
       EXPECT_EQ(got_cache.take_blocks(ctx + 1), blocks);
       add_sequence(plan, ctx, 1, blocks);
@@ -271,6 +273,46 @@ TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
       EXPECT_GE(cuda::backend_stats(*got).cluster_attentions, 10);
     }
   }
+}
+
+// A CUDA graph executable is not updated in place across cluster shapes (step_queue.cpp
+// cluster_shapes): clustered steps of 9 contexts, each repeated so it replays as a graph, fill
+// the backend's 8 graph slots; then single-span steps without clusters (contexts below 128, whose
+// graph has the same nodes) are captured and must compute what the reference does. Before the
+// guard they replayed through an updated clustered executable and returned zeros.
+TEST(GpuAttentionFused, GraphUpdatesKeepClusterShapes) {
+  TERN_REQUIRE_GPU();
+  if (!clusters_available()) GTEST_SKIP() << "no thread-block clusters on this device";
+  const Case c{{32, 8, 128, DType::F16}, {0, false, 1.0f}};
+  auto want = make_fused(3, -1, 0);
+  auto got = make_fused(3, -1, 8);
+  ASSERT_TRUE(want != nullptr && got != nullptr);
+  Cache want_cache(*want, c.s, 300, 4800), got_cache(*got, c.s, 300, 4800);
+  const auto blocks = want_cache.take_blocks(1100);
+  EXPECT_EQ(got_cache.take_blocks(1100), blocks);
+  LayerInputs w = upload(*want, c, 1, 4810), g = upload(*got, c, 1, 4810);
+  const HostTensor q = gputest::host_f32(gputest::download(*want, w.q.t), 1, w.q.t.cols);
+  const HostTensor k = gputest::host_f32(gputest::download(*want, w.k.t), 1, w.k.t.cols);
+  auto step = [&](Backend& b, LayerInputs& in, Cache& cache, const BatchPlan& plan) {
+    b.copy_from_host(q.t.data, in.q.t);  // (the separate rope rotates q and k in place)
+    b.copy_from_host(k.t.data, in.k.t);
+    b.begin_step(plan);
+    record_layer(b, c, in, cache.dev_view());
+    return gputest::download(b, in.out.t);
+  };
+  const int64_t graphs_before = cuda::backend_stats(*got).steps_graph;
+  for (int pos : {130, 200, 300, 400, 500, 600, 700, 800, 900, 100, 110, 120, 1000, 127}) {
+    BatchPlan plan;
+    add_sequence(plan, pos, 1, blocks);
+    for (int r = 0; r < 3; ++r) {
+      SCOPED_TRACE("position " + std::to_string(pos) + " repeat " + std::to_string(r));
+      const auto want_out = step(*want, w, want_cache, plan);
+      const auto out = step(*got, g, got_cache, plan);
+      EXPECT_TRUE(gputest::bitwise_equal(out, want_out)) << first_difference(out, want_out);
+    }
+  }
+  EXPECT_GE(cuda::backend_stats(*got).steps_graph, graphs_before + 14) << "the steps were not replayed as graphs";
+  EXPECT_GE(cuda::backend_stats(*got).cluster_attentions, 10);
 }
 
 }  // namespace

@@ -156,7 +156,12 @@
 // the first K/V stages are issued before the PDL wait (the step's own rows are computed in the
 // launch, every row copied was written by an earlier step: early_kv's argument with nothing to
 // defer) and a chunk's new rows are computed when its stage is issued. It replaces the
-// last-block merge (kAttnFusedMerge). Falls back to the chunk merge kernel where no cluster fits.
+// last-block merge (kAttnFusedMerge). Planned only where every cluster of the launch is resident
+// at once (cudaOccupancyMaxActiveClusters), else the chunk merge kernel. Graphs: a cached
+// executable is not updated in place across cluster shapes (step_queue.cpp cluster_shapes).
+// Measured on the H200 (bench/RESULTS.md, session 7; opt-in, off by default): the cluster kernel
+// alone 33 us in ncu at 1k against 25 for the chunk-split kernel + chunk merge; pipelined 14.7 vs
+// 14.5 us/layer with the rope at 1k, 9.4 vs 10.2 at 128, 44 vs 31 at 4k; 8B Q4_K_M 330 vs 364 tok/s.
 //
 // Early K/V copies (two-chunk kernels, AttentionArgs::early_kv; opt-in, TERN_CUDA_ATTN_EARLY_KV=1
 // or CudaBackendOptions::attention_early_kv, steps of at most 16 tokens): a block's first K/V

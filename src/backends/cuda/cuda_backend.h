@@ -104,7 +104,8 @@ struct CudaBackendOptions {
   // Cluster merge (attention.h; same bits; sm_90+): a chunk-split attention runs as thread-block
   // clusters of at most this many blocks (1-16) per (tile, KV head), which fold the chunk records
   // from each other's shared memory instead of the chunk merge kernel; 0 = off; -1 =
-  // TERN_CUDA_ATTN_CLUSTER (0-16) or else backend_settings.h kDefaultAttnCluster.
+  // TERN_CUDA_ATTN_CLUSTER (0-16) or else backend_settings.h kDefaultAttnCluster (0: measured
+  // slower on the H200, bench/RESULTS.md).
   int attention_cluster = -1;
   // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; not on GemvPath kLegacy):
   // an RMSNorm or SwiGLU producing its activations, and the residual add of its output. Same
