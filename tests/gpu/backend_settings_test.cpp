@@ -25,7 +25,8 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_ATTN_FOLD_MERGE", "TERN_CUDA_ATTN_FOLD_MAX_SPANS", "TERN_CUDA_ATTN_CHUNK_SPLIT",
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
     "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING", "TERN_CUDA_L2_PREFETCH",
-    "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD", "TERN_CUDA_ATTN_CLUSTER"};
+    "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD", "TERN_CUDA_ATTN_CLUSTER",
+    "TERN_CUDA_GEMV_X_ONCE"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -328,6 +329,32 @@ TEST_F(BackendSettingsTest, SmallGemvSwitches) {
   s = resolve_settings(o, 9, true);
   EXPECT_EQ(s.gemv_float_pipe, 2);
   EXPECT_EQ(s.gemv_norm_preload, 1);
+}
+
+// The activation tile once per launch (MatmulArgs::gemv_x_once): off by default (not yet run on a
+// device); the options' 1-4 pass through, other values give the default; the environment's 1 / 0
+// / spread win over the options (on / off / on with the every-SM grid), anything else leaves them.
+TEST_F(BackendSettingsTest, GemvXOnceSwitch) {
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_x_once, 0);
+  CudaBackendOptions o;
+  for (int v : {1, 2, 3, 4}) {
+    o.gemv_x_once = v;
+    EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, v);
+  }
+  o.gemv_x_once = 5;
+  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 0);
+  o.gemv_x_once = -1;
+  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 0);
+  o.gemv_x_once = 3;
+  setenv("TERN_CUDA_GEMV_X_ONCE", "1", 1);
+  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 1);
+  setenv("TERN_CUDA_GEMV_X_ONCE", "0", 1);
+  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 2);
+  setenv("TERN_CUDA_GEMV_X_ONCE", "spread", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_x_once, 3);
+  setenv("TERN_CUDA_GEMV_X_ONCE", "yes", 1);  // unparsed: the option
+  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 3);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_x_once, 0);
 }
 
 TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {

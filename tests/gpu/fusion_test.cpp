@@ -41,6 +41,15 @@ class GpuFusion : public ::testing::Test {
       rows_.push_back(gputest::make_cuda(o));
       ASSERT_NE(rows_.back(), nullptr);
     }
+    // And with the activation tile formed once per launch (gemv_x_once.cuh): on, on with the
+    // every-SM grid, on without waiting for block 0 (blocks copy its tile or form their own).
+    for (int once : {1, 3, 4}) {
+      cuda::CudaBackendOptions o;
+      o.rows_gemv = true;
+      o.gemv_x_once = once;
+      rows_.push_back(gputest::make_cuda(o));
+      ASSERT_NE(rows_.back(), nullptr);
+    }
   }
   std::unique_ptr<Backend> fused_, epilogue_, plain_;
   std::vector<std::unique_ptr<Backend>> rows_;

@@ -83,6 +83,15 @@ int on_off_default(const char* name, int option) {
   if (env != nullptr && std::strcmp(env, "0") == 0) return 2;
   return option == 1 || option == 2 ? option : 0;
 }
+// MatmulArgs::gemv_x_once: TERN_CUDA_GEMV_X_ONCE=1 on, =0 off, =spread on with the grid over
+// every resident block; anything else (or unset) leaves the option (0-4, else the default).
+int gemv_x_once(const CudaBackendOptions& options) {
+  const char* env = std::getenv("TERN_CUDA_GEMV_X_ONCE");
+  if (env != nullptr && std::strcmp(env, "1") == 0) return 1;
+  if (env != nullptr && std::strcmp(env, "0") == 0) return 2;
+  if (env != nullptr && std::strcmp(env, "spread") == 0) return 3;
+  return options.gemv_x_once >= 1 && options.gemv_x_once <= 4 ? options.gemv_x_once : 0;
+}
 bool use_float_swiglu_epilogue(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_GEMV_FLOAT_GLU");
   if (env != nullptr && *env) return std::strcmp(env, "0") != 0;
@@ -310,6 +319,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.gemv_float_dynamic = s.gemv_float_kernel == 0 && use_float_gemv_dynamic(options);
   s.gemv_float_pipe = on_off_default("TERN_CUDA_GEMV_FLOAT_PIPE", options.float_gemv_pipe);
   s.gemv_norm_preload = on_off_default("TERN_CUDA_GEMV_NORM_PRELOAD", options.gemv_norm_preload);
+  s.gemv_x_once = gemv_x_once(options);
   s.fuse_float_swiglu_epilogue = s.fuse_gemv && s.gemv_float_kernel == 0 && use_float_swiglu_epilogue(options);
   s.l2_prefetch = l2_prefetch(options, cc_major);
   return s;

@@ -101,12 +101,16 @@ class CudaBackend final : public Backend {
         gemv_float_blocks_(settings.gemv_float_blocks),
         gemv_float_pipe_(settings.gemv_float_pipe),
         gemv_norm_preload_(settings.gemv_norm_preload),
+        gemv_x_once_(settings.gemv_x_once),
         l2_prefetch_(settings.l2_prefetch),
         l2_bytes_(static_cast<uint64_t>(std::max(prop.l2CacheSize, 0))),
         cc_major_(prop.major) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
     if (settings.gemv_float_dynamic) gemv_float_counter_ = alloc(64);  // MatmulArgs::gemv_float_counter
+    // MatmulArgs::x_once_buf, zero-filled; allocated whatever the switch says (set_small_gemv may
+    // turn it on later), 256 KiB.
+    if (cc_major_ >= 9) x_once_buf_ = alloc(kGemvXOnceBytes);
   }
   ~CudaBackend() override {
     queue_->flush();
@@ -115,6 +119,7 @@ class CudaBackend final : public Backend {
     partials_.reset();
     merge_counters_.reset();
     fusion_counter_.reset();
+    x_once_buf_.reset();
     gemv_float_counter_.reset();
     tc_x16_.reset();
     tc_w16_.reset();
@@ -138,6 +143,14 @@ class CudaBackend final : public Backend {
     s.cluster_attentions = cluster_attentions_;
     s.attention_cluster = attention_cluster_;
     s.gemv_path = static_cast<int>(gemv_path_);
+    if (x_once_buf_ != nullptr && gemv_x_once_ != 0 && gemv_x_once_ != 2) {
+      queue_->flush();
+      unsigned words[4] = {};
+      TERN_CUDA_CHECK(cudaMemcpyAsync(words, x_once_buf_->data(), sizeof(words), cudaMemcpyDeviceToHost, stream_));
+      TERN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      s.x_once_copies = words[2];  // gemv_x_once.cuh kXOnceCopied / kXOnceLate
+      s.x_once_late = words[3];
+    }
     return s;
   }
 
@@ -344,6 +357,8 @@ class CudaBackend final : public Backend {
     a.gemv_float_blocks = gemv_float_blocks_;
     a.gemv_float_pipe = gemv_float_pipe_;
     a.gemv_norm_preload = gemv_norm_preload_;
+    a.gemv_x_once = gemv_x_once_;
+    a.x_once_buf = x_once_buf_ != nullptr ? static_cast<uint8_t*>(x_once_buf_->data()) : nullptr;
     a.gemv_float_counter = gemv_float_counter_ != nullptr ? static_cast<int*>(gemv_float_counter_->data()) : nullptr;
     add_matrix(a, w, out);
   }
@@ -480,9 +495,10 @@ class CudaBackend final : public Backend {
   }
 
   void set_l2_prefetch(const L2PrefetchSetting& s) { l2_prefetch_ = cc_major_ >= 9 ? s : L2PrefetchSetting{}; }
-  void set_small_gemv(int float_pipe, int norm_preload) {
+  void set_small_gemv(int float_pipe, int norm_preload, int x_once) {
     gemv_float_pipe_ = float_pipe;
     gemv_norm_preload_ = norm_preload;
+    if (x_once >= 0) gemv_x_once_ = x_once;
   }
 
   // Greedy sampling on the device (argmax.cu): two small kernels reduce the rows to one 64-bit key
@@ -857,10 +873,12 @@ class CudaBackend final : public Backend {
   int gemv_float_blocks_ = 0;
   int gemv_float_pipe_ = 0;     // MatmulArgs::gemv_float_pipe / gemv_norm_preload
   int gemv_norm_preload_ = 0;
+  int gemv_x_once_ = 0;         // MatmulArgs::gemv_x_once, with the scratch below
   L2PrefetchSetting l2_prefetch_;  // BackendSettings::l2_prefetch (set_l2_prefetch changes it)
   uint64_t l2_bytes_ = 0;          // the device's L2
   int cc_major_ = 0;
   std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks
+  std::unique_ptr<Buffer> x_once_buf_;      // MatmulArgs::x_once_buf (sm_90+: gemv_rows.cu)
   std::unique_ptr<Buffer> gemv_float_counter_;  // MatmulArgs::gemv_float_counter (dynamic units)
   int64_t gemv_fusions_ = 0;
   PackedPlanLayout layout_;
@@ -925,10 +943,10 @@ Status set_l2_prefetch(Backend& backend, const std::string& spec) {
   return {};
 }
 
-void set_small_gemv(Backend& backend, int float_pipe, int norm_preload) {
+void set_small_gemv(Backend& backend, int float_pipe, int norm_preload, int x_once) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   TERN_CHECK_MSG(cuda != nullptr, "set_small_gemv: not a CUDA backend");
-  cuda->set_small_gemv(float_pipe, norm_preload);
+  cuda->set_small_gemv(float_pipe, norm_preload, x_once);
 }
 
 CudaBackendStats backend_stats(const Backend& backend) {

@@ -144,6 +144,12 @@ struct CudaBackendOptions {
   // likewise; TERN_CUDA_GEMV_NORM_PRELOAD=1 / 0.
   int float_gemv_pipe = 0;
   int gemv_norm_preload = 0;
+  // The multi-row quantized kernel's activation tile formed once per launch by block 0 and copied
+  // by the others (MatmulArgs::gemv_x_once, gemv_rows.cu / gemv_x_once.cuh; same bits): 0 = the
+  // default (off: not yet run on a device), 1 = on, 2 = off, 3 = on with the grid spread over
+  // every resident block, 4 = on without waiting for block 0's tile (tests: blocks copy it or
+  // form their own, both in one launch); TERN_CUDA_GEMV_X_ONCE=1 / 0 / spread overrides it.
+  int gemv_x_once = 0;
   // The SwiGLU epilogue for float gate/up products that the streamed kernel takes (a warp's two
   // rows are gate row r and up row r), with fuse_gemv; TERN_CUDA_GEMV_FLOAT_GLU=0 / 1 overrides.
   // On: it saves the elementwise launch without repeating work (H200, 8B F16 decode with the first
@@ -189,6 +195,10 @@ struct CudaBackendStats {
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int64_t l2_prefetches = 0;     // L2 prefetch launches run (l2_prefetch.h; steps replayed count too)
   int64_t l2_prefetch_bytes = 0; // the bytes their ranges cover (dry launches too: l2_prefetch.h)
+  // With gemv_x_once on (sm_90): blocks of the multi-row kernel that copied block 0's tile, and
+  // that formed their own after the wait (read from the device: the call waits for the stream).
+  int64_t x_once_copies = 0;
+  int64_t x_once_late = 0;
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
                                  // 0 default, 1 legacy, 2 multi-row / split-row, 3 single-row)
 };
@@ -199,8 +209,8 @@ CudaBackendStats backend_stats(const Backend& backend);
 Status set_l2_prefetch(Backend& backend, const std::string& spec);
 // Sets the small-GEMV switches of a CUDA backend from now on (A/B timing in one process; every
 // setting gives the same bits): CudaBackendOptions::float_gemv_pipe and gemv_norm_preload values
-// (0 default, 1 on, 2 off).
-void set_small_gemv(Backend& backend, int float_pipe, int norm_preload);
+// (0 default, 1 on, 2 off), and gemv_x_once (0-4; -1 leaves it as it is).
+void set_small_gemv(Backend& backend, int float_pipe, int norm_preload, int x_once = -1);
 
 // What benchmarks report next to their timings.
 struct DeviceInfo {

@@ -38,6 +38,7 @@
 #include "backends/cuda/gemv_bulk.cuh"
 #include "backends/cuda/gemv_items.cuh"
 #include "backends/cuda/gemv_tile.cuh"
+#include "backends/cuda/gemv_x_once.cuh"
 #include "backends/cuda/launch.cuh"
 #include "core/check.h"
 
@@ -110,7 +111,8 @@ __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
 // and a grid of every resident block spreads a small product's sets over all SMs.
 template <DType T, int kRows, int kParts>
 __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
-    gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch, int spread, int norm_preload) {
+    gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch, int spread, int norm_preload,
+                     int x_once_wait_ns) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) uint8_t smem[];
   using W = typename WItemOf<T>::type;
@@ -201,13 +203,22 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   NormPreload pre;
   if (kRows >= 2 && norm_preload) preload_norm16(a, 1, pre);
   if (!concurrent) pdl_enter();
-  // An RMSNorm prologue (the only one gemv_rows_supports takes): block 0 stores the normed rows.
-  if (a.fuse.prologue != GemvPrologue::kNone) {
-    quantize_tile_fused(a, 0, 1, l, xq, xd, xs, xh, blockIdx.x == 0, pre);
-  } else {
-    quantize_tile(a, 0, 1, l, xq, xd, xs, xh);
+  // The tile formed once per launch (gemv_x_once.cuh; the launcher passes the scratch only when
+  // on): the other blocks copy block 0's, or form their own if it is late.
+  uint8_t* const once = a.x_once_buf;
+  const int tile_bytes = l.stage_off - l.x_off;
+  const bool copied = once != nullptr && blockIdx.x != 0 && x_once_acquire(once, xq, tile_bytes, x_once_wait_ns);
+  if (!copied) {
+    // An RMSNorm prologue (the only one gemv_rows_supports takes): block 0 stores the normed rows.
+    if (a.fuse.prologue != GemvPrologue::kNone) {
+      quantize_tile_fused(a, 0, 1, l, xq, xd, xs, xh, blockIdx.x == 0, pre);
+    } else {
+      quantize_tile(a, 0, 1, l, xq, xd, xs, xh);
+    }
+    __syncthreads();
+    if (once != nullptr && blockIdx.x == 0) x_once_publish(once, xq, tile_bytes);
   }
-  __syncthreads();
+  if (once != nullptr) x_once_count_in(once);
   if (my_sets == 0) {  // the whole group: its parts share the sets
     if (concurrent) pdl_enter();
     return;
@@ -347,18 +358,26 @@ bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_st
   const int64_t n_sets = a.total_rows() / kRows;
   const int64_t sets_per_group = (n_sets + max_groups - 1) / max_groups;
   const int64_t groups = (n_sets + sets_per_group - 1) / sets_per_group;
+  MatmulArgs args = a;
+  if (!run_concurrent()) args.fuse.concurrent = 0;
+  // The tile once per launch (gemv_x_once.cuh): not beside a running predecessor (the scratch is
+  // shared by the backend's launches, which touch it only after their PDL wait), and only when
+  // the tile fits the scratch. 3 also spreads the grid: with the tile formed once, more blocks
+  // no longer repeat it, and a small product (q4_k q+k: 80 of 132 SMs packed) reaches every SM.
+  const bool once = a.x_once_buf != nullptr && a.gemv_x_once != 0 && a.gemv_x_once != 2 && !args.fuse.concurrent &&
+                    l.stage_off - l.x_off <= kGemvXOnceBytes - kGemvXOnceSyncBytes;
+  if (!once) args.x_once_buf = nullptr;
   // Packed: the fewest blocks that hold the groups. Spread: every resident block (at most one per
   // group that has a set), the sets dealt out across blocks first; no group takes more than
   // sets_per_group either way, so the longest warp's work is the same.
-  const bool spread = spread_sets();
+  const bool spread = spread_sets() || (once && a.gemv_x_once == 3);
   const int64_t max_blocks = int64_t{std::max(per_sm, 1)} * a.n_sm;
   const int64_t wanted = spread ? std::min(max_blocks, groups)
                                 : (groups + kGemvWarps / kParts - 1) / (kGemvWarps / kParts);
   const int64_t blocks = std::min<int64_t>(wanted, 65535);
-  MatmulArgs args = a;
-  if (!run_concurrent()) args.fuse.concurrent = 0;
   launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kGemvWarps * 32, static_cast<size_t>(l.total), args,
-                n_stages, part_steps, prefetch_steps(n_stages, true), spread ? 1 : 0, a.gemv_norm_preload != 2 ? 1 : 0);
+                n_stages, part_steps, prefetch_steps(n_stages, true), spread ? 1 : 0, a.gemv_norm_preload != 2 ? 1 : 0,
+                a.gemv_x_once == 4 ? 0 : kXOnceWaitNs);
   return true;
 }
 

@@ -192,6 +192,11 @@ enum class GemvPath : int32_t {
 // kSwiglu x = swiglu(gate src, up src2). The residual epilogue adds each output to residual (the
 // add that followed the product). Kernels without a prologue of their own run the op's kernel
 // first (matmul.cu), so every GEMV path accepts a fused record.
+// MatmulArgs::x_once_buf: 128 bytes of flag / counters, then the tile (the bytes the quantized
+// kernels keep in shared memory for one activation row: at most the opt-in shared memory).
+constexpr int kGemvXOnceSyncBytes = 128;
+constexpr int kGemvXOnceBytes = kGemvXOnceSyncBytes + 256 * 1024;
+
 enum class GemvPrologue : int32_t { kNone = 0, kRmsNorm = 1, kSwiglu = 2 };
 struct GemvFusion {
   GemvPrologue prologue;
@@ -249,6 +254,16 @@ struct MatmulArgs {
   // norm-weight values are loaded before the PDL wait (the weight is constant), which takes an
   // L2 round trip off the path after it. 0 = the default, 1 = on, 2 = off (A/B timing, tests).
   int gemv_norm_preload;
+  // gemv_rows.cu's activation tile formed once per launch (gemv_x_once.cuh): block 0 forms the
+  // quantized tile (with its prologue) and publishes it in x_once_buf, the other blocks copy it
+  // instead of forming it again (or form it themselves if it is late). 0 = the default (off),
+  // 1 = on, 2 = off, 3 = on with the grid spread over every resident block (every SM), 4 = on
+  // without waiting for block 0 (tests: both paths in one launch). Not yet run on a device
+  // (session 6). Same bits in every setting.
+  int gemv_x_once;
+  // The backend's scratch for it (kGemvXOnceBytes, zero-filled; its flag and counter are zero
+  // again after every launch), nullptr: off whatever gemv_x_once says.
+  uint8_t* x_once_buf;
   const void* w[kMaxFusedMatmuls];
   size_t w_stride_bytes[kMaxFusedMatmuls];
   int64_t rows[kMaxFusedMatmuls];
