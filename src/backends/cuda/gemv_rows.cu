@@ -218,8 +218,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     __syncthreads();
     if (once != nullptr && blockIdx.x == 0) x_once_publish(once, xq, tile_bytes);
   }
-  if (once != nullptr) x_once_count_in(once);
+  // The block counts itself in (its reads of the scratch are long done) only as it exits, so that
+  // the counter's round trip stays off warp 0's path to its first dot product.
   if (my_sets == 0) {  // the whole group: its parts share the sets
+    if (a.x_once_buf != nullptr) x_once_count_in(a.x_once_buf);  // a parameter: no register held
     if (concurrent) pdl_enter();
     return;
   }
@@ -304,6 +306,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     advance(out, false);
     __syncwarp();  // every lane is done with this stage before lane 0 refills it
   }
+  if (a.x_once_buf != nullptr) x_once_count_in(a.x_once_buf);  // a parameter: no register held
   if (concurrent) pdl_enter();  // completes after the predecessor: the stream's order
 #else
   __trap();  // launch_gemv_rows runs only on sm_90+ (bulk copies)

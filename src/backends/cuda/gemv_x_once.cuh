@@ -11,9 +11,10 @@
 //     without a bound, so co-residency is not needed for progress, and the tile's bytes are the
 //     same whoever formed them (the same code on the same inputs), so the dot products and their
 //     trees see the same bits either way;
-//   - every block counts itself in once its tile is in shared memory (its reads of the scratch are
-//     done); the last one resets the flag and the counter, so the next launch, and every replay of
-//     a captured graph, starts from zero.
+//   - every block counts itself in as it exits (its reads of the scratch were done when its tile
+//     was in shared memory; counting then would put an L2 round trip before warp 0's first dot
+//     product); the last one resets the flag and the counter, so the next launch, and every
+//     replay of a captured graph, starts from zero.
 // The scratch is touched only after the PDL wait: the previous launch that used it has completed.
 // A launch that runs alongside its predecessor (GemvFusion::concurrent) does not use it.
 // Status: written without a device (session 6); default off until a device run validates it.
@@ -55,7 +56,9 @@ __device__ __forceinline__ void store_release_gpu(unsigned* p, unsigned v) {
 // A consumer block (blockIdx.x != 0): true when block 0's tile arrived in time and is now in
 // tile[0, bytes) of shared memory (visible to the block: ends with __syncthreads); false: the
 // caller forms the tile. Every thread of the block calls it. bytes is a multiple of 16.
-__device__ __forceinline__ bool x_once_acquire(uint8_t* buf, uint8_t* tile, int bytes, int wait_ns) {
+// Not inlined: the prologue path then costs the one-row instances no registers (inlined, their 64-80
+// spilled a few bytes; ptxas -v, sm_90a). Internal linkage keeps the header safe to include anywhere.
+static __device__ __noinline__ bool x_once_acquire(uint8_t* buf, uint8_t* tile, int bytes, int wait_ns) {
   __shared__ int got;
   unsigned* sync = reinterpret_cast<unsigned*>(buf);
   if (threadIdx.x == 0) {
@@ -99,7 +102,7 @@ __device__ __forceinline__ bool x_once_acquire(uint8_t* buf, uint8_t* tile, int 
 
 // The producer (block 0), after its tile is formed in shared memory and the block has synced:
 // stores it to the scratch and sets the flag. Every thread of the block calls it.
-__device__ __forceinline__ void x_once_publish(uint8_t* buf, const uint8_t* tile, int bytes) {
+static __device__ __noinline__ void x_once_publish(uint8_t* buf, const uint8_t* tile, int bytes) {
   const uint4* src = reinterpret_cast<const uint4*>(tile);
   uint4* dst = reinterpret_cast<uint4*>(buf + kGemvXOnceSyncBytes);
   for (int i = threadIdx.x; i < bytes / 16; i += blockDim.x) __stcg(dst + i, src[i]);
@@ -112,9 +115,10 @@ __device__ __forceinline__ void x_once_publish(uint8_t* buf, const uint8_t* tile
   }
 }
 
-// Every block, once its tile is in shared memory and the block has synced (so its reads of the
-// scratch are complete): counts itself in; the last block of the grid resets the flag and the
-// counter. Block 0 calls it after x_once_publish (thread 0's order: flag, fence, count).
+// Every block, after its tile is in shared memory and the block has synced (so its reads of the
+// scratch are complete; the kernel calls it as the block exits): counts itself in; the last block
+// of the grid resets the flag and the counter. Block 0 calls it after x_once_publish (thread 0's
+// order: flag, fence, count).
 __device__ __forceinline__ void x_once_count_in(uint8_t* buf) {
   if (threadIdx.x != 0) return;
   unsigned* sync = reinterpret_cast<unsigned*>(buf);
