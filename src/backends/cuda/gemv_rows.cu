@@ -27,7 +27,8 @@
 // The grid is balanced rather than maximal: with W resident warps and S row sets, every group
 // takes ceil(S / groups) sets, and the number of groups is cut to what that needs, so no warp
 // streams two sets while others idle (dealing the sets over every resident block instead,
-// TERN_CUDA_GEMV_SPREAD=1, measured slower).
+// TERN_CUDA_GEMV_SPREAD=1, measured slower; with the activation tile formed once per launch,
+// gemv_x_once.cuh, TERN_CUDA_GEMV_X_ONCE=spread spreads it again: not yet measured).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -332,7 +333,8 @@ bool run_concurrent() {
 // instead of packing them into the fewest blocks: off, TERN_CUDA_GEMV_SPREAD=1 turns it on (A/B;
 // read once per process). Measured slower on the H200 (8B q4_k q+k 6.94 -> 7.75 us, q6_k v 4.32
 // -> 5.37, Q4_K_M decode 336.0 -> 330.3 tok/s): more blocks repeat the activation prologue, and a
-// product's sets on fewer SMs leave the rest to the next launch's early start.
+// product's sets on fewer SMs leave the rest to the next launch's early start. gemv_x_once 3
+// (the tile formed once, so extra blocks no longer repeat the prologue) spreads too.
 bool spread_sets() {
   static const bool spread = [] {
     const char* e = std::getenv("TERN_CUDA_GEMV_SPREAD");
