@@ -219,13 +219,15 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
   BENCH_CUDA(cudaMalloc(&once_mem, cuda::kGemvXOnceBytes));
   BENCH_CUDA(cudaMemset(once_mem, 0, cuda::kGemvXOnceBytes));
   unsigned once_seen[2] = {0, 0};
-  auto report_once = [&]() {
+  auto report_once = [&]() -> bool {
     unsigned w[4] = {};
     BENCH_CUDA(cudaMemcpy(w, once_mem, sizeof(w), cudaMemcpyDeviceToHost));
     std::printf("gemv       -> x-once: %u blocks copied the tile, %u formed their own (late); flag %u, counter %u\n",
                 w[2] - once_seen[0], w[3] - once_seen[1], w[0], w[1]);
     once_seen[0] = w[2];
     once_seen[1] = w[3];
+    // A launch leaves flag and counter at zero (gemv_x_once.cuh); anything else is a bug.
+    return w[0] == 0 && w[1] == 0;
   };
   std::vector<float> norm_y;  // the first "norm:" entry's outputs
   auto check = [&](bool norm, const Timing& t, const std::vector<float>& ref, double ref_us) {
@@ -322,7 +324,10 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     clear_prefixes(a);
     if (!ok) break;
     line(("rows/" + shape).c_str(), rows);
-    if (once) report_once();
+    if (once && !report_once()) {
+      std::printf("gemv       -> x-once: flag / counter not reset (bug)\n");
+      ok = false;
+    }
     if (!check(norm, rows, default_y, fresh.us)) ok = false;
   }
   // The float kernels at n = 1: the previous ones and the streamed kernel's shapes.

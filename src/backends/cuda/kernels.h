@@ -261,6 +261,7 @@ struct MatmulArgs {
   // without waiting for block 0 (tests: both paths in one launch). Not yet run on a device
   // (session 6). Same bits in every setting.
   int gemv_x_once;
+  int x_once_pad;  // zero: the record has no padding bytes before the pointer (records compare bytewise)
   // The backend's scratch for it (kGemvXOnceBytes, zero-filled; its flag and counter are zero
   // again after every launch), nullptr: off whatever gemv_x_once says.
   uint8_t* x_once_buf;
