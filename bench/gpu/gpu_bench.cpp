@@ -3,7 +3,7 @@
 //   gpu_bench [--model FILE | --preset NAME --mix MIX] [--ctx 1024,32768] [--decode-steps 64]
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
 //             [--tc-prefill] [--append 30720+2048] [--full-logits] [--gemm-peak]
-//             [--l2-prefetch "off;o;o+ffn:16,last"] [--small-gemv "off;on;pipe;pre;once;once-spread"]
+//             [--l2-prefetch "off;o;o+ffn:16,last"] [--small-gemv "default;once;once-spread;carry"]
 //   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
 //             [--attn-shape 32/8/128]
 //   gpu_bench --gemv [--gemv-filter STR] [--gemv-n 1] [--gemv-iters 50] [--gemv-stage-bytes 8192,16384]
@@ -31,7 +31,8 @@
 //            its steps asked the L2 for; --small-gemv likewise per setting of the small-GEMV switches
 //            (cuda::set_small_gemv): off / on (both), pipe (the float kernel's two buffers only), pre
 //            (the quantized norm-weight preload only), default, once / once-spread (the default with
-//            the multi-row kernel's activation tile formed once per launch, packed / every-SM grid)
+//            the multi-row kernel's activation tile formed once per launch, packed / every-SM grid),
+//            carry / carry-spread (those with the tile carried from q+k to v)
 //   gemv     (--gemv, instead of the model) each GEMV kernel alone per type and shape: us, GB/s,
 //            % of copy bandwidth, previous vs default kernels, then the multi-row / split-row
 //            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape, the float kernels per
@@ -366,14 +367,14 @@ int run(const Options& o) {
     if (spec.empty()) return;
     if (spec.rfind("sg:", 0) == 0) {
       const std::string v = spec.substr(3);
-      // once / once-spread: the default with the activation tile formed once per launch
-      // (CudaBackendOptions::gemv_x_once 1 / 3); every other entry has it off.
-      const bool once = v == "once" || v == "once-spread";
+      // once / once-spread / carry / carry-spread: the default with the activation tile formed once
+      // per launch (CudaBackendOptions::gemv_x_once 1 / 3 / 5 / 6); every other entry has it off.
+      const bool once = v == "once" || v == "once-spread" || v == "carry" || v == "carry-spread";
       const int pipe = v == "on" || v == "pipe" ? 1 : (v == "default" || once ? 0 : 2);
       const int pre = v == "on" || v == "pre" ? 1 : (v == "default" || once ? 0 : 2);
-      const int x_once = v == "once" ? 1 : (v == "once-spread" ? 3 : 2);
+      const int x_once = v == "once" ? 1 : v == "once-spread" ? 3 : v == "carry" ? 5 : v == "carry-spread" ? 6 : 2;
       if (v != "on" && v != "off" && v != "pipe" && v != "pre" && v != "default" && !once) {
-        std::fprintf(stderr, "gpu_bench: --small-gemv: expected off / on / pipe / pre / default / once / once-spread, found '%s'\n",
+        std::fprintf(stderr, "gpu_bench: --small-gemv: expected off / on / pipe / pre / default / once / once-spread / carry / carry-spread, found '%s'\n",
                      v.c_str());
         std::exit(2);
       }

@@ -332,16 +332,16 @@ TEST_F(BackendSettingsTest, SmallGemvSwitches) {
 }
 
 // The activation tile once per launch (MatmulArgs::gemv_x_once): off by default (not yet run on a
-// device); the options' 1-4 pass through, other values give the default; the environment's 1 / 0
-// / spread win over the options (on / off / on with the every-SM grid), anything else leaves them.
+// device); the options' 1-6 pass through, other values give the default; the environment's 1 / 0
+// / spread / carry / carry-spread win over the options, anything else leaves them.
 TEST_F(BackendSettingsTest, GemvXOnceSwitch) {
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_x_once, 0);
   CudaBackendOptions o;
-  for (int v : {1, 2, 3, 4}) {
+  for (int v : {1, 2, 3, 4, 5, 6}) {
     o.gemv_x_once = v;
     EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, v);
   }
-  o.gemv_x_once = 5;
+  o.gemv_x_once = 7;
   EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 0);
   o.gemv_x_once = -1;
   EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 0);
@@ -352,6 +352,10 @@ TEST_F(BackendSettingsTest, GemvXOnceSwitch) {
   EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 2);
   setenv("TERN_CUDA_GEMV_X_ONCE", "spread", 1);
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_x_once, 3);
+  setenv("TERN_CUDA_GEMV_X_ONCE", "carry", 1);
+  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 5);
+  setenv("TERN_CUDA_GEMV_X_ONCE", "carry-spread", 1);
+  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 6);
   setenv("TERN_CUDA_GEMV_X_ONCE", "yes", 1);  // unparsed: the option
   EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 3);
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_x_once, 0);

@@ -5,7 +5,9 @@
 // 14336-wide rows, q8_0), launch after launch on the same buffers with new activations each
 // time: a flag or counter left set would hand a launch the previous launch's tile. On sm_90 the
 // blocks must really have copied the tile (the backend's diagnostic counters), so the test cannot
-// pass by every block forming its own.
+// pass by every block forming its own; with carry (5 / 6) v and the q8_0 launch take the tile of
+// the launch before them (same norm), while the next round's q+k, after ffn_down cleared the
+// flag, must not.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -22,7 +24,7 @@ using gputest::DeviceTensor;
 using gputest::HostTensor;
 
 struct Mode {
-  int once;       // CudaBackendOptions::gemv_x_once: 1 on, 3 on + every-SM grid, 4 on without waiting
+  int once;  // CudaBackendOptions::gemv_x_once: 1 on, 3 on + every-SM grid, 4 on without waiting, 5 / 6 + carry
   bool rows;      // GemvPath::kRows with this shape (else the default path's choice)
   int rows_per_step, parts;
   const char* stage_bytes;  // TERN_CUDA_GEMV_STAGE_BYTES ("1000000": one block per SM, many row sets per warp)
@@ -40,7 +42,8 @@ TEST_F(GpuGemvXOnce, EqualsPerBlockTiles) {
   ASSERT_NE(single, nullptr);
   const Mode modes[] = {{1, false, 0, 0, "0"},       {3, false, 0, 0, "0"},       {4, false, 0, 0, "0"},
                         {1, true, 2, 1, "1000000"},  {3, true, 4, 1, "1"},        {4, true, 1, 2, "1000000"},
-                        {1, true, 1, 4, "0"},        {3, true, 2, 1, "1000000"}};
+                        {1, true, 1, 4, "0"},        {3, true, 2, 1, "1000000"}, {5, false, 0, 0, "0"},
+                        {6, false, 0, 0, "0"},       {5, true, 1, 2, "1000000"}, {6, true, 2, 1, "1"}};
   std::vector<std::unique_ptr<Backend>> once;
   for (const Mode& m : modes) {
     setenv("TERN_CUDA_GEMV_STAGE_BYTES", m.stage_bytes, 1);
@@ -127,10 +130,16 @@ TEST_F(GpuGemvXOnce, EqualsPerBlockTiles) {
       if (modes[i].once != 4) {
         EXPECT_GT(s.x_once_copies, 0);  // and blocks copied it
       }
+      // v (and the q8_0 launch after it) took the kept tile of the launch before it, every block.
+      if (modes[i].once >= 5) {
+        EXPECT_GT(s.x_once_carried, 0);
+      } else {
+        EXPECT_EQ(s.x_once_carried, 0);
+      }
     }
   }
   const cuda::CudaBackendStats s = cuda::backend_stats(*single);
-  EXPECT_EQ(s.x_once_copies + s.x_once_late, 0);
+  EXPECT_EQ(s.x_once_copies + s.x_once_late + s.x_once_carried, 0);
 }
 
 }  // namespace

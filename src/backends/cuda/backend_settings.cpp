@@ -84,13 +84,16 @@ int on_off_default(const char* name, int option) {
   return option == 1 || option == 2 ? option : 0;
 }
 // MatmulArgs::gemv_x_once: TERN_CUDA_GEMV_X_ONCE=1 on, =0 off, =spread on with the grid over
-// every resident block; anything else (or unset) leaves the option (0-4, else the default).
+// every resident block, =carry / =carry-spread those two with the tile carried to the next launch
+// of the same RMSNorm; anything else (or unset) leaves the option (0-6, else the default).
 int gemv_x_once(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_GEMV_X_ONCE");
   if (env != nullptr && std::strcmp(env, "1") == 0) return 1;
   if (env != nullptr && std::strcmp(env, "0") == 0) return 2;
   if (env != nullptr && std::strcmp(env, "spread") == 0) return 3;
-  return options.gemv_x_once >= 1 && options.gemv_x_once <= 4 ? options.gemv_x_once : 0;
+  if (env != nullptr && std::strcmp(env, "carry") == 0) return 5;
+  if (env != nullptr && std::strcmp(env, "carry-spread") == 0) return 6;
+  return options.gemv_x_once >= 1 && options.gemv_x_once <= 6 ? options.gemv_x_once : 0;
 }
 bool use_float_swiglu_epilogue(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_GEMV_FLOAT_GLU");

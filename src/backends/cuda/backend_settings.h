@@ -71,7 +71,9 @@ struct BackendSettings {
   bool gemv_float_dynamic = false;  // TERN_CUDA_GEMV_FLOAT_DYNAMIC=1 / 0
   int gemv_float_pipe = 0;          // 0 default, 1 on, 2 off (TERN_CUDA_GEMV_FLOAT_PIPE=1 / 0)
   int gemv_norm_preload = 0;        // 0 default, 1 on, 2 off (TERN_CUDA_GEMV_NORM_PRELOAD=1 / 0)
-  int gemv_x_once = 0;              // 0 default (off), 1 on, 2 off, 3 on + spread grid, 4 on, no wait (TERN_CUDA_GEMV_X_ONCE=1 / 0 / spread)
+  // 0 default (off), 1 on, 2 off, 3 on + spread grid, 4 on without waiting, 5 / 6 = 1 / 3 + carry
+  // (TERN_CUDA_GEMV_X_ONCE=1 / 0 / spread / carry / carry-spread)
+  int gemv_x_once = 0;
   bool fuse_float_swiglu_epilogue = false;  // with fuse_gemv (TERN_CUDA_GEMV_FLOAT_GLU=0 / 1)
   L2PrefetchSetting l2_prefetch;    // TERN_CUDA_L2_PREFETCH; off before sm_90 (no bulk prefetch)
 };

@@ -145,11 +145,12 @@ class CudaBackend final : public Backend {
     s.gemv_path = static_cast<int>(gemv_path_);
     if (x_once_buf_ != nullptr && gemv_x_once_ != 0 && gemv_x_once_ != 2) {
       queue_->flush();
-      unsigned words[4] = {};
+      unsigned words[5] = {};
       TERN_CUDA_CHECK(cudaMemcpyAsync(words, x_once_buf_->data(), sizeof(words), cudaMemcpyDeviceToHost, stream_));
       TERN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      s.x_once_copies = words[2];  // gemv_x_once.cuh kXOnceCopied / kXOnceLate
+      s.x_once_copies = words[2];  // gemv_x_once.cuh kXOnceCopied / kXOnceLate / kXOnceCarried
       s.x_once_late = words[3];
+      s.x_once_carried = words[4];
     }
     return s;
   }
@@ -335,9 +336,14 @@ class CudaBackend final : public Backend {
       }
     }
     GemvFusion fuse{};
+    carried_from_w_ = nullptr;
     if (fuse_gemv_) {
       fuse = take_gemv_prologue(*queue_, w, x, out, fuse_swiglu_ ? static_cast<int*>(fusion_counter_->data()) : nullptr);
       if (fuse.prologue != GemvPrologue::kNone) ++gemv_fusions_;
+      // A norm carried from the previous product (write_x 0): that launch may keep its tile.
+      if (fuse.prologue == GemvPrologue::kRmsNorm && fuse.write_x == 0) {
+        carried_from_w_ = queue_->last_if<MatmulArgs>(OpKind::kMatmul)->w[0];
+      }
     }
     MatmulArgs& a = queue_->push<MatmulArgs>(OpKind::kMatmul);
     a.fuse = fuse;
@@ -359,6 +365,7 @@ class CudaBackend final : public Backend {
     a.gemv_norm_preload = gemv_norm_preload_;
     a.gemv_x_once = gemv_x_once_;
     a.x_once_buf = x_once_buf_ != nullptr ? static_cast<uint8_t*>(x_once_buf_->data()) : nullptr;
+    a.x_once_carry_w = carried_from_w_;
     a.gemv_float_counter = gemv_float_counter_ != nullptr ? static_cast<int*>(gemv_float_counter_->data()) : nullptr;
     add_matrix(a, w, out);
   }
@@ -874,6 +881,7 @@ class CudaBackend final : public Backend {
   int gemv_float_pipe_ = 0;     // MatmulArgs::gemv_float_pipe / gemv_norm_preload
   int gemv_norm_preload_ = 0;
   int gemv_x_once_ = 0;         // MatmulArgs::gemv_x_once, with the scratch below
+  const void* carried_from_w_ = nullptr;  // take_prologue: the carried norm's previous launch's first weight
   L2PrefetchSetting l2_prefetch_;  // BackendSettings::l2_prefetch (set_l2_prefetch changes it)
   uint64_t l2_bytes_ = 0;          // the device's L2
   int cc_major_ = 0;

@@ -148,7 +148,9 @@ struct CudaBackendOptions {
   // by the others (MatmulArgs::gemv_x_once, gemv_rows.cu / gemv_x_once.cuh; same bits): 0 = the
   // default (off: not yet run on a device), 1 = on, 2 = off, 3 = on with the grid spread over
   // every resident block, 4 = on without waiting for block 0's tile (tests: blocks copy it or
-  // form their own, both in one launch); TERN_CUDA_GEMV_X_ONCE=1 / 0 / spread overrides it.
+  // form their own, both in one launch), 5 / 6 = 1 / 3 with the tile carried from a launch with
+  // an RMSNorm prologue to the next launch of the same norm (v after q+k forms nothing);
+  // TERN_CUDA_GEMV_X_ONCE=1 / 0 / spread / carry / carry-spread overrides it.
   int gemv_x_once = 0;
   // The SwiGLU epilogue for float gate/up products that the streamed kernel takes (a warp's two
   // rows are gate row r and up row r), with fuse_gemv; TERN_CUDA_GEMV_FLOAT_GLU=0 / 1 overrides.
@@ -199,6 +201,7 @@ struct CudaBackendStats {
   // that formed their own after the wait (read from the device: the call waits for the stream).
   int64_t x_once_copies = 0;
   int64_t x_once_late = 0;
+  int64_t x_once_carried = 0;    // blocks that took the previous launch's kept tile (gemv_x_once 5 / 6)
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
                                  // 0 default, 1 legacy, 2 multi-row / split-row, 3 single-row)
 };
@@ -209,7 +212,7 @@ CudaBackendStats backend_stats(const Backend& backend);
 Status set_l2_prefetch(Backend& backend, const std::string& spec);
 // Sets the small-GEMV switches of a CUDA backend from now on (A/B timing in one process; every
 // setting gives the same bits): CudaBackendOptions::float_gemv_pipe and gemv_norm_preload values
-// (0 default, 1 on, 2 off), and gemv_x_once (0-4; -1 leaves it as it is).
+// (0 default, 1 on, 2 off), and gemv_x_once (0-6; -1 leaves it as it is).
 void set_small_gemv(Backend& backend, int float_pipe, int norm_preload, int x_once = -1);
 
 // What benchmarks report next to their timings.

@@ -113,7 +113,7 @@ __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
 template <DType T, int kRows, int kParts>
 __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch, int spread, int norm_preload,
-                     int x_once_wait_ns) {
+                     int x_once_wait_ns, int x_once_flags) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) uint8_t smem[];
   using W = typename WItemOf<T>::type;
@@ -206,9 +206,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   if (!concurrent) pdl_enter();
   // The tile formed once per launch (gemv_x_once.cuh; the launcher passes the scratch only when
   // on): the other blocks copy block 0's, or form their own if it is late.
+  // With carry, block 0 too takes the previous launch's kept tile when it is this launch's.
   uint8_t* const once = a.x_once_buf;
   const int tile_bytes = l.stage_off - l.x_off;
-  const bool copied = once != nullptr && blockIdx.x != 0 && x_once_acquire(once, xq, tile_bytes, x_once_wait_ns);
+  const bool carry = (x_once_flags & kXOnceCarry) != 0;
+  const bool copied = once != nullptr && (blockIdx.x != 0 || carry) &&
+                      x_once_acquire(once, xq, tile_bytes, x_once_wait_ns, carry, x_once_key(a, a.x_once_carry_w));
   if (!copied) {
     // An RMSNorm prologue (the only one gemv_rows_supports takes): block 0 stores the normed rows.
     if (a.fuse.prologue != GemvPrologue::kNone) {
@@ -222,7 +225,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   // The block counts itself in (its reads of the scratch are long done) only as it exits, so that
   // the counter's round trip stays off warp 0's path to its first dot product.
   if (my_sets == 0) {  // the whole group: its parts share the sets
-    if (a.x_once_buf != nullptr) x_once_count_in(a.x_once_buf);  // a parameter: no register held
+    if (a.x_once_buf != nullptr) x_once_count_in(a.x_once_buf, x_once_flags & kXOnceKeep, x_once_key(a, a.w[0]));
     if (concurrent) pdl_enter();
     return;
   }
@@ -307,7 +310,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     advance(out, false);
     __syncwarp();  // every lane is done with this stage before lane 0 refills it
   }
-  if (a.x_once_buf != nullptr) x_once_count_in(a.x_once_buf);  // a parameter: no register held
+  if (a.x_once_buf != nullptr) x_once_count_in(a.x_once_buf, x_once_flags & kXOnceKeep, x_once_key(a, a.w[0]));
   if (concurrent) pdl_enter();  // completes after the predecessor: the stream's order
 #else
   __trap();  // launch_gemv_rows runs only on sm_90+ (bulk copies)
@@ -372,17 +375,23 @@ bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_st
   const bool once = a.x_once_buf != nullptr && a.gemv_x_once != 0 && a.gemv_x_once != 2 && !args.fuse.concurrent &&
                     l.stage_off - l.x_off <= kGemvXOnceBytes - kGemvXOnceSyncBytes;
   if (!once) args.x_once_buf = nullptr;
+  // 5 / 6 also carry the tile between launches of one RMSNorm (gemv_x_once.cuh): every launch with
+  // the prologue keeps its tile, and one that carries the norm (and does not store it: block 0
+  // may form nothing) takes its predecessor's.
+  const bool carry_mode = once && (a.gemv_x_once == 5 || a.gemv_x_once == 6) && a.fuse.prologue == GemvPrologue::kRmsNorm;
+  const int x_once_flags = (carry_mode ? kXOnceKeep : 0) |
+                           (carry_mode && a.x_once_carry_w != nullptr && a.fuse.write_x == 0 ? kXOnceCarry : 0);
   // Packed: the fewest blocks that hold the groups. Spread: every resident block (at most one per
   // group that has a set), the sets dealt out across blocks first; no group takes more than
   // sets_per_group either way, so the longest warp's work is the same.
-  const bool spread = spread_sets() || (once && a.gemv_x_once == 3);
+  const bool spread = spread_sets() || (once && (a.gemv_x_once == 3 || a.gemv_x_once == 6));
   const int64_t max_blocks = int64_t{std::max(per_sm, 1)} * a.n_sm;
   const int64_t wanted = spread ? std::min(max_blocks, groups)
                                 : (groups + kGemvWarps / kParts - 1) / (kGemvWarps / kParts);
   const int64_t blocks = std::min<int64_t>(wanted, 65535);
   launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kGemvWarps * 32, static_cast<size_t>(l.total), args,
                 n_stages, part_steps, prefetch_steps(n_stages, true), spread ? 1 : 0, a.gemv_norm_preload != 2 ? 1 : 0,
-                a.gemv_x_once == 4 ? 0 : kXOnceWaitNs);
+                a.gemv_x_once == 4 ? 0 : kXOnceWaitNs, x_once_flags);
   return true;
 }
 

@@ -258,13 +258,17 @@ struct MatmulArgs {
   // quantized tile (with its prologue) and publishes it in x_once_buf, the other blocks copy it
   // instead of forming it again (or form it themselves if it is late). 0 = the default (off),
   // 1 = on, 2 = off, 3 = on with the grid spread over every resident block (every SM), 4 = on
-  // without waiting for block 0 (tests: both paths in one launch). Not yet run on a device
-  // (session 6). Same bits in every setting.
+  // without waiting for block 0 (tests: both paths in one launch), 5 / 6 = 1 / 3 and the tile
+  // carried from a launch with an RMSNorm prologue to the next launch of that norm (v after q+k:
+  // it forms nothing). Not yet run on a device (session 6). Same bits in every setting.
   int gemv_x_once;
   int x_once_pad;  // zero: the record has no padding bytes before the pointer (records compare bytewise)
   // The backend's scratch for it (kGemvXOnceBytes, zero-filled; its flag and counter are zero
   // again after every launch), nullptr: off whatever gemv_x_once says.
   uint8_t* x_once_buf;
+  // A launch that carries the RMSNorm of the launch recorded just before it (cuda_backend.cpp):
+  // that launch's first weight, which keys the tile it kept (gemv_x_once 5 / 6); else nullptr.
+  const void* x_once_carry_w;
   const void* w[kMaxFusedMatmuls];
   size_t w_stride_bytes[kMaxFusedMatmuls];
   int64_t rows[kMaxFusedMatmuls];
