@@ -42,8 +42,9 @@ class GpuFusion : public ::testing::Test {
       ASSERT_NE(rows_.back(), nullptr);
     }
     // And with the activation tile formed once per launch (gemv_x_once.cuh): on, on with the
-    // every-SM grid, on without waiting for block 0 (blocks copy its tile or form their own).
-    for (int once : {1, 3, 4}) {
+    // every-SM grid, on without waiting for block 0 (blocks copy its tile or form their own), and
+    // carried from the first launch of the norm to the second (the third weight's launch).
+    for (int once : {1, 3, 4, 5}) {
       cuda::CudaBackendOptions o;
       o.rows_gemv = true;
       o.gemv_x_once = once;
