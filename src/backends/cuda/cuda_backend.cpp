@@ -28,6 +28,16 @@
 namespace tern::cuda {
 namespace {
 
+// FNV-1a over a record's bytes (records are zero-filled, padding included), never 0: the tag
+// under which a launch keeps its activation tile for the launch carrying its norm
+// (MatmulArgs::x_once_tag). Stable across steps, so captured graphs still replay.
+uint64_t record_tag(const MatmulArgs& a) {
+  const auto* p = reinterpret_cast<const unsigned char*>(&a);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < sizeof(a); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h | 1;
+}
+
 // Device memory. Freeing first flushes the queue: pending (not yet launched) records may still
 // point into this allocation.
 class DeviceBuffer final : public Buffer {
@@ -336,13 +346,18 @@ class CudaBackend final : public Backend {
       }
     }
     GemvFusion fuse{};
-    carried_from_w_ = nullptr;
+    uint64_t carry_tag = 0;
     if (fuse_gemv_) {
       fuse = take_gemv_prologue(*queue_, w, x, out, fuse_swiglu_ ? static_cast<int*>(fusion_counter_->data()) : nullptr);
       if (fuse.prologue != GemvPrologue::kNone) ++gemv_fusions_;
-      // A norm carried from the previous product (write_x 0): that launch may keep its tile.
+      // A norm carried from the previous product (write_x 0): that launch, still the last record,
+      // keeps its activation tile for this one under a tag of its (now final) bytes
+      // (MatmulArgs::x_once_tag, gemv_x_once 5 / 6).
       if (fuse.prologue == GemvPrologue::kRmsNorm && fuse.write_x == 0) {
-        carried_from_w_ = queue_->last_if<MatmulArgs>(OpKind::kMatmul)->w[0];
+        MatmulArgs* prev = queue_->last_if<MatmulArgs>(OpKind::kMatmul);
+        TERN_CHECK_MSG(prev != nullptr, "matmul: a carried norm without its first launch");
+        if (prev->x_once_tag == 0) prev->x_once_tag = record_tag(*prev);
+        carry_tag = prev->x_once_tag;
       }
     }
     MatmulArgs& a = queue_->push<MatmulArgs>(OpKind::kMatmul);
@@ -365,7 +380,7 @@ class CudaBackend final : public Backend {
     a.gemv_norm_preload = gemv_norm_preload_;
     a.gemv_x_once = gemv_x_once_;
     a.x_once_buf = x_once_buf_ != nullptr ? static_cast<uint8_t*>(x_once_buf_->data()) : nullptr;
-    a.x_once_carry_w = carried_from_w_;
+    a.x_once_carry_tag = carry_tag;
     a.gemv_float_counter = gemv_float_counter_ != nullptr ? static_cast<int*>(gemv_float_counter_->data()) : nullptr;
     add_matrix(a, w, out);
   }
@@ -881,7 +896,6 @@ class CudaBackend final : public Backend {
   int gemv_float_pipe_ = 0;     // MatmulArgs::gemv_float_pipe / gemv_norm_preload
   int gemv_norm_preload_ = 0;
   int gemv_x_once_ = 0;         // MatmulArgs::gemv_x_once, with the scratch below
-  const void* carried_from_w_ = nullptr;  // take_prologue: the carried norm's previous launch's first weight
   L2PrefetchSetting l2_prefetch_;  // BackendSettings::l2_prefetch (set_l2_prefetch changes it)
   uint64_t l2_bytes_ = 0;          // the device's L2
   int cc_major_ = 0;

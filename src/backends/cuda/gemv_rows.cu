@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   const int tile_bytes = l.stage_off - l.x_off;
   const bool carry = (x_once_flags & kXOnceCarry) != 0;
   const bool copied = once != nullptr && (blockIdx.x != 0 || carry) &&
-                      x_once_acquire(once, xq, tile_bytes, x_once_wait_ns, carry, x_once_key(a, a.x_once_carry_w));
+                      x_once_acquire(once, xq, tile_bytes, x_once_wait_ns, carry, x_once_key(a, a.x_once_carry_tag));
   if (!copied) {
     // An RMSNorm prologue (the only one gemv_rows_supports takes): block 0 stores the normed rows.
     if (a.fuse.prologue != GemvPrologue::kNone) {
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   // The block counts itself in (its reads of the scratch are long done) only as it exits, so that
   // the counter's round trip stays off warp 0's path to its first dot product.
   if (my_sets == 0) {  // the whole group: its parts share the sets
-    if (a.x_once_buf != nullptr) x_once_count_in(a.x_once_buf, x_once_flags & kXOnceKeep, x_once_key(a, a.w[0]));
+    if (a.x_once_buf != nullptr) x_once_count_in(a.x_once_buf, x_once_flags & kXOnceKeep, x_once_key(a, a.x_once_tag));
     if (concurrent) pdl_enter();
     return;
   }
@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     advance(out, false);
     __syncwarp();  // every lane is done with this stage before lane 0 refills it
   }
-  if (a.x_once_buf != nullptr) x_once_count_in(a.x_once_buf, x_once_flags & kXOnceKeep, x_once_key(a, a.w[0]));
+  if (a.x_once_buf != nullptr) x_once_count_in(a.x_once_buf, x_once_flags & kXOnceKeep, x_once_key(a, a.x_once_tag));
   if (concurrent) pdl_enter();  // completes after the predecessor: the stream's order
 #else
   __trap();  // launch_gemv_rows runs only on sm_90+ (bulk copies)
@@ -375,12 +375,12 @@ bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_st
   const bool once = a.x_once_buf != nullptr && a.gemv_x_once != 0 && a.gemv_x_once != 2 && !args.fuse.concurrent &&
                     l.stage_off - l.x_off <= kGemvXOnceBytes - kGemvXOnceSyncBytes;
   if (!once) args.x_once_buf = nullptr;
-  // 5 / 6 also carry the tile between launches of one RMSNorm (gemv_x_once.cuh): every launch with
-  // the prologue keeps its tile, and one that carries the norm (and does not store it: block 0
-  // may form nothing) takes its predecessor's.
+  // 5 / 6 also carry the tile between launches of one RMSNorm (gemv_x_once.cuh): a launch whose
+  // norm the next record carries keeps its tile, and the one that carries it (and does not store
+  // the norm's output: block 0 may form nothing) takes its predecessor's.
   const bool carry_mode = once && (a.gemv_x_once == 5 || a.gemv_x_once == 6) && a.fuse.prologue == GemvPrologue::kRmsNorm;
-  const int x_once_flags = (carry_mode ? kXOnceKeep : 0) |
-                           (carry_mode && a.x_once_carry_w != nullptr && a.fuse.write_x == 0 ? kXOnceCarry : 0);
+  const int x_once_flags = (carry_mode && a.x_once_tag != 0 ? kXOnceKeep : 0) |
+                           (carry_mode && a.x_once_carry_tag != 0 && a.fuse.write_x == 0 ? kXOnceCarry : 0);
   // Packed: the fewest blocks that hold the groups. Spread: every resident block (at most one per
   // group that has a set), the sets dealt out across blocks first; no group takes more than
   // sets_per_group either way, so the longest warp's work is the same.

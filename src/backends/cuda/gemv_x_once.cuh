@@ -18,9 +18,9 @@
 // The scratch is touched only after the PDL wait: the previous launch that used it has completed.
 // A launch that runs alongside its predecessor (GemvFusion::concurrent) does not use it.
 // Carry (gemv_x_once 5 / 6): a launch with an RMSNorm prologue keeps its tile for the next one
-// (its last block writes a key -- its first weight, the norm's input and weight, cols, eps -- and
+// (its last block writes a key -- its record's tag, the norm's input and weight, cols, eps -- and
 // sets the flag to kept, 2, instead of 0); the launch that carries the same norm (v after q+k;
-// cuda_backend.cpp records the carried-from launch's first weight in MatmulArgs::x_once_carry_w)
+// cuda_backend.cpp gives both records the tag, MatmulArgs::x_once_tag / x_once_carry_tag)
 // copies that tile in every block, block 0 included, when the flag is kept and the key is its
 // own, and forms nothing. The carried norm's inputs are untouched between the two launches (the
 // recorder checks it before carrying), and any other launch of the scratch in between leaves the
@@ -40,12 +40,12 @@ namespace tern::cuda::gemv_tile {
 // between launches), three diagnostics that only grow (never reset; gpu_bench --gemv and
 // CudaBackendStats report them: blocks that copied block 0's tile, that formed their own after
 // the wait, that took a kept tile), and the kept tile's key (words 5-6: cols, eps bits; 8-13: the
-// keeper's first weight, the norm's input and weight, as 64-bit addresses).
+// keeper's record tag, the norm's input and weight, as 64-bit values).
 constexpr int kXOnceReady = 0, kXOnceDone = 1, kXOnceCopied = 2, kXOnceLate = 3, kXOnceCarried = 4;
 constexpr int kXOnceKeyCols = 5, kXOnceKeyEps = 6, kXOnceKeyW = 8, kXOnceKeySrc = 10, kXOnceKeySrc2 = 12;
 constexpr unsigned kXOncePublished = 1, kXOnceKept = 2;
 // The launcher's flags: kXOnceKeep, the launch keeps its tile for the next one; kXOnceCarry, it
-// may take the previous launch's kept tile (its key in MatmulArgs::x_once_carry_w and a.fuse).
+// may take the previous launch's kept tile (its key: MatmulArgs::x_once_carry_tag and a.fuse).
 constexpr int kXOnceKeep = 1, kXOnceCarry = 2;
 // How long a block waits for block 0's tile before forming its own (the tile takes ~2 us to form);
 // MatmulArgs::gemv_x_once 4 (tests) waits not at all: a block copies the tile only if it is
@@ -54,7 +54,7 @@ constexpr int kXOnceWaitNs = 20000;
 
 // What identifies a kept tile (all from the launch's parameters).
 struct XOnceKey {
-  const void* w;  // the keeper's first weight (the carrier passes MatmulArgs::x_once_carry_w)
+  uint64_t tag;  // the keeper's MatmulArgs::x_once_tag (the carrier passes its x_once_carry_tag)
   const float* src;
   const float* src2;
   unsigned cols, eps_bits;
@@ -81,16 +81,16 @@ __device__ __forceinline__ uint64_t load_u64_cg(const unsigned* p) {
   return __ldcg(reinterpret_cast<const unsigned long long*>(p));
 }
 
-// A launch's key: its RMSNorm's input and weight, cols and eps, with w its own first weight (a
-// keeper) or the carried-from launch's (a carrier).
-__device__ __forceinline__ XOnceKey x_once_key(const MatmulArgs& a, const void* w) {
-  return XOnceKey{w, a.fuse.src, a.fuse.src2, static_cast<unsigned>(a.cols), __float_as_uint(a.fuse.eps)};
+// A launch's key: its RMSNorm's input and weight, cols and eps, with tag its own record's (a
+// keeper) or the carried-from record's (a carrier).
+__device__ __forceinline__ XOnceKey x_once_key(const MatmulArgs& a, uint64_t tag) {
+  return XOnceKey{tag, a.fuse.src, a.fuse.src2, static_cast<unsigned>(a.cols), __float_as_uint(a.fuse.eps)};
 }
 
 // Whether the kept tile's key (after an acquire of kXOnceKept) is k.
 __device__ __forceinline__ bool x_once_key_is(const unsigned* sync, const XOnceKey& k) {
   return __ldcg(sync + kXOnceKeyCols) == k.cols && __ldcg(sync + kXOnceKeyEps) == k.eps_bits &&
-         load_u64_cg(sync + kXOnceKeyW) == reinterpret_cast<uint64_t>(k.w) &&
+         load_u64_cg(sync + kXOnceKeyW) == k.tag &&
          load_u64_cg(sync + kXOnceKeySrc) == reinterpret_cast<uint64_t>(k.src) &&
          load_u64_cg(sync + kXOnceKeySrc2) == reinterpret_cast<uint64_t>(k.src2);
 }
@@ -181,7 +181,7 @@ __device__ __forceinline__ void x_once_count_in(uint8_t* buf, bool keep, const X
     if (keep) {
       sync[kXOnceKeyCols] = k.cols;
       sync[kXOnceKeyEps] = k.eps_bits;
-      *reinterpret_cast<unsigned long long*>(sync + kXOnceKeyW) = reinterpret_cast<uint64_t>(k.w);
+      *reinterpret_cast<unsigned long long*>(sync + kXOnceKeyW) = k.tag;
       *reinterpret_cast<unsigned long long*>(sync + kXOnceKeySrc) = reinterpret_cast<uint64_t>(k.src);
       *reinterpret_cast<unsigned long long*>(sync + kXOnceKeySrc2) = reinterpret_cast<uint64_t>(k.src2);
       __threadfence();

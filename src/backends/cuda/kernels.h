@@ -266,9 +266,14 @@ struct MatmulArgs {
   // The backend's scratch for it (kGemvXOnceBytes, zero-filled; its flag and counter are zero
   // again after every launch), nullptr: off whatever gemv_x_once says.
   uint8_t* x_once_buf;
-  // A launch that carries the RMSNorm of the launch recorded just before it (cuda_backend.cpp):
-  // that launch's first weight, which keys the tile it kept (gemv_x_once 5 / 6); else nullptr.
-  const void* x_once_carry_w;
+  // gemv_x_once 5 / 6 (gemv_x_once.cuh): x_once_tag, nonzero on a record whose RMSNorm the next
+  // record carries: a hash of the record's bytes (cuda_backend.cpp record_tag), which keys the
+  // tile its launch keeps; x_once_carry_tag, on that next record: the same value, the key of the
+  // tile it may take. A hash of the whole record, not an address: a tile kept by another record
+  // whose buffers happen to sit at the same addresses does not match, and identical records
+  // (every step of a replayed graph) take the same kernel path, so either keep or do not.
+  uint64_t x_once_tag;
+  uint64_t x_once_carry_tag;
   const void* w[kMaxFusedMatmuls];
   size_t w_stride_bytes[kMaxFusedMatmuls];
   int64_t rows[kMaxFusedMatmuls];
