@@ -404,14 +404,24 @@ int run(const Options& o) {
         int32_t next = 1;
         for (int w = 0; w < 4; ++w) forward(e, seqs, {{next}}, logits);  // graph capture happens here
         const int steps = o.decode_steps / rounds;
-        const int64_t bytes0 = cuda::backend_stats(*e.backend).l2_prefetch_bytes;
+        const cuda::CudaBackendStats st0 = cuda::backend_stats(*e.backend);
+        const int64_t bytes0 = st0.l2_prefetch_bytes;
         for (int s = 0; s < steps; ++s) {
           const double t0 = now_s();
           forward(e, seqs, {{next}}, logits);
           times[v].push_back(now_s() - t0);
           next = e.argmax[0];
         }
-        l2_mb[v] = (cuda::backend_stats(*e.backend).l2_prefetch_bytes - bytes0) / double(steps) / double(1 << 20);
+        const cuda::CudaBackendStats st1 = cuda::backend_stats(*e.backend);
+        l2_mb[v] = (st1.l2_prefetch_bytes - bytes0) / double(steps) / double(1 << 20);
+        // The activation tile once per launch (small-gemv once / carry): blocks per step that
+        // copied block 0's tile, formed their own after the wait, took the previous launch's.
+        const int64_t copies = st1.x_once_copies - st0.x_once_copies, late = st1.x_once_late - st0.x_once_late,
+                      carried = st1.x_once_carried - st0.x_once_carried;
+        if (copies + late + carried > 0) {
+          std::printf("x-once   ctx %6d%s: per step %.1f blocks copied the tile, %.1f formed their own, %.1f took the kept one\n",
+                      ctx, l2_label(l2[v]).c_str(), double(copies) / steps, double(late) / steps, double(carried) / steps);
+        }
         seq.truncate(ctx);  // every setting decodes from the same context
       }
     }
