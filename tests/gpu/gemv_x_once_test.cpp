@@ -127,8 +127,10 @@ TEST_F(GpuGemvXOnce, EqualsPerBlockTiles) {
       SCOPED_TRACE("mode " + std::to_string(i));
       EXPECT_GT(s.gemv_fusions, 0);
       EXPECT_GT(s.x_once_copies + s.x_once_late, 0);  // the multi-row kernel ran with the tile shared
+      // And most blocks found block 0's tile within the 20 us wait (it takes ~2 us to form; under
+      // compute-sanitizer, which slows the kernel many times over, they may not: a timing check).
       if (modes[i].once != 4) {
-        EXPECT_GT(s.x_once_copies, 0);  // and blocks copied it
+        EXPECT_GT(s.x_once_copies, s.x_once_late) << s.x_once_copies << " copied, " << s.x_once_late << " late";
       }
       // v (and the q8_0 launch after it) took the kept tile of the launch before it, every block.
       if (modes[i].once >= 5) {
