@@ -109,8 +109,9 @@ static __device__ __noinline__ bool x_once_acquire(uint8_t* buf, uint8_t* tile, 
   unsigned* sync = reinterpret_cast<unsigned*>(buf);
   if (threadIdx.x == 0) {
     int ok = 0;
-    // The flag cannot change to or from kept during this launch (only last blocks set it), nor
-    // the key, so every block of a carrying launch decides the same way.
+    // A kept flag whose key matches stays kept for the whole launch (only last blocks set it
+    // kept, and block 0 then publishes nothing), so every block of the launch takes it; under
+    // another key, block 0 publishes over it and the others wait for that, whichever they see.
     if (carry && load_acquire_gpu(sync + kXOnceReady) == kXOnceKept && x_once_key_is(sync, k)) ok = 2;
     if (ok == 0 && blockIdx.x != 0) {
       const uint64_t t0 = global_ns();
