@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -42,6 +43,7 @@ std::vector<Shape> default_shapes() {
       {"8b gate+up", DType::Q4_K, 4096, {14336, 14336}},
       {"8b v", DType::Q6_K, 4096, {1024}},
       {"8b down", DType::Q6_K, 14336, {4096}},
+      {"8b down", DType::Q4_K, 14336, {4096}},  // Q4_K_M's ffn_down in the layers that keep q4_k
       {"8b head", DType::Q6_K, 4096, {128256}},
       {"8b q+k+v", DType::Q8_0, 4096, {4096, 1024, 1024}},
       {"8b gate+up", DType::Q8_0, 4096, {14336, 14336}},
@@ -310,6 +312,11 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     a.gemv_parts_per_row = 0;
     std::string bare = shape;
     const bool norm = take_prefixes(bare, a);
+    // "@B" after the shape: a pipeline budget of B bytes per warp for this entry.
+    if (const size_t at = bare.find('@'); at != std::string::npos) {
+      a.stage_bytes_per_warp = std::atoi(bare.c_str() + at + 1);
+      bare = bare.substr(0, at);
+    }
     // "single" / "default": those paths (with the prefixes' fusions) instead of GemvPath::kRows.
     if (bare == "single") a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kSingle);
     if (bare == "default") a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kAuto);
@@ -322,6 +329,7 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     ok = time_path(a, copies, iters, stream, rows);
     const bool once = a.gemv_x_once != 0;
     clear_prefixes(a);
+    a.stage_bytes_per_warp = 0;
     if (!ok) break;
     line(("rows/" + shape).c_str(), rows);
     if (once && !report_once()) {

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <utility>
 
@@ -364,6 +365,72 @@ TEST_F(GpuMatmul, RowsKernelOnFusedMatricesEqualsLegacy) {
       };
       const auto want = products(*legacy), got = products(*fused_backend);
       for (int m = 0; m < 3; ++m) EXPECT_TRUE(gputest::bitwise_equal(got[m], want[m])) << "matrix " << m;
+    }
+  }
+}
+
+// Weight bytes the quantizer rarely or never writes (every quant, scale and min byte uniform over
+// 0..255, only the f16 scales kept finite): the multi-row kernel reads its items out of the
+// bulk-copy stages with per-type loads (gemv_items.cuh, kStaged: 16-byte vectors for q4_k /
+// q5_k, 8-byte for q8_0, shifted words for q6_k's 210-byte blocks at every even offset) and
+// takes q4_k's high nibbles in place as unsigned bytes (16x the nibble, dp4a.u32.s32, the sum
+// shifted back): nibbles of 8..15 and negative sums must come out as the legacy kernels' bits.
+// Rows of 14336 end in a half step; the activations include runs of +-max.
+TEST_F(GpuMatmul, RowsKernelOnRawQuantBytesEqualsLegacy) {
+  cuda::CudaBackendOptions legacy_options;
+  legacy_options.legacy_gemv = true;
+  std::unique_ptr<Backend> legacy = gputest::make_cuda(legacy_options);
+  ASSERT_NE(legacy, nullptr);
+  std::vector<std::unique_ptr<Backend>> fresh;
+  fresh.push_back(gputest::make_cuda());
+  for (const int rows_per_step : {1, 2, 4}) {
+    cuda::CudaBackendOptions options;
+    options.rows_gemv = true;
+    options.gemv_rows_per_step = rows_per_step;
+    fresh.push_back(gputest::make_cuda(options));
+  }
+  for (const auto& b : fresh) ASSERT_NE(b, nullptr);
+  struct Layout {
+    DType dtype;
+    int block_bytes;
+    std::vector<int> f16_at;  // offsets of the block's f16 scales
+  };
+  const Layout layouts[] = {{DType::Q4_K, 144, {0, 2}}, {DType::Q5_K, 176, {0, 2}}, {DType::Q6_K, 210, {208}},
+                            {DType::Q8_0, 34, {0}}};
+  std::mt19937 rng(720);
+  for (const Layout& lay : layouts) {
+    for (const int64_t cols : {int64_t{4096}, int64_t{14336}}) {
+      const int64_t rows = 72;
+      SCOPED_TRACE(std::string(dtype_name(lay.dtype)) + " cols " + std::to_string(cols));
+      gputest::HostTensor hw;
+      const size_t rb = row_bytes(lay.dtype, cols);
+      hw.bytes.resize(rb * rows);
+      for (uint8_t& v : hw.bytes) v = static_cast<uint8_t>(rng() & 0xff);
+      // f16 scales in [2^-10, 2^-6), either sign: finite, and the products stay far from overflow.
+      for (size_t b = 0; b < hw.bytes.size(); b += lay.block_bytes) {
+        for (const int off : lay.f16_at) {
+          const uint16_t h = static_cast<uint16_t>((rng() & 0x8000u) | ((5u + rng() % 4u) << 10) | (rng() & 0x3ffu));
+          hw.bytes[b + off] = static_cast<uint8_t>(h & 0xff);
+          hw.bytes[b + off + 1] = static_cast<uint8_t>(h >> 8);
+        }
+      }
+      hw.t = Tensor::view(hw.bytes.data(), lay.dtype, rows, cols);
+      auto xv = gputest::random_floats(cols, 730);
+      for (int64_t i = 0; i < cols; i += 97) std::fill_n(xv.begin() + i, std::min<int64_t>(32, cols - i), i % 2 ? 4.0f : -4.0f);
+      auto product = [&](Backend& b) {
+        std::unique_ptr<Buffer> w_owner;
+        const Tensor w = b.upload_weight(hw.t, w_owner);
+        DeviceTensor x = gputest::device_empty(b, DType::F32, 1, cols);
+        DeviceTensor y = gputest::device_empty(b, DType::F32, 1, rows);
+        b.copy_from_host(xv.data(), x.t);
+        b.matmul(w, x.t, y.t);
+        return gputest::download(b, y.t);
+      };
+      const std::vector<float> want = product(*legacy);
+      for (const float v : want) ASSERT_TRUE(std::isfinite(v));
+      for (size_t k = 0; k < fresh.size(); ++k) {
+        EXPECT_TRUE(gputest::bitwise_equal(product(*fresh[k]), want)) << "backend " << k;
+      }
     }
   }
 }

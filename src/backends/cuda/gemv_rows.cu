@@ -30,8 +30,11 @@
 // TERN_CUDA_GEMV_SPREAD=1, measured slower; with the activation tile formed once per launch,
 // gemv_x_once.cuh, TERN_CUDA_GEMV_X_ONCE=spread spreads it again: not yet measured).
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
@@ -110,13 +113,17 @@ __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
 // spread == 0: q = block * groups_per_block + group in block, so the sets fill the first blocks;
 // spread == 1: q = block + blocks * group in block, so consecutive sets go to different blocks
 // and a grid of every resident block spreads a small product's sets over all SMs.
-template <DType T, int kRows, int kParts>
+// kStaged: the weight items are read with the stage's known alignment (gemv_items.cuh,
+// WItemOf<T, true>: one load path per warp, q4_k's high nibbles in place); false is the previous
+// reading (load_words_2aligned), kept for A/B (TERN_CUDA_GEMV_STAGED_ITEMS=0). Same words, same
+// integer sums, same bits.
+template <DType T, int kRows, int kParts, bool kStaged>
 __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch, int spread, int norm_preload,
                      int x_once_wait_ns, int x_once_flags) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) uint8_t smem[];
-  using W = typename WItemOf<T>::type;
+  using W = typename WItemOf<T, kStaged>::type;
   constexpr int kFullStepBytes = step_bytes<T>();
   constexpr int kRowPitch = round16(kFullStepBytes);
   constexpr int kGroups = kGemvWarps / kParts;
@@ -349,9 +356,19 @@ bool spread_sets() {
 // Launches one instance; false when even two stages do not fit shared memory (four rows of
 // wide q6_k steps), which the caller answers with fewer rows per step. (One row per step always
 // fits: launch_typed in gemv_quant.cu has checked a larger layout.)
+// Whether the kernel reads its weight items with the stage's known alignment (kStaged): on by
+// default, TERN_CUDA_GEMV_STAGED_ITEMS=0 takes the previous reading (A/B; read once per process).
+bool staged_items() {
+  static const bool on = [] {
+    const char* e = std::getenv("TERN_CUDA_GEMV_STAGED_ITEMS");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
 template <DType T, int kRows, int kParts>
 bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_steps) {
-  auto* kernel = gemv_rows_kernel<T, kRows, kParts>;
+  auto* kernel = staged_items() ? gemv_rows_kernel<T, kRows, kParts, true> : gemv_rows_kernel<T, kRows, kParts, false>;
   const int cols = static_cast<int>(a.cols);
   const int budget = a.stage_bytes_per_warp > 0 ? a.stage_bytes_per_warp : kDefaultStageBytesPerWarp;
   int n_stages = std::clamp(budget / rows_stage_pitch<T, kRows>(), 2, kMaxStages);
@@ -403,15 +420,57 @@ bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_st
 // step at three blocks per SM measured slower there (26.2 us against 22.7 for 2x1).
 struct RowsShape {
   int rows, parts;
+  int budget = 0;  // pipeline bytes per warp (0: MatmulArgs::stage_bytes_per_warp)
 };
+
+// Shapes for rows of several steps (cols > 4096: ffn_down) per type, for A/B sweeps of whole
+// models: TERN_CUDA_GEMV_LONG_ROWS="q4_k:2x1@6144,q6_k:1x1@9216" (type:RxP, "@B" a pipeline
+// budget per warp; read once per process). Types not named keep the default choice.
+struct LongRowsOverride {
+  DType dtype;
+  RowsShape shape;
+};
+const std::vector<LongRowsOverride>& long_rows_overrides() {
+  static const std::vector<LongRowsOverride> list = [] {
+    std::vector<LongRowsOverride> out;
+    const char* e = std::getenv("TERN_CUDA_GEMV_LONG_ROWS");
+    if (e == nullptr) return out;
+    const std::string spec = e;
+    size_t pos = 0;
+    while (pos < spec.size()) {
+      size_t end = spec.find(',', pos);
+      if (end == std::string::npos) end = spec.size();
+      const std::string item = spec.substr(pos, end - pos);
+      pos = end + 1;
+      const size_t colon = item.find(':');
+      if (colon == std::string::npos) continue;
+      const std::string name = item.substr(0, colon);
+      RowsShape sh{0, 0};
+      if (std::sscanf(item.c_str() + colon + 1, "%dx%d@%d", &sh.rows, &sh.parts, &sh.budget) < 2) continue;
+      for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0}) {
+        if (dtype_name(t) == name) out.push_back({t, sh});
+      }
+    }
+    return out;
+  }();
+  return list;
+}
 
 RowsShape pick_shape(const MatmulArgs& a) {
   RowsShape s{2, 1};
   if (a.dtype == DType::Q4_K && a.total_rows() <= 8192) s.rows = 4;
+  if (a.cols > kStepElems && a.gemv_rows_per_step == 0 && a.gemv_parts_per_row == 0) {
+    for (const LongRowsOverride& o : long_rows_overrides()) {
+      if (o.dtype == a.dtype) s = o.shape;
+    }
+  }
   if (a.gemv_rows_per_step > 0) s.rows = a.gemv_rows_per_step;
   if (a.gemv_parts_per_row > 0) s.parts = a.gemv_parts_per_row;
   return s;
 }
+
+template <DType T>
+void launch_rows_shape(const MatmulArgs& a, const LaunchEnv& env, RowsShape s, int part_steps, bool pair);
 
 template <DType T>
 void launch_rows_typed(const MatmulArgs& a, const LaunchEnv& env) {
@@ -426,6 +485,19 @@ void launch_rows_typed(const MatmulArgs& a, const LaunchEnv& env) {
   if (s.parts == 1) part_steps = n_steps;
   // Sets of consecutive rows must tile the joint row index; else fewer rows per step.
   while (s.rows > 1 && a.total_rows() % s.rows != 0) s.rows /= 2;
+  if (s.budget > 0 && a.stage_bytes_per_warp == 0) {
+    MatmulArgs b = a;
+    b.stage_bytes_per_warp = s.budget;
+    s.budget = 0;
+    launch_rows_shape<T>(b, env, s, part_steps, pair);
+    return;
+  }
+  launch_rows_shape<T>(a, env, s, part_steps, pair);
+}
+
+template <DType T>
+void launch_rows_shape(const MatmulArgs& a, const LaunchEnv& env, RowsShape s, int part_steps, bool pair) {
+  const int n_steps = static_cast<int>((a.cols + kStepElems - 1) / kStepElems);
   bool launched = false;
   if (s.rows == 1 && s.parts == 2) launched = launch_rows_instance<T, 1, 2>(a, env, part_steps);
   else if (s.rows == 1 && s.parts == 4) launched = launch_rows_instance<T, 1, 4>(a, env, part_steps);
@@ -441,8 +513,10 @@ void launch_rows_typed(const MatmulArgs& a, const LaunchEnv& env) {
 
 template <DType T>
 void allow_rows_smem(int max_smem_bytes) {
-  for (auto* k : {gemv_rows_kernel<T, 1, 1>, gemv_rows_kernel<T, 1, 2>, gemv_rows_kernel<T, 1, 4>,
-                  gemv_rows_kernel<T, 2, 1>, gemv_rows_kernel<T, 4, 1>}) {
+  for (auto* k : {gemv_rows_kernel<T, 1, 1, true>, gemv_rows_kernel<T, 1, 2, true>, gemv_rows_kernel<T, 1, 4, true>,
+                  gemv_rows_kernel<T, 2, 1, true>, gemv_rows_kernel<T, 4, 1, true>, gemv_rows_kernel<T, 1, 1, false>,
+                  gemv_rows_kernel<T, 1, 2, false>, gemv_rows_kernel<T, 1, 4, false>, gemv_rows_kernel<T, 2, 1, false>,
+                  gemv_rows_kernel<T, 4, 1, false>}) {
     cudaFuncAttributes attr{};
     TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
     TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
