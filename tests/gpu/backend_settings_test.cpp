@@ -26,7 +26,7 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
     "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING", "TERN_CUDA_L2_PREFETCH",
     "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD", "TERN_CUDA_ATTN_CLUSTER",
-    "TERN_CUDA_GEMV_X_ONCE"};
+    "TERN_CUDA_GEMV_X_ONCE", "TERN_CUDA_GEMV_MIXED"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -334,6 +334,17 @@ TEST_F(BackendSettingsTest, SmallGemvSwitches) {
 // The activation tile once per launch (MatmulArgs::gemv_x_once): off by default (not yet run on a
 // device); the options' 1-6 pass through, other values give the default; the environment's 1 / 0
 // / spread / carry / carry-spread win over the options, anything else leaves them.
+TEST_F(BackendSettingsTest, GemvMixedSwitch) {
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_mixed, 0);
+  CudaBackendOptions o;
+  o.gemv_mixed = 1;
+  EXPECT_EQ(resolve_settings(o, 9, true).gemv_mixed, 1);
+  setenv("TERN_CUDA_GEMV_MIXED", "0", 1);
+  EXPECT_EQ(resolve_settings(o, 9, true).gemv_mixed, 2);
+  setenv("TERN_CUDA_GEMV_MIXED", "1", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_mixed, 1);
+}
+
 TEST_F(BackendSettingsTest, GemvXOnceSwitch) {
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_x_once, 0);
   CudaBackendOptions o;

@@ -127,6 +127,67 @@ TEST_F(GpuFusion, NormPrologueEqualsSeparateOps) {
   EXPECT_EQ(cuda::backend_stats(*plain_).gemv_fusions, 0);
 }
 
+// Mixed-type launches (CudaBackendOptions::gemv_mixed, MatmulArgs::tail_mat): Q4_K_M's q6_k v
+// joins the q4_k q+k launch of the same activations (with the RMSNorm prologue the q+k launch
+// took, or without one), and one multi-row kernel computes both types' rows: the same bits as
+// separate ops, on the default and the multi-row paths and beside the activation tile formed
+// once (which a mixed launch leaves off). Rows of 4096 and 14336 (four steps of the two types'
+// lengths, the last a half step). Not joined: several activation rows, an odd q4_k row count
+// (two-row sets would straddle the types), q6_k rows that are not whole bulk copies (2304).
+TEST_F(GpuFusion, MixedTypeLaunchEqualsSeparateOps) {
+  std::vector<std::unique_ptr<Backend>> mixed;
+  for (int variant = 0; variant < 3; ++variant) {
+    cuda::CudaBackendOptions o;
+    o.gemv_mixed = 1;
+    o.rows_gemv = variant == 1;
+    o.gemv_x_once = variant == 2 ? 1 : 0;
+    mixed.push_back(gputest::make_cuda(o));
+    ASSERT_NE(mixed.back(), nullptr);
+  }
+  const auto info = cuda::device_info(0);
+  ASSERT_TRUE(info.is_ok());
+  const bool sm90 = info.value().cc_major >= 9;
+  // The three products without a norm: x @ W1, x @ W2, x @ W3.
+  auto products = [](Backend& b, const HostTensor& x, const HostTensor& w1, const HostTensor& w2, const HostTensor& w3) {
+    const int64_t n = x.t.rows;
+    DeviceTensor dx = gputest::device_copy(b, x.t);
+    DeviceTensor d1 = gputest::device_copy(b, w1.t), d2 = gputest::device_copy(b, w2.t), d3 = gputest::device_copy(b, w3.t);
+    DeviceTensor y1 = gputest::device_empty(b, DType::F32, n, w1.t.rows), y2 = gputest::device_empty(b, DType::F32, n, w2.t.rows),
+                 y3 = gputest::device_empty(b, DType::F32, n, w3.t.rows);
+    b.matmul(d1.t, dx.t, y1.t);
+    b.matmul(d2.t, dx.t, y2.t);
+    b.matmul(d3.t, dx.t, y3.t);
+    std::vector<float> all;
+    for (const DeviceTensor* t : {&y1, &y2, &y3}) {
+      const auto v = gputest::download(b, t->t);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  for (const int64_t cols : {int64_t{4096}, int64_t{14336}, int64_t{2304}}) {
+    for (const int64_t q_rows : {int64_t{40}, int64_t{41}}) {
+      const HostTensor w1 = weights(DType::Q4_K, q_rows, cols, 31), w2 = weights(DType::Q4_K, 24, cols, 32),
+                       w3 = weights(DType::Q6_K, 26, cols, 33);
+      const HostTensor g = gputest::host_f32(gputest::random_floats(cols, 34, 1.0f), 1, cols);
+      for (const int64_t n : {1, 3}) {
+        SCOPED_TRACE("cols=" + std::to_string(cols) + " q rows=" + std::to_string(q_rows) + " n=" + std::to_string(n));
+        const HostTensor x = gputest::host_f32(gputest::random_floats(n * cols, 35 + n, 2.0f), n, cols);
+        const auto want_norm = norm_then_products(*plain_, x, g, w1, w2, w3);
+        const auto want_plain = products(*plain_, x, w1, w2, w3);
+        // 2304 columns: q6_k rows of 1890 bytes, not whole bulk copies, so v keeps its launch.
+        const bool joins = sm90 && n == 1 && q_rows % 2 == 0 && cols != 2304;
+        for (size_t k = 0; k < mixed.size(); ++k) {
+          const int64_t before = cuda::backend_stats(*mixed[k]).gemv_mixed;
+          EXPECT_TRUE(gputest::bitwise_equal(norm_then_products(*mixed[k], x, g, w1, w2, w3), want_norm)) << "backend " << k;
+          EXPECT_TRUE(gputest::bitwise_equal(products(*mixed[k], x, w1, w2, w3), want_plain)) << "backend " << k;
+          EXPECT_EQ(cuda::backend_stats(*mixed[k]).gemv_mixed - before, joins ? 2 : 0) << "backend " << k;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cuda::backend_stats(*fused_).gemv_mixed, 0);  // off by default
+}
+
 // swiglu(gate, up, gate) in place, gate @ W_down -> out, then x += out (as the models do, in
 // either operand order). Returns gate, out and x.
 std::vector<float> swiglu_product_residual(Backend& b, const HostTensor& gate, const HostTensor& up,

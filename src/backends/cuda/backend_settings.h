@@ -74,6 +74,9 @@ struct BackendSettings {
   // 0 default (off), 1 on, 2 off, 3 on + spread grid, 4 on without waiting, 5 / 6 = 1 / 3 + carry
   // (TERN_CUDA_GEMV_X_ONCE=1 / 0 / spread / carry / carry-spread)
   int gemv_x_once = 0;
+  // Q4_K_M's q6_k v joins its q4_k q+k launch (one multi-row kernel, MatmulArgs::tail_mat): 0
+  // default, 1 on, 2 off (TERN_CUDA_GEMV_MIXED=1 / 0).
+  int gemv_mixed = 0;
   bool fuse_float_swiglu_epilogue = false;  // with fuse_gemv (TERN_CUDA_GEMV_FLOAT_GLU=0 / 1)
   L2PrefetchSetting l2_prefetch;    // TERN_CUDA_L2_PREFETCH; off before sm_90 (no bulk prefetch)
 };

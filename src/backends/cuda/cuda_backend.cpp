@@ -112,6 +112,7 @@ class CudaBackend final : public Backend {
         gemv_float_pipe_(settings.gemv_float_pipe),
         gemv_norm_preload_(settings.gemv_norm_preload),
         gemv_x_once_(settings.gemv_x_once),
+        gemv_mixed_(settings.gemv_mixed == 1 && prop.major >= 9),
         l2_prefetch_(settings.l2_prefetch),
         l2_bytes_(static_cast<uint64_t>(std::max(prop.l2CacheSize, 0))),
         cc_major_(prop.major) {
@@ -148,6 +149,7 @@ class CudaBackend final : public Backend {
     s.folded_merges = folded_merges_;
     s.chunk_splits = chunk_splits_;
     s.gemv_fusions = gemv_fusions_;
+    s.gemv_mixed = gemv_mixed_joins_;
     s.fused_kv_writes = fused_kv_writes_;
     s.fused_attentions = fused_attentions_;
     s.cluster_attentions = cluster_attentions_;
@@ -342,6 +344,28 @@ class CudaBackend final : public Backend {
       distinct = distinct && prologue_untouched(*prev, out_rows(out, x.rows));
       if (distinct) {
         add_matrix(*prev, w, out);
+        return;
+      }
+    }
+    // A q6_k product after a q4_k launch of the same activations (Q4_K_M's v after q+k) joins it
+    // as its tail (MatmulArgs::tail_mat) where one multi-row kernel takes both; every row keeps
+    // its type's arithmetic, so the bits are those of two launches.
+    if (MatmulArgs* prev = queue_->last_if<MatmulArgs>(OpKind::kMatmul);
+        gemv_mixed_ && prev != nullptr && prev->n_mats < kMaxFusedMatmuls && prev->tail_mat == 0 &&
+        prev->dtype == DType::Q4_K && w.dtype == DType::Q6_K && prev->cols == w.cols && prev->x == x.f32() &&
+        prev->n == 1 && x.rows == 1 && prev->fuse.residual == nullptr && prev->fuse.glu_out == nullptr &&
+        prev->fuse.concurrent == 0 && prev->x_once_tag == 0 && prev->y[0] != out.f32() &&
+        (prev->n_mats < 2 || prev->y[1] != out.f32()) &&
+        (prev->gemv_path == static_cast<int32_t>(GemvPath::kAuto) ||
+         prev->gemv_path == static_cast<int32_t>(GemvPath::kRows)) &&
+        prologue_untouched(*prev, out_rows(out, x.rows))) {
+      MatmulArgs joined = *prev;
+      joined.tail_mat = joined.n_mats;
+      joined.tail_dtype = w.dtype;
+      add_matrix(joined, w, out);
+      if (gemv_rows_mixed_supports(joined)) {
+        *prev = joined;
+        ++gemv_mixed_joins_;
         return;
       }
     }
@@ -896,6 +920,8 @@ class CudaBackend final : public Backend {
   int gemv_float_pipe_ = 0;     // MatmulArgs::gemv_float_pipe / gemv_norm_preload
   int gemv_norm_preload_ = 0;
   int gemv_x_once_ = 0;         // MatmulArgs::gemv_x_once, with the scratch below
+  bool gemv_mixed_ = false;     // CudaBackendOptions::gemv_mixed (mixed-type launches)
+  int64_t gemv_mixed_joins_ = 0;
   L2PrefetchSetting l2_prefetch_;  // BackendSettings::l2_prefetch (set_l2_prefetch changes it)
   uint64_t l2_bytes_ = 0;          // the device's L2
   int cc_major_ = 0;

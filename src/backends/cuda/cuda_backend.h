@@ -152,6 +152,11 @@ struct CudaBackendOptions {
   // an RMSNorm prologue to the next launch of the same norm (v after q+k forms nothing);
   // TERN_CUDA_GEMV_X_ONCE=1 / 0 / spread / carry / carry-spread overrides it.
   int gemv_x_once = 0;
+  // Mixed-type launches (MatmulArgs::tail_mat; gemv_rows.cu, sm_90, one activation row): a q6_k
+  // product of the same activations right after a q4_k launch (Q4_K_M's v after q+k) joins it,
+  // so one kernel reads both and forms the RMSNorm prologue's tile once. 0 = the default (off),
+  // 1 = on, 2 = off; TERN_CUDA_GEMV_MIXED=1 / 0 overrides it. Same bits in every setting.
+  int gemv_mixed = 0;
   // The SwiGLU epilogue for float gate/up products that the streamed kernel takes (a warp's two
   // rows are gate row r and up row r), with fuse_gemv; TERN_CUDA_GEMV_FLOAT_GLU=0 / 1 overrides.
   // On: it saves the elementwise launch without repeating work (H200, 8B F16 decode with the first
@@ -195,6 +200,7 @@ struct CudaBackendStats {
   int64_t cluster_attentions = 0;  // chunk-split attention ops run as clusters (the merge on chip)
   int attention_cluster = 0;       // the resolved cluster merge setting (0: off, always before sm_90)
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
+  int64_t gemv_mixed = 0;        // products that joined a launch of another weight type (gemv_mixed)
   int64_t l2_prefetches = 0;     // L2 prefetch launches run (l2_prefetch.h; steps replayed count too)
   int64_t l2_prefetch_bytes = 0; // the bytes their ranges cover (dry launches too: l2_prefetch.h)
   // With gemv_x_once on (sm_90): blocks of the multi-row kernel that copied block 0's tile, and

@@ -61,6 +61,7 @@ struct MatRow {
   float* y;       // y_m: element (i, r) at y[i * rows + r]
   int64_t rows;   // rows of matrix m
   int64_t r;      // row within matrix m
+  size_t stride;  // bytes between rows of matrix m
 };
 #if defined(__CUDACC__)
 // Selects with conditionals rather than indexing the parameter arrays, which would copy them to
@@ -82,6 +83,7 @@ __device__ __forceinline__ MatRow mat_row(const MatmulArgs& a, int64_t gr) {
   row.y = m == 0 ? a.y[0] : (m == 1 ? a.y[1] : a.y[2]);
   row.rows = m == 0 ? a.rows[0] : (m == 1 ? a.rows[1] : a.rows[2]);
   row.r = gr;
+  row.stride = stride;
   return row;
 }
 #endif
@@ -110,6 +112,10 @@ void init_gemv_quant(int max_smem_bytes);
 // it (the shapes where it measured faster), its launcher and its one-time shared-memory setup.
 bool gemv_rows_supports(const MatmulArgs& a);
 bool gemv_rows_default(const MatmulArgs& a);
+// A mixed-type launch (MatmulArgs::tail_mat) that one multi-row kernel takes: n = 1, q4_k head
+// matrices of an even joint row count (two-row sets never straddle the types) and q6_k tail
+// matrices, every step of both a whole bulk copy.
+bool gemv_rows_mixed_supports(const MatmulArgs& a);
 void launch_gemv_rows(const MatmulArgs& a, const LaunchEnv& env);
 void init_gemv_rows(int max_smem_bytes);
 

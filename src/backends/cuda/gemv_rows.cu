@@ -92,15 +92,21 @@ constexpr int rows_min_blocks() {
 
 // Bytes of one stage: a step of each of the kRows rows, each at a 16-byte aligned offset, plus
 // the one-word overread of load_words_2aligned past the last row.
-template <DType T, int kRows>
-__host__ __device__ int rows_stage_pitch() {
-  return kRows * round16(step_bytes<T>()) + 16;
+// A mixed-type launch (T2 != T) sizes its rows for the larger step of the two types.
+template <DType T, DType T2 = T>
+__host__ __device__ constexpr int rows_row_pitch() {
+  return round16(step_bytes<T>() > step_bytes<T2>() ? step_bytes<T>() : step_bytes<T2>());
 }
 
-template <DType T, int kRows>
+template <DType T, int kRows, DType T2 = T>
+__host__ __device__ int rows_stage_pitch() {
+  return kRows * rows_row_pitch<T, T2>() + 16;
+}
+
+template <DType T, int kRows, DType T2 = T>
 __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
   SmemLayout l = smem_layout<T>(cols, 1, n_stages);
-  l.stage_pitch = rows_stage_pitch<T, kRows>();
+  l.stage_pitch = rows_stage_pitch<T, kRows, T2>();
   l.total = l.stage_off + kGemvWarps * n_stages * l.stage_pitch;
   // + partial sums of the split rows: [groups][2 buffers][kParts <= 4][kRows] floats.
   l.total += kGemvWarps * 2 * 4 * kRows * 4;
@@ -113,19 +119,26 @@ __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
 // spread == 0: q = block * groups_per_block + group in block, so the sets fill the first blocks;
 // spread == 1: q = block + blocks * group in block, so consecutive sets go to different blocks
 // and a grid of every resident block spreads a small product's sets over all SMs.
-// kStaged: the weight items are read with the stage's known alignment (gemv_items.cuh,
-// WItemOf<T, true>: one load path per warp, q4_k's high nibbles in place); false is the previous
-// reading (load_words_2aligned), kept for A/B (TERN_CUDA_GEMV_STAGED_ITEMS=0). Same words, same
-// integer sums, same bits.
-template <DType T, int kRows, int kParts, bool kStaged>
+// kLean: the leaner per-step code (session 7, bench/RESULTS.md): weight items read with the
+// stage's known alignment (gemv_items.cuh WItemOf<T, true>: one load path per warp, q4_k's high
+// nibbles in place), and a set's row addresses from one matrix lookup (its rows are consecutive
+// in one matrix, or a gate / up pair) instead of one per row. false is the previous code, kept
+// for A/B (TERN_CUDA_GEMV_LEAN=0). Same words, same integer sums, same bits.
+// T2 != T: a mixed-type launch (MatmulArgs::tail_mat; kRows >= 2, one part, no SwiGLU pairs):
+// the sets of the tail matrices' rows hold T2 rows and take T2's items and step lengths, the
+// others T's; the activation tile carries what both read. Each row's arithmetic is its type's.
+template <DType T, int kRows, int kParts, bool kLean, DType T2 = T>
 __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch, int spread, int norm_preload,
                      int x_once_wait_ns, int x_once_flags) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) uint8_t smem[];
-  using W = typename WItemOf<T, kStaged>::type;
+  using W = typename WItemOf<T, kLean>::type;
+  using W2 = typename WItemOf<T2, kLean>::type;
+  constexpr bool kMixed = T2 != T;
   constexpr int kFullStepBytes = step_bytes<T>();
-  constexpr int kRowPitch = round16(kFullStepBytes);
+  constexpr int kFullStepBytes2 = step_bytes<T2>();
+  constexpr int kRowPitch = rows_row_pitch<T, T2>();
   constexpr int kGroups = kGemvWarps / kParts;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / kParts, part = warp % kParts;
@@ -133,7 +146,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   const int n_steps = (cols + kStepElems - 1) / kStepElems;
   const int step0 = part * part_steps;
   const int my_steps = min(part_steps, n_steps - step0);  // >= 1: the launcher sizes the parts
-  const SmemLayout l = rows_smem_layout<T, kRows>(cols, n_stages);
+  const SmemLayout l = rows_smem_layout<T, kRows, T2>(cols, n_stages);
   uint8_t* xq = smem + l.x_off;
   float* xd = reinterpret_cast<float*>(smem + l.d_off);
   int* xs = reinterpret_cast<int*>(smem + l.s_off);
@@ -148,9 +161,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   const int my_sets = first_set < n_sets ? static_cast<int>((n_sets - first_set + set_stride - 1) / set_stride) : 0;
   const int total = my_sets * my_steps;
 
+  // Mixed: joint rows from tail_row0 on are T2 rows (a multiple of kRows: sets hold one type).
+  int64_t tail_row0 = a.total_rows();
+  if constexpr (kMixed) tail_row0 = a.rows[0] + (a.tail_mat > 1 ? a.rows[1] : 0);
   struct Cursor {
     int set_k, t, slot;
     const uint8_t* w[kRows];  // the set's rows, at this part's first step
+  };
+  auto set_is_tail = [&](int set_k) {
+    return kMixed && (first_set + int64_t{set_k} * set_stride) * kRows >= tail_row0;
   };
   // A SwiGLU epilogue (GemvFusion::glu_out; kRows >= 2, one part) pairs the matrices' rows: row
   // i of set k is gate row (or, i odd, up row) k * kRows / 2 + i / 2, so lanes 2j and 2j + 1 end
@@ -163,8 +182,26 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   auto load_set = [&](Cursor& c) {
     if (c.set_k >= my_sets) return;
     const int64_t set = first_set + int64_t{c.set_k} * set_stride;
+    const size_t skip = static_cast<size_t>(step0) * (set_is_tail(c.set_k) ? kFullStepBytes2 : kFullStepBytes);
+    if constexpr (kLean) {
+      if (pair) {  // gate row (matrix 0) and up row (matrix 1) of each output, rows of equal count
+        const int64_t r0 = set * (kRows / 2);
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) c.w[i] = mat_row(a, joint_row(set, i)).w + static_cast<size_t>(step0) * kFullStepBytes;
+        for (int i = 0; i < kRows; ++i) {
+          const uint8_t* base = static_cast<const uint8_t*>(i & 1 ? a.w[1] : a.w[0]);
+          c.w[i] = base + (r0 + (i >> 1)) * static_cast<int64_t>(i & 1 ? a.w_stride_bytes[1] : a.w_stride_bytes[0]) + skip;
+        }
+        return;
+      }
+      const MatRow m0 = mat_row(a, set * kRows);
+      if (m0.r + kRows <= m0.rows) {  // the set's rows in one matrix: one stride apart
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) c.w[i] = m0.w + static_cast<int64_t>(i) * m0.stride + skip;
+        return;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) c.w[i] = mat_row(a, joint_row(set, i)).w + skip;
   };
   // Only the issuing cursor tracks the rows' addresses.
   auto advance = [&](Cursor& c, bool with_rows) {
@@ -178,12 +215,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   auto issue = [&](const Cursor& c) {
     if (lane != 0) return;
     const int elems = min(kStepElems, cols - (step0 + c.t) * kStepElems);
-    const int len = elems / QType<T>::kBlockElems * QType<T>::kBlockBytes;
+    const bool tail = set_is_tail(c.set_k);
+    const int len = tail ? elems / QType<T2>::kBlockElems * QType<T2>::kBlockBytes
+                         : elems / QType<T>::kBlockElems * QType<T>::kBlockBytes;
+    const size_t step_off = static_cast<size_t>(c.t) * (tail ? kFullStepBytes2 : kFullStepBytes);
     uint8_t* dst = stage + c.slot * l.stage_pitch;
     mbar_expect_bytes(&bars[c.slot], kRows * len);
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      bulk_copy_no_arrive(dst + i * kRowPitch, c.w[i] + static_cast<size_t>(c.t) * kFullStepBytes, len, &bars[c.slot]);
+      bulk_copy_no_arrive(dst + i * kRowPitch, c.w[i] + step_off, len, &bars[c.slot]);
     }
   };
   if (lane == 0) {
@@ -257,21 +297,26 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     float v[kRows];
 #pragma unroll
     for (int i = 0; i < kRows; ++i) v[i] = 0.0f;
-    if (u0 < cols / 32) {
-      const int n_valid = min(kItemUnits, cols / 32 - u0);
-      // Row 0's item is decoded before x is loaded, as in gemv_quant.cu: the other order keeps
-      // x's 40-odd registers live through the decode and spills at these register budgets.
-      W w0;
+    // Row 0's item is decoded before x is loaded, as in gemv_quant.cu: the other order keeps
+    // x's 40-odd registers live through the decode and spills at these register budgets.
+    auto dot_rows = [&](auto item, int n_valid) {
+      using WI = decltype(item);
+      WI w0;
       w0.load(wstage, lane);
       XGroup xg;
-      load_x<W::kSums, W::kHalves>(x, 0, u0 / kItemUnits, xg);
+      load_x<WI::kSums, WI::kHalves>(x, 0, u0 / kItemUnits, xg);
       v[0] = w0.dot(xg, n_valid);
 #pragma unroll
       for (int i = 1; i < kRows; ++i) {
-        W w;
+        WI w;
         w.load(wstage + i * kRowPitch, lane);
         v[i] = w.dot(xg, n_valid);
       }
+    };
+    if (u0 < cols / 32) {
+      const int n_valid = min(kItemUnits, cols / 32 - u0);
+      if (kMixed && set_is_tail(out.set_k)) dot_rows(W2{}, n_valid);
+      else dot_rows(W{}, n_valid);
     }
     // A one-step run (rows of <= 4096 elements: most products) is its step's sum, which is what
     // pushing it and closing the counter would give; the counter's bookkeeping is skipped.
@@ -356,26 +401,26 @@ bool spread_sets() {
 // Launches one instance; false when even two stages do not fit shared memory (four rows of
 // wide q6_k steps), which the caller answers with fewer rows per step. (One row per step always
 // fits: launch_typed in gemv_quant.cu has checked a larger layout.)
-// Whether the kernel reads its weight items with the stage's known alignment (kStaged): on by
-// default, TERN_CUDA_GEMV_STAGED_ITEMS=0 takes the previous reading (A/B; read once per process).
-bool staged_items() {
+// Whether the kernel runs its leaner per-step code (kLean): on by default, TERN_CUDA_GEMV_LEAN=0
+// takes the previous code (A/B; read once per process).
+bool lean_kernel() {
   static const bool on = [] {
-    const char* e = std::getenv("TERN_CUDA_GEMV_STAGED_ITEMS");
+    const char* e = std::getenv("TERN_CUDA_GEMV_LEAN");
     return e == nullptr || std::strcmp(e, "0") != 0;
   }();
   return on;
 }
 
-template <DType T, int kRows, int kParts>
+template <DType T, int kRows, int kParts, DType T2 = T>
 bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_steps) {
-  auto* kernel = staged_items() ? gemv_rows_kernel<T, kRows, kParts, true> : gemv_rows_kernel<T, kRows, kParts, false>;
+  auto* kernel = lean_kernel() ? gemv_rows_kernel<T, kRows, kParts, true, T2> : gemv_rows_kernel<T, kRows, kParts, false, T2>;
   const int cols = static_cast<int>(a.cols);
   const int budget = a.stage_bytes_per_warp > 0 ? a.stage_bytes_per_warp : kDefaultStageBytesPerWarp;
-  int n_stages = std::clamp(budget / rows_stage_pitch<T, kRows>(), 2, kMaxStages);
+  int n_stages = std::clamp(budget / rows_stage_pitch<T, kRows, T2>(), 2, kMaxStages);
   // The fused prologue's static shared memory comes out of the same per-block budget.
   const int smem_limit = a.max_smem_bytes - kFusionStaticSmemBytes;
-  while (n_stages > 2 && rows_smem_layout<T, kRows>(cols, n_stages).total > smem_limit) --n_stages;
-  const SmemLayout l = rows_smem_layout<T, kRows>(cols, n_stages);
+  while (n_stages > 2 && rows_smem_layout<T, kRows, T2>(cols, n_stages).total > smem_limit) --n_stages;
+  const SmemLayout l = rows_smem_layout<T, kRows, T2>(cols, n_stages);
   if (l.total > smem_limit) return false;
   int per_sm = 0;
   TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, l.total));
@@ -385,11 +430,12 @@ bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_st
   const int64_t groups = (n_sets + sets_per_group - 1) / sets_per_group;
   MatmulArgs args = a;
   if (!run_concurrent()) args.fuse.concurrent = 0;
+  if constexpr (T2 != T) args.x_once_buf = nullptr;  // the tile once per launch: one type's launches only
   // The tile once per launch (gemv_x_once.cuh): not beside a running predecessor (the scratch is
   // shared by the backend's launches, which touch it only after their PDL wait), and only when
   // the tile fits the scratch. 3 also spreads the grid: with the tile formed once, more blocks
   // no longer repeat it, and a small product (q4_k q+k: 80 of 132 SMs packed) reaches every SM.
-  const bool once = a.x_once_buf != nullptr && a.gemv_x_once != 0 && a.gemv_x_once != 2 && !args.fuse.concurrent &&
+  const bool once = args.x_once_buf != nullptr && a.gemv_x_once != 0 && a.gemv_x_once != 2 && !args.fuse.concurrent &&
                     l.stage_off - l.x_off <= kGemvXOnceBytes - kGemvXOnceSyncBytes;
   if (!once) args.x_once_buf = nullptr;
   // 5 / 6 also carry the tile between launches of one RMSNorm (gemv_x_once.cuh): a launch whose
@@ -423,17 +469,18 @@ struct RowsShape {
   int budget = 0;  // pipeline bytes per warp (0: MatmulArgs::stage_bytes_per_warp)
 };
 
-// Shapes for rows of several steps (cols > 4096: ffn_down) per type, for A/B sweeps of whole
-// models: TERN_CUDA_GEMV_LONG_ROWS="q4_k:2x1@6144,q6_k:1x1@9216" (type:RxP, "@B" a pipeline
-// budget per warp; read once per process). Types not named keep the default choice.
-struct LongRowsOverride {
+// Per-product shapes for A/B sweeps of whole models: TERN_CUDA_GEMV_SHAPES="q4_k:4096x14336=1x1@9280,..."
+// (type:ROWSxCOLS, ROWS the launch's joint rows, = RxP rows per step and parts per row, "@B" a
+// pipeline budget per warp; read once per process). Products not named keep the default choice.
+struct ShapeOverride {
   DType dtype;
+  int64_t rows, cols;
   RowsShape shape;
 };
-const std::vector<LongRowsOverride>& long_rows_overrides() {
-  static const std::vector<LongRowsOverride> list = [] {
-    std::vector<LongRowsOverride> out;
-    const char* e = std::getenv("TERN_CUDA_GEMV_LONG_ROWS");
+const std::vector<ShapeOverride>& shape_overrides() {
+  static const std::vector<ShapeOverride> list = [] {
+    std::vector<ShapeOverride> out;
+    const char* e = std::getenv("TERN_CUDA_GEMV_SHAPES");
     if (e == nullptr) return out;
     const std::string spec = e;
     size_t pos = 0;
@@ -445,10 +492,13 @@ const std::vector<LongRowsOverride>& long_rows_overrides() {
       const size_t colon = item.find(':');
       if (colon == std::string::npos) continue;
       const std::string name = item.substr(0, colon);
+      long long rows = 0, cols = 0;
       RowsShape sh{0, 0};
-      if (std::sscanf(item.c_str() + colon + 1, "%dx%d@%d", &sh.rows, &sh.parts, &sh.budget) < 2) continue;
+      if (std::sscanf(item.c_str() + colon + 1, "%lldx%lld=%dx%d@%d", &rows, &cols, &sh.rows, &sh.parts, &sh.budget) < 4) {
+        continue;
+      }
       for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0}) {
-        if (dtype_name(t) == name) out.push_back({t, sh});
+        if (dtype_name(t) == name) out.push_back({t, rows, cols, sh});
       }
     }
     return out;
@@ -459,9 +509,9 @@ const std::vector<LongRowsOverride>& long_rows_overrides() {
 RowsShape pick_shape(const MatmulArgs& a) {
   RowsShape s{2, 1};
   if (a.dtype == DType::Q4_K && a.total_rows() <= 8192) s.rows = 4;
-  if (a.cols > kStepElems && a.gemv_rows_per_step == 0 && a.gemv_parts_per_row == 0) {
-    for (const LongRowsOverride& o : long_rows_overrides()) {
-      if (o.dtype == a.dtype) s = o.shape;
+  if (a.gemv_rows_per_step == 0 && a.gemv_parts_per_row == 0) {
+    for (const ShapeOverride& o : shape_overrides()) {
+      if (o.dtype == a.dtype && o.rows == a.total_rows() && o.cols == a.cols) s = o.shape;
     }
   }
   if (a.gemv_rows_per_step > 0) s.rows = a.gemv_rows_per_step;
@@ -511,6 +561,19 @@ void launch_rows_shape(const MatmulArgs& a, const LaunchEnv& env, RowsShape s, i
   TERN_CHECK_MSG(launched, "gemv_rows: one row per step must fit where gemv_quant's layout fit");
 }
 
+// The mixed-type instance's shared-memory setup (q4_k head, q6_k tail, two rows per step).
+void allow_mixed_smem(int max_smem_bytes) {
+  for (auto* k : {gemv_rows_kernel<DType::Q4_K, 2, 1, true, DType::Q6_K>,
+                  gemv_rows_kernel<DType::Q4_K, 2, 1, false, DType::Q6_K>}) {
+    cudaFuncAttributes attr{};
+    TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
+    TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
+                   "gemv_rows: static shared memory exceeds kFusionStaticSmemBytes");
+    TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         max_smem_bytes - kFusionStaticSmemBytes));
+  }
+}
+
 template <DType T>
 void allow_rows_smem(int max_smem_bytes) {
   for (auto* k : {gemv_rows_kernel<T, 1, 1, true>, gemv_rows_kernel<T, 1, 2, true>, gemv_rows_kernel<T, 1, 4, true>,
@@ -550,7 +613,30 @@ bool gemv_rows_default(const MatmulArgs& a) {
   return a.dtype == DType::Q4_K || a.dtype == DType::Q6_K || a.dtype == DType::Q8_0;
 }
 
+bool gemv_rows_mixed_supports(const MatmulArgs& a) {
+  if (a.tail_mat <= 0 || a.tail_mat >= a.n_mats || a.n != 1 || a.cols <= kStepElems / 2) return false;
+  if (a.dtype != DType::Q4_K || a.tail_dtype != DType::Q6_K) return false;
+  if (a.fuse.prologue == GemvPrologue::kSwiglu || a.fuse.glu_out != nullptr) return false;
+  int64_t head_rows = 0;
+  for (int m = 0; m < a.tail_mat; ++m) head_rows += a.rows[m];
+  if (head_rows % 2 != 0) return false;  // two-row sets must not straddle the types
+  MatmulArgs head = a, tail = a;
+  head.n_mats = a.tail_mat;
+  tail.n_mats = a.n_mats - a.tail_mat;
+  for (int m = 0; m < tail.n_mats; ++m) {
+    tail.w[m] = a.w[a.tail_mat + m];
+    tail.w_stride_bytes[m] = a.w_stride_bytes[a.tail_mat + m];
+  }
+  return bulk_eligible<DType::Q4_K>(head) && bulk_eligible<DType::Q6_K>(tail);
+}
+
 void launch_gemv_rows(const MatmulArgs& a, const LaunchEnv& env) {
+  if (a.tail_mat > 0) {
+    TERN_CHECK_MSG(gemv_rows_mixed_supports(a), "launch_gemv_rows: unsupported mixed-type launch");
+    const bool launched = launch_rows_instance<DType::Q4_K, 2, 1, DType::Q6_K>(a, env, static_cast<int>((a.cols + kStepElems - 1) / kStepElems));
+    TERN_CHECK_MSG(launched, "launch_gemv_rows: the mixed-type launch does not fit shared memory");
+    return;
+  }
   switch (a.dtype) {
     case DType::Q8_0: launch_rows_typed<DType::Q8_0>(a, env); break;
     case DType::Q4_K: launch_rows_typed<DType::Q4_K>(a, env); break;
@@ -561,6 +647,7 @@ void launch_gemv_rows(const MatmulArgs& a, const LaunchEnv& env) {
 }
 
 void init_gemv_rows(int max_smem_bytes) {
+  allow_mixed_smem(max_smem_bytes);
   allow_rows_smem<DType::Q8_0>(max_smem_bytes);
   allow_rows_smem<DType::Q4_K>(max_smem_bytes);
   allow_rows_smem<DType::Q5_K>(max_smem_bytes);

@@ -263,6 +263,12 @@ struct MatmulArgs {
   // it forms nothing). Not yet run on a device (session 6). Same bits in every setting.
   int gemv_x_once;
   int x_once_pad;  // zero: the record has no padding bytes before the pointer (records compare bytewise)
+  // A mixed-type launch (CudaBackendOptions::gemv_mixed; Q4_K_M's q4_k q+k with its q6_k v):
+  // matrices tail_mat .. n_mats - 1 hold tail_dtype rows, the others dtype; 0 = one type. Only
+  // gemv_rows.cu runs such a launch in one kernel (gemv_rows_mixed_supports); launch_matmul runs
+  // any other as its two parts, the tail part forming its activations as a carried norm does.
+  int32_t tail_mat;
+  DType tail_dtype;
   // The backend's scratch for it (kGemvXOnceBytes, zero-filled; its flag and counter are zero
   // again after every launch), nullptr: off whatever gemv_x_once says.
   uint8_t* x_once_buf;

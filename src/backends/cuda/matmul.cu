@@ -165,6 +165,44 @@ bool matmul_supports(DType t) { return dequant_element_supports(t); }
 
 void launch_matmul(const MatmulArgs& fused, const LaunchEnv& env) {
   if (fused.n == 0 || fused.total_rows() == 0) return;
+  if (fused.tail_mat > 0) {
+    // A mixed-type launch: one multi-row kernel where it takes it, else its two parts (the same
+    // rows' arithmetic either way). The tail part forms its activations as a carried norm does:
+    // from the norm's inputs in-kernel, or from x, which the head part (or the launch before it)
+    // stored.
+    if (fused.gemv_path != static_cast<int32_t>(GemvPath::kLegacy) &&
+        fused.gemv_path != static_cast<int32_t>(GemvPath::kSingle) && gemv_rows_mixed_supports(fused)) {
+      launch_gemv_rows(fused, env);
+      return;
+    }
+    MatmulArgs head = fused, tail = fused;
+    head.n_mats = fused.tail_mat;
+    head.tail_mat = 0;
+    tail.n_mats = fused.n_mats - fused.tail_mat;
+    tail.dtype = fused.tail_dtype;
+    tail.tail_mat = 0;
+    for (int m = 0; m < kMaxFusedMatmuls; ++m) {
+      const int from = m + fused.tail_mat;
+      const bool in = from < fused.n_mats;
+      tail.w[m] = in ? fused.w[from] : nullptr;
+      tail.w_stride_bytes[m] = in ? fused.w_stride_bytes[from] : 0;
+      tail.rows[m] = in ? fused.rows[from] : 0;
+      tail.y[m] = in ? fused.y[from] : nullptr;
+    }
+    for (int m = head.n_mats; m < kMaxFusedMatmuls; ++m) {
+      head.w[m] = nullptr;
+      head.w_stride_bytes[m] = 0;
+      head.rows[m] = 0;
+      head.y[m] = nullptr;
+    }
+    tail.fuse.write_x = 0;
+    tail.x_once_tag = 0;
+    tail.x_once_carry_tag = 0;
+    head.x_once_tag = 0;
+    launch_matmul(head, env);
+    launch_matmul(tail, env);
+    return;
+  }
   // The kernel choice depends on the weight alone (dtype, shape, alignment), never on n: every
   // n takes the same arithmetic for a given row (batch invariance).
   if (launch_gemv_quant(fused, env)) return;  // the quantized kernels take any fusion in-kernel
