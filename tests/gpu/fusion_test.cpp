@@ -26,6 +26,9 @@ class GpuFusion : public ::testing::Test {
     on.fuse_swiglu = true;  // off by default (cuda_backend.h); tested here all the same
     epi.fuse_swiglu_epilogue = true;
     off.fuse_gemv = false;
+    // Per-type launches (the third weight's launch carries the norm): mixed-type launches, on by
+    // default, have their own test (MixedTypeLaunchEqualsSeparateOps).
+    for (cuda::CudaBackendOptions* o : {&on, &epi, &off}) o->gemv_mixed = 2;
     fused_ = gputest::make_cuda(on);
     epilogue_ = gputest::make_cuda(epi);
     plain_ = gputest::make_cuda(off);
@@ -38,6 +41,7 @@ class GpuFusion : public ::testing::Test {
       o.rows_gemv = true;
       o.gemv_rows_per_step = rows;
       o.gemv_parts_per_row = parts;
+      o.gemv_mixed = 2;
       rows_.push_back(gputest::make_cuda(o));
       ASSERT_NE(rows_.back(), nullptr);
     }
@@ -48,6 +52,7 @@ class GpuFusion : public ::testing::Test {
       cuda::CudaBackendOptions o;
       o.rows_gemv = true;
       o.gemv_x_once = once;
+      o.gemv_mixed = 2;
       rows_.push_back(gputest::make_cuda(o));
       ASSERT_NE(rows_.back(), nullptr);
     }
@@ -136,9 +141,9 @@ TEST_F(GpuFusion, NormPrologueEqualsSeparateOps) {
 // (two-row sets would straddle the types), q6_k rows that are not whole bulk copies (2304).
 TEST_F(GpuFusion, MixedTypeLaunchEqualsSeparateOps) {
   std::vector<std::unique_ptr<Backend>> mixed;
-  for (int variant = 0; variant < 3; ++variant) {
+  for (int variant = 0; variant < 4; ++variant) {
     cuda::CudaBackendOptions o;
-    o.gemv_mixed = 1;
+    o.gemv_mixed = variant == 3 ? 0 : 1;  // 3: the default options (on)
     o.rows_gemv = variant == 1;
     o.gemv_x_once = variant == 2 ? 1 : 0;
     mixed.push_back(gputest::make_cuda(o));
@@ -185,7 +190,7 @@ TEST_F(GpuFusion, MixedTypeLaunchEqualsSeparateOps) {
       }
     }
   }
-  EXPECT_EQ(cuda::backend_stats(*fused_).gemv_mixed, 0);  // off by default
+  EXPECT_EQ(cuda::backend_stats(*fused_).gemv_mixed, 0);  // the fixture's backends: off
 }
 
 // swiglu(gate, up, gate) in place, gate @ W_down -> out, then x += out (as the models do, in

@@ -52,6 +52,7 @@ TEST_F(GpuGemvXOnce, EqualsPerBlockTiles) {
     o.rows_gemv = m.rows;
     o.gemv_rows_per_step = m.rows_per_step;
     o.gemv_parts_per_row = m.parts;
+    o.gemv_mixed = 2;  // v keeps its own launch, which carries the tile (modes 5 / 6)
     once.push_back(gputest::make_cuda(o));
     ASSERT_NE(once.back(), nullptr);
   }

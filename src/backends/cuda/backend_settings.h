@@ -75,7 +75,7 @@ struct BackendSettings {
   // (TERN_CUDA_GEMV_X_ONCE=1 / 0 / spread / carry / carry-spread)
   int gemv_x_once = 0;
   // Q4_K_M's q6_k v joins its q4_k q+k launch (one multi-row kernel, MatmulArgs::tail_mat): 0
-  // default, 1 on, 2 off (TERN_CUDA_GEMV_MIXED=1 / 0).
+  // default (on), 1 on, 2 off (TERN_CUDA_GEMV_MIXED=1 / 0).
   int gemv_mixed = 0;
   bool fuse_float_swiglu_epilogue = false;  // with fuse_gemv (TERN_CUDA_GEMV_FLOAT_GLU=0 / 1)
   L2PrefetchSetting l2_prefetch;    // TERN_CUDA_L2_PREFETCH; off before sm_90 (no bulk prefetch)

@@ -112,7 +112,7 @@ class CudaBackend final : public Backend {
         gemv_float_pipe_(settings.gemv_float_pipe),
         gemv_norm_preload_(settings.gemv_norm_preload),
         gemv_x_once_(settings.gemv_x_once),
-        gemv_mixed_(settings.gemv_mixed == 1 && prop.major >= 9),
+        gemv_mixed_(settings.gemv_mixed != 2 && prop.major >= 9),
         l2_prefetch_(settings.l2_prefetch),
         l2_bytes_(static_cast<uint64_t>(std::max(prop.l2CacheSize, 0))),
         cc_major_(prop.major) {
@@ -335,7 +335,8 @@ class CudaBackend final : public Backend {
     // gate/up) share one launch. Each row's arithmetic is unchanged (gemv.h), so fused and
     // separate launches give the same bits.
     if (MatmulArgs* prev = queue_->last_if<MatmulArgs>(OpKind::kMatmul); prev != nullptr &&
-        prev->n_mats < kMaxFusedMatmuls && prev->dtype == w.dtype && prev->cols == w.cols && prev->x == x.f32() &&
+        prev->n_mats < kMaxFusedMatmuls && prev->tail_mat == 0 && prev->dtype == w.dtype && prev->cols == w.cols &&
+        prev->x == x.f32() &&
         prev->n == x.rows && aligned16(prev->w[0], prev->w_stride_bytes[0]) == aligned16(w.data, w.row_stride) &&
         prev->fuse.residual == nullptr && prev->fuse.glu_out == nullptr) {
       bool distinct = true;

@@ -154,8 +154,9 @@ struct CudaBackendOptions {
   int gemv_x_once = 0;
   // Mixed-type launches (MatmulArgs::tail_mat; gemv_rows.cu, sm_90, one activation row): a q6_k
   // product of the same activations right after a q4_k launch (Q4_K_M's v after q+k) joins it,
-  // so one kernel reads both and forms the RMSNorm prologue's tile once. 0 = the default (off),
-  // 1 = on, 2 = off; TERN_CUDA_GEMV_MIXED=1 / 0 overrides it. Same bits in every setting.
+  // so one kernel reads both and forms the RMSNorm prologue's tile once (H200, 8B Q4_K_M decode
+  // at 1k: 376.7 -> 389.4 tok/s, bench/RESULTS.md session 7). 0 = the default (on), 1 = on, 2 =
+  // off; TERN_CUDA_GEMV_MIXED=1 / 0 overrides it. Same bits in every setting.
   int gemv_mixed = 0;
   // The SwiGLU epilogue for float gate/up products that the streamed kernel takes (a warp's two
   // rows are gate row r and up row r), with fuse_gemv; TERN_CUDA_GEMV_FLOAT_GLU=0 / 1 overrides.

@@ -127,7 +127,8 @@ bool take_residual_add(StepQueue& queue, const Tensor& a, const Tensor& b, const
 // may be gate or up itself (each row's output is stored after its inputs' own stores).
 bool take_swiglu_epilogue(StepQueue& queue, const Tensor& gate, const Tensor& up, const Tensor& out, bool any_kernel) {
   MatmulArgs* prev = queue.last_if<MatmulArgs>(OpKind::kMatmul);
-  if (prev == nullptr || prev->n_mats != 2 || prev->fuse.glu_out != nullptr || prev->fuse.residual != nullptr ||
+  if (prev == nullptr || prev->n_mats != 2 || prev->tail_mat != 0 || prev->fuse.glu_out != nullptr ||
+      prev->fuse.residual != nullptr ||
       prev->rows[0] != prev->rows[1] || prev->n != gate.rows || gate.cols != prev->rows[0] ||
       up.rows != gate.rows || up.cols != gate.cols || out.rows != gate.rows || out.cols != gate.cols) {
     return false;

@@ -119,22 +119,24 @@ __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
 // spread == 0: q = block * groups_per_block + group in block, so the sets fill the first blocks;
 // spread == 1: q = block + blocks * group in block, so consecutive sets go to different blocks
 // and a grid of every resident block spreads a small product's sets over all SMs.
-// kLean: the leaner per-step code (session 7, bench/RESULTS.md): weight items read with the
-// stage's known alignment (gemv_items.cuh WItemOf<T, true>: one load path per warp, q4_k's high
-// nibbles in place), and a set's row addresses from one matrix lookup (its rows are consecutive
-// in one matrix, or a gate / up pair) instead of one per row. false is the previous code, kept
-// for A/B (TERN_CUDA_GEMV_LEAN=0). Same words, same integer sums, same bits.
+// The per-step code is lean (session 7, bench/RESULTS.md: the profile put the kernel at 0.17 warp
+// instructions per weight byte, half of them outside the dot products, with 2-4 resident warps
+// per scheduler waiting on each other's dependencies): weight items are read with the stage's
+// known alignment (gemv_items.cuh WItemOf<T, true>: one load path per warp, q4_k's high nibbles
+// in place), and a set's row addresses come from one matrix lookup (its rows are consecutive in
+// one matrix, or a gate / up pair) instead of one per row. Same words, same integer sums, same
+// bits as the previous code (q6_k down 22.3 -> 19.1 us, q4_k q+k 7.1 -> 6.4 us).
 // T2 != T: a mixed-type launch (MatmulArgs::tail_mat; kRows >= 2, one part, no SwiGLU pairs):
 // the sets of the tail matrices' rows hold T2 rows and take T2's items and step lengths, the
 // others T's; the activation tile carries what both read. Each row's arithmetic is its type's.
-template <DType T, int kRows, int kParts, bool kLean, DType T2 = T>
+template <DType T, int kRows, int kParts, DType T2 = T>
 __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch, int spread, int norm_preload,
                      int x_once_wait_ns, int x_once_flags) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) uint8_t smem[];
-  using W = typename WItemOf<T, kLean>::type;
-  using W2 = typename WItemOf<T2, kLean>::type;
+  using W = typename WItemOf<T, true>::type;
+  using W2 = typename WItemOf<T2, true>::type;
   constexpr bool kMixed = T2 != T;
   constexpr int kFullStepBytes = step_bytes<T>();
   constexpr int kFullStepBytes2 = step_bytes<T2>();
@@ -183,7 +185,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     if (c.set_k >= my_sets) return;
     const int64_t set = first_set + int64_t{c.set_k} * set_stride;
     const size_t skip = static_cast<size_t>(step0) * (set_is_tail(c.set_k) ? kFullStepBytes2 : kFullStepBytes);
-    if constexpr (kLean) {
+    {
       if (pair) {  // gate row (matrix 0) and up row (matrix 1) of each output, rows of equal count
         const int64_t r0 = set * (kRows / 2);
 #pragma unroll
@@ -401,19 +403,9 @@ bool spread_sets() {
 // Launches one instance; false when even two stages do not fit shared memory (four rows of
 // wide q6_k steps), which the caller answers with fewer rows per step. (One row per step always
 // fits: launch_typed in gemv_quant.cu has checked a larger layout.)
-// Whether the kernel runs its leaner per-step code (kLean): on by default, TERN_CUDA_GEMV_LEAN=0
-// takes the previous code (A/B; read once per process).
-bool lean_kernel() {
-  static const bool on = [] {
-    const char* e = std::getenv("TERN_CUDA_GEMV_LEAN");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
-  return on;
-}
-
 template <DType T, int kRows, int kParts, DType T2 = T>
 bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_steps) {
-  auto* kernel = lean_kernel() ? gemv_rows_kernel<T, kRows, kParts, true, T2> : gemv_rows_kernel<T, kRows, kParts, false, T2>;
+  auto* kernel = gemv_rows_kernel<T, kRows, kParts, T2>;
   const int cols = static_cast<int>(a.cols);
   const int budget = a.stage_bytes_per_warp > 0 ? a.stage_bytes_per_warp : kDefaultStageBytesPerWarp;
   int n_stages = std::clamp(budget / rows_stage_pitch<T, kRows, T2>(), 2, kMaxStages);
@@ -563,8 +555,7 @@ void launch_rows_shape(const MatmulArgs& a, const LaunchEnv& env, RowsShape s, i
 
 // The mixed-type instance's shared-memory setup (q4_k head, q6_k tail, two rows per step).
 void allow_mixed_smem(int max_smem_bytes) {
-  for (auto* k : {gemv_rows_kernel<DType::Q4_K, 2, 1, true, DType::Q6_K>,
-                  gemv_rows_kernel<DType::Q4_K, 2, 1, false, DType::Q6_K>}) {
+  for (auto* k : {gemv_rows_kernel<DType::Q4_K, 2, 1, DType::Q6_K>}) {
     cudaFuncAttributes attr{};
     TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
     TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
@@ -576,10 +567,8 @@ void allow_mixed_smem(int max_smem_bytes) {
 
 template <DType T>
 void allow_rows_smem(int max_smem_bytes) {
-  for (auto* k : {gemv_rows_kernel<T, 1, 1, true>, gemv_rows_kernel<T, 1, 2, true>, gemv_rows_kernel<T, 1, 4, true>,
-                  gemv_rows_kernel<T, 2, 1, true>, gemv_rows_kernel<T, 4, 1, true>, gemv_rows_kernel<T, 1, 1, false>,
-                  gemv_rows_kernel<T, 1, 2, false>, gemv_rows_kernel<T, 1, 4, false>, gemv_rows_kernel<T, 2, 1, false>,
-                  gemv_rows_kernel<T, 4, 1, false>}) {
+  for (auto* k : {gemv_rows_kernel<T, 1, 1>, gemv_rows_kernel<T, 1, 2>, gemv_rows_kernel<T, 1, 4>,
+                  gemv_rows_kernel<T, 2, 1>, gemv_rows_kernel<T, 4, 1>}) {
     cudaFuncAttributes attr{};
     TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
     TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
