@@ -18,6 +18,7 @@
 #include <numeric>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -180,8 +181,8 @@ class ScopedEnv {
 // boundary (few blocks: one q head per block), and with a 9k decode added (many spans: 2 or 4 q
 // heads per block, uneven head slices for group 7).
 void expect_split_kernels_equal(Backend& want_backend, const std::vector<std::unique_ptr<Backend>>& got,
-                                uint32_t seed) {
-  for (const Shape& s : kShapes) {
+                                uint32_t seed, std::span<const Shape> shapes = kShapes) {
+  for (const Shape& s : shapes) {
     SCOPED_TRACE(describe(s));
     const bool long_ctx = s.n_heads / s.n_kv_heads >= 4;  // GQA: 2 or 4 q heads per block on many spans
     const int n_blocks = long_ctx ? 800 : 200;
@@ -507,7 +508,8 @@ TEST_F(GpuAttention, SplitKvRingEqualsPairKernelBitwise) {
                   {243, 1, 0, "3"}, {243, 2, 0, "3"}, {243, 0, 1, "3"}, {451, 0, 0, "2"},
                   {451, 0, 0, "3"}, {451, 0, 0, "4"}, {499, 0, 0, "3"},
                   {755, 0, 0, "3"}, {723, 0, 0, "3"}, {755, 0, 0, "2"},  {755, 1, 0, "3"},
-                  {755, 0, 1, "3"}};
+                  {755, 0, 1, "3"}, {1779, 0, 0, "3"}, {1747, 0, 0, "3"}, {1795, 0, 0, "3"},
+                  {1779, 0, 0, "2"}};
   std::vector<std::unique_ptr<Backend>> got;
   for (const auto& v : variants) {
     cuda::CudaBackendOptions o = pair_opts;
@@ -520,8 +522,35 @@ TEST_F(GpuAttention, SplitKvRingEqualsPairKernelBitwise) {
   ASSERT_TRUE(pair != nullptr);
   for (const auto& b : got) ASSERT_TRUE(b != nullptr);
   const int64_t ws_before = cuda::attention_span_ws_launches();
+  const int64_t lean_before = cuda::attention_span_ws_lean_launches();
   expect_split_kernels_equal(*pair, got, 2700);
   EXPECT_GT(cuda::attention_span_ws_launches(), ws_before) << "the warp-specialized kernel never ran";
+  EXPECT_GT(cuda::attention_span_ws_lean_launches(), lean_before) << "its lean form never ran";
+}
+
+// The lean warp-specialized ring (1779 = 755 + kSpanWsLean; 1747 without persistent blocks)
+// on head-dim-128 f16 shapes kShapes lacks: a GQA group of 3 (a group of 4 queries spans two
+// tokens of a tile: two position ranges), a group of 8 (two head slices of 4) and a sliding
+// window, against kernel 2 bit for bit, with 755 alongside; the lean form must have run.
+TEST_F(GpuAttention, LeanWarpSpecializedRingEqualsPairKernelBitwise) {
+  cuda::CudaBackendOptions pair_opts;
+  pair_opts.attention_split = cuda::AttentionSplit::kAlways;
+  pair_opts.attention_span_kernel = 2;
+  pair_opts.attention_chunk_split = 0;
+  pair_opts.attention_early_kv = 0;
+  std::unique_ptr<Backend> pair = gputest::make_cuda(pair_opts);
+  std::vector<std::unique_ptr<Backend>> got;
+  for (int kernel : {755, 1779, 1747}) {
+    cuda::CudaBackendOptions o = pair_opts;
+    o.attention_span_kernel = kernel;
+    got.push_back(gputest::make_cuda(o));
+  }
+  ASSERT_TRUE(pair != nullptr);
+  for (const auto& b : got) ASSERT_TRUE(b != nullptr);
+  const Shape shapes[] = {{12, 4, 128, DType::F16}, {16, 2, 128, DType::F16}, {8, 2, 128, DType::F16, 0.0f, 300}};
+  const int64_t lean_before = cuda::attention_span_ws_lean_launches();
+  expect_split_kernels_equal(*pair, got, 2800, shapes);
+  EXPECT_GT(cuda::attention_span_ws_lean_launches(), lean_before) << "the lean form never ran";
 }
 
 // The split K/V ring at long contexts, where blocks are persistent (span_kernel 243 = 115 + 128:
@@ -531,7 +560,7 @@ TEST_F(GpuAttention, SplitKvRingEqualsPairKernelBitwise) {
 // 243 at 2 and 3 stages, 499 at 3 and 4, with the grid the backend picks and with 5 blocks per
 // (KV head, head slice) walking ~26 spans each (TERN_CUDA_ATTN_PERSIST_COLS). Shapes: the 8B
 // shape, a sliding window (empty spans), softcap (grid the backend picks only). And the
-// warp-specialized ring, 755 and 1011 (+ 256, ignored by it) at 3 stages: persistent blocks
+// warp-specialized ring, 755, 1011 (+ 256, ignored by it) and its lean form 1779 at 3 stages: persistent blocks
 // walking spans with the producers a step ahead across span boundaries, its slot buffers
 // rewritten under way; the launch counter shows that it ran.
 TEST_F(GpuAttention, SplitKvRingLongContextBitwise) {
@@ -548,7 +577,7 @@ TEST_F(GpuAttention, SplitKvRingLongContextBitwise) {
     const struct {
       int kernel;
       const char* stages;
-    } variants[] = {{243, "2"}, {243, "3"}, {499, "3"}, {499, "4"}, {755, "3"}, {1011, "3"}};
+    } variants[] = {{243, "2"}, {243, "3"}, {499, "3"}, {499, "4"}, {755, "3"}, {1011, "3"}, {1779, "3"}};
     for (const auto& v : variants) {
       cuda::CudaBackendOptions ov = o;
       ov.attention_span_kernel = v.kernel;
@@ -558,6 +587,7 @@ TEST_F(GpuAttention, SplitKvRingLongContextBitwise) {
     ASSERT_TRUE(want != nullptr);
     for (const auto& b : got) ASSERT_TRUE(b != nullptr);
     const int64_t ws_before = cuda::attention_span_ws_launches();
+    const int64_t lean_before = cuda::attention_span_ws_lean_launches();
     for (const Shape& s : shapes) {
       if (cols[0] == '5' && s.softcap > 0.0f) continue;  // (time: the other shapes cover the walk)
       SCOPED_TRACE(describe(s));
@@ -574,10 +604,11 @@ TEST_F(GpuAttention, SplitKvRingLongContextBitwise) {
       seed += 2;
     }
     EXPECT_GT(cuda::attention_span_ws_launches(), ws_before) << "the warp-specialized kernel never ran";
+    EXPECT_GT(cuda::attention_span_ws_lean_launches(), lean_before) << "its lean form never ran";
   }
 }
 
-// The split K/V ring (243, 499) and its warp-specialized form (755) under CUDA graphs: a 32k
+// The split K/V ring (243, 499) and its warp-specialized forms (755, lean 1779) under CUDA graphs: a 32k
 // decode step (persistent blocks) and a step of several sequences, each with two attention ops,
 // run 5 times with the same buffers (replayed as graphs), equal kernel 2's eager results every
 // time.
@@ -585,7 +616,7 @@ TEST_F(GpuAttention, SplitKvRingRepeatsUnderGraphs) {
   const Shape s{32, 8, 128, DType::F16};
   auto want = make_span(2, 0);
   std::vector<std::unique_ptr<Backend>> got;
-  for (int kernel : {243, 499, 755}) {
+  for (int kernel : {243, 499, 755, 1779}) {
     cuda::CudaBackendOptions o;
     o.attention_span_kernel = kernel;
     got.push_back(gputest::make_cuda(o));

@@ -197,7 +197,9 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_chunk_split, -1);
   setenv("TERN_CUDA_ATTN_SPLIT_RING", "3", 1);
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 3);
-  setenv("TERN_CUDA_ATTN_SPLIT_RING", "4", 1);  // no such form: the default
+  setenv("TERN_CUDA_ATTN_SPLIT_RING", "4", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 4);
+  setenv("TERN_CUDA_ATTN_SPLIT_RING", "5", 1);  // no such form: the default
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, cuda::kDefaultSplitRing);
 
   setenv("TERN_CUDA_ATTN_SPAN", "5", 1);  // no kernel 5
@@ -218,7 +220,9 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, 499);
   setenv("TERN_CUDA_ATTN_SPAN", "755", 1);  // + 512: the warp-specialized ring
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, 755);
-  setenv("TERN_CUDA_ATTN_SPAN", "1027", 1);  // 1024 + 3: no such flag
+  setenv("TERN_CUDA_ATTN_SPAN", "1779", 1);  // + 1024: its lean form
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, 1779);
+  setenv("TERN_CUDA_ATTN_SPAN", "2051", 1);  // 2048 + 3: no such flag
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, -1);
 }
 
@@ -377,7 +381,8 @@ TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 1), 243);  // + split K/V ring
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 2), 499);  // + values on all warps
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 3), 755);  // split ring, warp-specialized
-  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16), 755);     // the default
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 4), 1779);  // its lean form
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16), 1779);     // the default
   EXPECT_EQ(cuda::default_span_kernel(64, DType::F16, 2), 2);
   EXPECT_EQ(cuda::default_span_kernel(64, DType::F16), 2);     // SmolLM2
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F32), 2);

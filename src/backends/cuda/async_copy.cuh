@@ -11,6 +11,11 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 }
+// cp_async16 to a shared-space address (a kernel that computes its ring addresses once as
+// 32-bit shared offsets saves the generic-to-shared conversion per copy).
+__device__ __forceinline__ void cp_async16_shared(unsigned smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem) : "memory");
+}
 // 8-byte copy through L1 (.ca: .cg takes only 16-byte copies), for data aligned to 8 bytes only.
 __device__ __forceinline__ void cp_async8(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));

@@ -210,5 +210,7 @@ void init_attention_cluster(int max_smem_bytes);
 // Launches of the warp-specialized span kernel (kSpanWarpSpecialized) in this process so far:
 // tests check that it ran, not its fallback.
 int64_t attention_span_ws_launches();
+// Of those, launches of its lean form (kSpanWsLean).
+int64_t attention_span_ws_lean_launches();
 
 }  // namespace tern::cuda

@@ -49,6 +49,7 @@ int g_n_sm = 132;  // the device's SMs (init_attention_span): persistent grids
 int g_persist_cols = 0;
 int g_max_smem = 0;  // the span kernels' shared-memory limit (init_attention_span)
 std::atomic<int64_t> g_ws_launches{0};  // attention_span_ws_launches
+std::atomic<int64_t> g_ws_lean_launches{0};  // attention_span_ws_lean_launches
 // TERN_CUDA_ATTN_SPAN_HPB=1/2/4 (read when a backend is created; A/B timing): q heads per block
 // of the span kernels instead of plan_attention_span's choice (capped at the GQA group).
 int g_force_hpb = 0;
@@ -208,7 +209,7 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
   // block, which takes one step. Elsewhere the flags are dropped (same bits either way).
   const bool ring_form = a.head_dim == 128 && a.kv_dtype == DType::F16 && (flags & kSpanValuePairs) != 0;
   if (base == 3 && ring_form && cs == 0 && (kernel & kSpanSplitRing) != 0) {
-    flags |= kernel & (kSpanSplitRing | kSpanValueQueryPairs | kSpanWarpSpecialized);
+    flags |= kernel & (kSpanSplitRing | kSpanValueQueryPairs | kSpanWarpSpecialized | kSpanWsLean);
   }
   const bool pair = base == 2 || base == 3;
   const int min_stages = pair ? 2 : 1;
@@ -256,8 +257,12 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
         b.span_kernel &= ~kSpanWarpSpecialized;
       }
     }
+    // The lean form addresses cache rows with 32-bit byte strides.
+    const int64_t max_row_bytes = int64_t{1} << 30;
+    if (a.k_cache_stride * 2 >= max_row_bytes || a.v_cache_stride * 2 >= max_row_bytes) b.span_kernel &= ~kSpanWsLean;
     const bool warp_specialized = (b.span_kernel & kSpanWarpSpecialized) != 0;
     if (warp_specialized) g_ws_launches.fetch_add(1, std::memory_order_relaxed);
+    if (warp_specialized && (b.span_kernel & kSpanWsLean) != 0) g_ws_lean_launches.fetch_add(1, std::memory_order_relaxed);
     const size_t smem = span_smem(a, sh, a.kv_stages, warp_specialized ? 4 : 2).total;
     if ((a.span_kernel & kSpanPersistent) != 0 && a.plan.n_tiles == 1 && !a.fold_merge && a.chunk_split == 0 &&
         (a.kv_stages >= 3 || split_ring)) {
@@ -291,6 +296,7 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
 }
 
 int64_t attention_span_ws_launches() { return g_ws_launches.load(std::memory_order_relaxed); }
+int64_t attention_span_ws_lean_launches() { return g_ws_lean_launches.load(std::memory_order_relaxed); }
 
 void init_attention_span(int max_smem_bytes) {
   int dev = 0;

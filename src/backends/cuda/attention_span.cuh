@@ -38,6 +38,13 @@ constexpr int kSpanValueQueryPairs = 256;
 // probabilities); the producers copy the K halves, the consumers the V halves. kSpanValueQueryPairs
 // is ignored with it (values on the 4 consumer warps). Same bits. Not yet run on a device.
 constexpr int kSpanWarpSpecialized = 512;
+// Lean warp-specialized kernel (with kSpanWarpSpecialized; attention_span_pair.cu, kLean): the
+// same steps with fewer instructions around them (ncu of 755 at a 32k decode: 36.4 M warp
+// instructions, 23% of them the FMAs, 19% the K/V copies' address arithmetic, ~10% per-step
+// divisions and reloads): copies of one column per thread at immediate shared offsets, per-query
+// tables instead of divisions by the heads per token, q loaded ahead of the ring's prologue.
+// Same bytes, same floats in the same order: same bits. Needs cache rows under 2 GB apart.
+constexpr int kSpanWsLean = 1024;
 static_assert(kSpanMaxStages == kAttnSpanChunks, "4 stages hold a whole span");
 
 struct SpanShape {

@@ -340,8 +340,9 @@ __device__ __forceinline__ void buffer_arrive(int b) {
   }
 }
 
-template <int kHd, typename T>
+template <int kHd, typename T, bool kLean = false>
 __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(AttentionArgs a) {
+  static_assert(!kLean || (kHd == kWsRoleThreads && sizeof(T) == 2), "the lean form: a consumer thread per dimension, f16");
   constexpr int kStages = kWsStages;
   constexpr int kPer16 = 16 / sizeof(T);
   constexpr int kRowPieces = kHd / kPer16;
@@ -385,6 +386,21 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(Attentio
   Q.n_heads = a.n_heads, Q.h0 = h0;
 
   const int max_pos = load_span_tokens(a, B, t0, nt, 0);
+  // Lean form: per-query tables in the statistics' free tail (they take 10 of the 18 na): the
+  // query's token position and first position, its token's first partial slot and its head.
+  int* q_pos = reinterpret_cast<int*>(stats + 10 * na);
+  int* q_first = q_pos + na;
+  int* q_rec = q_pos + 2 * na;
+  int* q_head = q_pos + 3 * na;
+  if constexpr (kLean) {
+    for (int i = tid; i < nq; i += kThreads) {  // plan data only: before the PDL wait
+      const int tt = i / nh;
+      q_pos[i] = B.tok_pos[tt];
+      q_first[i] = B.tok_first[tt];
+      q_rec[i] = P.token_partial_begin[t0 + tt];
+      q_head[i] = h0 + i % nh;
+    }
+  }
   const int32_t* blocks = P.block_ids + P.block_offsets[P.seq_index[t0]];
   auto rows_of = [&](int k) {
     return min(kAttnSpanTokens, max_pos + 1 - (it.span + k * span_stride) * kAttnSpanTokens);
@@ -422,14 +438,75 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(Attentio
     }
     cp_async_commit();
   };
+  // Lean form of issue_half(gi, !producer): ncu of the generic one at a 32k decode counted ~25
+  // instructions per 16-byte copy (signed divisions of the piece index, bounds checks, 64-bit
+  // address arithmetic; 19% of the kernel's instructions). Here a thread keeps one column
+  // (cp_col) of rows cp_r0 + kRowStep i of every chunk, so a copy is a slot load, one wide
+  // multiply-add and the cp.async, with the shared address an immediate offset. Same bytes into
+  // the same places.
+  constexpr int kRowStep = kWsRoleThreads / kRowPieces;  // rows one pass of the role covers
+  static_assert(C % kRowStep == 0, "whole passes per chunk");
+  const int cp_r0 = rtid / kRowPieces, cp_col = (rtid % kRowPieces) * kPer16;
+  const char* cp_src = reinterpret_cast<const char*>(producer ? a.k_cache : a.v_cache) +
+                       (int64_t{g} * kHd + cp_col) * static_cast<int64_t>(sizeof(T));
+  const int cp_row_bytes = static_cast<int>((producer ? a.k_cache_stride : a.v_cache_stride) * sizeof(T));
+  const unsigned cp_dst0 = static_cast<unsigned>(__cvta_generic_to_shared(kv_s)) +
+                           static_cast<unsigned>(((producer ? 0 : C * kHd) + cp_r0 * kHd + cp_col) * sizeof(T));
+  auto issue_own = [&](int gi) {
+    const int k = gi / kAttnSpanChunks;
+    if (k < n_items) {
+      const int c0 = (gi % kAttnSpanChunks) * C;
+      const int* sl = slots + (k & 1) * kAttnSpanTokens + c0 + cp_r0;
+      const unsigned dst = cp_dst0 + static_cast<unsigned>((gi % kStages) * 2 * C * kHd * sizeof(T));
+      const int n_left = rows_of(k) - c0 - cp_r0;  // this thread's row i is valid while kRowStep i < n_left
+      constexpr unsigned kRowStepBytes = kRowStep * kHd * sizeof(T);
+      if (n_left > C - kRowStep) {
+#pragma unroll
+        for (int i = 0; i < C / kRowStep; ++i) {
+          cp_async16_shared(dst + i * kRowStepBytes, cp_src + int64_t{sl[i * kRowStep]} * cp_row_bytes);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < C / kRowStep; ++i) {
+          if (i * kRowStep < n_left) {
+            cp_async16_shared(dst + i * kRowStepBytes, cp_src + int64_t{sl[i * kRowStep]} * cp_row_bytes);
+          }
+        }
+      }
+    }
+    cp_async_commit();
+  };
 
   pdl_wait();
   pdl_launch_dependents();
-  __syncthreads();  // slots visible
-  for (int gi = 0; gi < kStages; ++gi) issue_half(gi, !producer);
-  for (int i = tid; i < nq * kHd; i += kThreads) {
-    const int qi = i / kHd, d = i - qi * kHd;
-    q_s[i] = a.q[int64_t{t0 + qi / nh} * a.q_stride + int64_t{h0 + qi % nh} * kHd + d];
+  if constexpr (kLean) {
+    // q (written by the kernel before) loaded into registers before the ring's prologue, so its
+    // loads do not queue behind 48 KB of K/V copies per block (ncu: the block's first shared
+    // store of q was the kernel's most stalled instruction); a decode's 4 queries are 2 per thread.
+    constexpr int kQEarly = 2;
+    float q_early[kQEarly] = {};
+#pragma unroll
+    for (int u = 0; u < kQEarly; ++u) {
+      const int i = tid + u * kThreads, qi = i / kHd, d = i - qi * kHd;
+      if (i < nq * kHd) q_early[u] = a.q[int64_t{t0 + qi / nh} * a.q_stride + int64_t{h0 + qi % nh} * kHd + d];
+    }
+    __syncthreads();  // slots visible
+    for (int gi = 0; gi < kStages; ++gi) issue_own(gi);
+#pragma unroll
+    for (int u = 0; u < kQEarly; ++u) {
+      if (tid + u * kThreads < nq * kHd) q_s[tid + u * kThreads] = q_early[u];
+    }
+    for (int i = tid + kQEarly * kThreads; i < nq * kHd; i += kThreads) {
+      const int qi = i / kHd, d = i - qi * kHd;
+      q_s[i] = a.q[int64_t{t0 + qi / nh} * a.q_stride + int64_t{h0 + qi % nh} * kHd + d];
+    }
+  } else {
+    __syncthreads();  // slots visible
+    for (int gi = 0; gi < kStages; ++gi) issue_half(gi, !producer);
+    for (int i = tid; i < nq * kHd; i += kThreads) {
+      const int qi = i / kHd, d = i - qi * kHd;
+      q_s[i] = a.q[int64_t{t0 + qi / nh} * a.q_stride + int64_t{h0 + qi % nh} * kHd + d];
+    }
   }
   for (int i = tid; i < nq * kHd; i += kThreads) span_a[i] = 0.0f;
   for (int i = tid; i < nq; i += kThreads) {
@@ -439,6 +516,89 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(Attentio
   int total_steps = 0;
   for (int k = 0; k < n_items; ++k) total_steps += ((rows_of(k) + C - 1) / C + kPair - 1) / kPair;
   __syncthreads();  // q and the span state; from here on only named barriers
+
+  if constexpr (kLean) {
+    // The same steps, barriers and copies as the loop below, as one loop per role, so each role's
+    // registers are its own (a decode's q stays in the producers' registers for the whole walk).
+    // The producers' walk with score_step(p, gi, n_chunks, j0) scoring a step into p.
+    auto produce = [&](auto&& score_step) {
+      int s = 0;
+      for (int k = 0; k < n_items; ++k) {
+        const int j_begin = (it.span + k * span_stride) * kAttnSpanTokens;
+        const int n_iter = (rows_of(k) + C - 1) / C;
+        for (int i = 0; i < n_iter; i += kPair, ++s) {
+          const int b = s & 1, gi = k * kAttnSpanChunks + i;
+          const int n_chunks = min(kPair, n_iter - i), j0 = j_begin + i * C;
+          if (s >= 2) buffer_sync<kBarEmpty0>(b);  // the consumers are done with p[b] (step s - 2)
+          if (i == 0 && k >= 1 && k + 1 < n_items) lookup(k + 1, rtid, kWsRoleThreads);
+          cp_async_wait<1>();  // K(gi), K(gi + 1) landed (this thread's pieces), K(gi + 2) may fly
+          named_sync<kBarProducers, kWsRoleThreads>();
+          score_step(p_s + b * p_buf, gi, n_chunks, j0);
+          buffer_arrive<kBarFull0>(b);
+          named_sync<kBarProducers, kWsRoleThreads>();  // every producer is done with K(gi), K(gi + 1)
+          issue_own(gi + kStages);
+          issue_own(gi + kStages + 1);
+        }
+      }
+    };
+    if (producer && nq <= kQueriesPerPass) {  // one score pass: q in registers for the whole walk
+      LeanScorer<kHd, kWsRoleThreads> scorer;
+      scorer.init(Q, q_pos, q_first, static_cast<unsigned>(rtid));
+      produce([&](float* p, int gi, int n_chunks, int j0) {
+        scorer.score(p, stage_k(gi), stage_k(gi + 1), n_chunks, j0, a.scale, a.softcap);
+      });
+    } else if (producer) {
+      produce([&](float* p, int gi, int n_chunks, int j0) {
+        PairQueries Qb = Q;
+        Qb.p = p;
+        group_scores<kHd, kWsRoleThreads>(Qb, stage_k(gi), stage_k(gi + 1), n_chunks * C, j0, a.scale, a.softcap,
+                                          static_cast<unsigned>(rtid));
+      });
+    } else {
+      int s = 0;
+      for (int k = 0; k < n_items; ++k) {
+        const int span = it.span + k * span_stride;
+        const int j_begin = span * kAttnSpanTokens;
+        const int n_iter = (rows_of(k) + C - 1) / C;
+        for (int i = 0; i < n_iter; i += kPair, ++s) {
+          const int b = s & 1, gi = k * kAttnSpanChunks + i;
+          const int n_chunks = min(kPair, n_iter - i), j0 = j_begin + i * C;
+          PairQueries Qb = Q;
+          Qb.p = p_s + b * p_buf;
+          buffer_sync<kBarFull0>(b);
+          pair_softmax<true, kWsRoleWarps>(Qb, n_chunks, rwarp);
+          cp_async_wait<1>();
+          named_sync<kBarConsumers, kWsRoleThreads>();
+          group_values_lean<kHd, kWsRoleWarps>(Qb, q_pos, q_first, stage_k(gi) + C * kHd, stage_k(gi + 1) + C * kHd,
+                                               n_chunks, j0, rwarp);
+          named_sync<kBarConsumers, kWsRoleThreads>();
+          issue_own(gi + kStages);
+          issue_own(gi + kStages + 1);
+          if (s + 2 < total_steps) buffer_arrive<kBarEmpty0>(b);
+        }
+        // The span partial (as the generic loop's below), consumer thread rtid owning dimension
+        // rtid of every query (kHd is the role's thread count), the record's slot and head from
+        // the query tables.
+        for (int qi = 0; qi < nq; ++qi) {
+          const int o = qi * kHd + rtid;
+          if (span * kAttnSpanTokens <= q_pos[qi]) {
+            float* rec = a.partials + (int64_t{q_rec[qi] + span} * a.n_heads + q_head[qi]) * (kHd + 2);
+            rec[2 + rtid] = span_a[o];
+            if (rtid == 0) {
+              rec[0] = Q.span_m[qi];
+              rec[1] = Q.span_l[qi];
+            }
+          }
+          span_a[o] = 0.0f;
+          if (rtid == 0) {
+            Q.span_m[qi] = -INFINITY;
+            Q.span_l[qi] = 0.0f;
+          }
+        }
+      }
+    }
+    return;
+  }
 
   int s = 0;  // the block's step (both roles count the same steps)
   for (int k = 0; k < n_items; ++k) {
@@ -518,7 +678,8 @@ PairKernel pair_kernel_of(const AttentionArgs& a) {
   if (group && f16 && a.head_dim == 128) {
     if ((a.span_kernel & kSpanValuePairs) != 0 && (a.span_kernel & kSpanSplitRing) != 0 &&
         (a.span_kernel & kSpanWarpSpecialized) != 0 && a.kv_stages == kWsStages) {
-      return attention_span_ws_kernel<128, __half>;
+      return (a.span_kernel & kSpanWsLean) != 0 ? attention_span_ws_kernel<128, __half, true>
+                                                : attention_span_ws_kernel<128, __half>;
     }
     if ((a.span_kernel & kSpanValuePairs) != 0 && (a.span_kernel & kSpanSplitRing) != 0) {
       return (a.span_kernel & kSpanValueQueryPairs) != 0 ? pair_kernel_for<__half, true, 128, 2, true, 2>(a.kv_stages)
@@ -545,8 +706,9 @@ int attention_span_pair_blocks_per_sm(const AttentionArgs& a, size_t smem) {
 }
 
 void init_attention_span_pair(int max_smem_bytes) {
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_span_ws_kernel<128, __half>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
+  for (PairKernel k : {attention_span_ws_kernel<128, __half>, attention_span_ws_kernel<128, __half, true>}) {
+    TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
+  }
   for (int stages = 2; stages <= kSpanMaxStages; ++stages) {
     for (PairKernel k : {pair_kernel_for<__half, false, 0>(stages), pair_kernel_for<__half, true, 0>(stages),
                          pair_kernel_for<__half, true, 128>(stages), pair_kernel_for<__half, true, 128, 2>(stages),

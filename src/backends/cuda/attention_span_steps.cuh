@@ -155,6 +155,38 @@ __device__ __forceinline__ void pair_scores(const PairQueries& Q, const T* k0, c
   }
 }
 
+// group_scores' arithmetic for one key (the row at krow): the lane's two segment partials per
+// query (fmaf chains in d order), the tree's first level in registers, then the transposing
+// reduction over the key's lanes (group_scores' comment); returns the dot of the lane's query.
+template <int kLanesPerKey, typename T>
+__device__ __forceinline__ float group_key_dot(const float (&qx)[kQueriesPerPass][kSeg],
+                                               const float (&qy)[kQueriesPerPass][kSeg], const T* krow, int seg_x,
+                                               int seg_y, bool b0, bool b1) {
+  float kx[kSeg], ky[kSeg];
+  attn::load8(krow + seg_x * kSeg, kx);
+  attn::load8(krow + seg_y * kSeg, ky);
+  float dot[kQueriesPerPass];
+#pragma unroll
+  for (int qq = 0; qq < kQueriesPerPass; ++qq) {
+    float px = 0.0f, py = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kSeg; ++e) {
+      px = __fmaf_rn(qx[qq][e], kx[e], px);
+      py = __fmaf_rn(qy[qq][e], ky[e], py);
+    }
+    dot[qq] = __fadd_rn(px, py);  // the tree's first level
+  }
+  // xor 1: keep queries 2 b0, 2 b0 + 1; xor 2: keep query 2 b0 + b1.
+  const float send0 = b0 ? dot[0] : dot[2], send1 = b0 ? dot[1] : dot[3];
+  const float keep0 = b0 ? dot[2] : dot[0], keep1 = b0 ? dot[3] : dot[1];
+  const float e0 = __fadd_rn(keep0, __shfl_xor_sync(kFullMask, send0, 1));
+  const float e1 = __fadd_rn(keep1, __shfl_xor_sync(kFullMask, send1, 1));
+  float f = __fadd_rn(b1 ? e1 : e0, __shfl_xor_sync(kFullMask, b1 ? e0 : e1, 2));
+#pragma unroll
+  for (int off = 4; off < kLanesPerKey; off <<= 1) f = __fadd_rn(f, __shfl_xor_sync(kFullMask, f, off));
+  return f;
+}
+
 // pair_scores<true> for a head_dim known at compile time (span_kernel 3, kHd = 128 with f16
 // caches): the same segment partials and tree, with
 //   - no runtime segment checks or tree loop (every lane's two segments are live), so the
@@ -204,28 +236,7 @@ __device__ __forceinline__ void group_scores(const PairQueries& Q, const T* k0, 
     float* my_p = Q.p + p_index<true>(qg, 0) + qsel;  // position jj at my_p[4 jj]
     for (int jj = key0; jj < n_keys; jj += kKeyStride) {  // n_keys is a multiple of a warp's keys
       const T* krow = jj < C ? k0 + jj * kHd : k1 + (jj - C) * kHd;
-      float kx[kSeg], ky[kSeg];
-      attn::load8(krow + seg_x * kSeg, kx);
-      attn::load8(krow + seg_y * kSeg, ky);
-      float dot[kQueriesPerPass];
-#pragma unroll
-      for (int qq = 0; qq < kQueriesPerPass; ++qq) {
-        float px = 0.0f, py = 0.0f;
-#pragma unroll
-        for (int e = 0; e < kSeg; ++e) {
-          px = __fmaf_rn(qx[qq][e], kx[e], px);
-          py = __fmaf_rn(qy[qq][e], ky[e], py);
-        }
-        dot[qq] = __fadd_rn(px, py);  // the tree's first level
-      }
-      // xor 1: keep queries 2 b0, 2 b0 + 1; xor 2: keep query 2 b0 + b1.
-      const float send0 = b0 ? dot[0] : dot[2], send1 = b0 ? dot[1] : dot[3];
-      const float keep0 = b0 ? dot[2] : dot[0], keep1 = b0 ? dot[3] : dot[1];
-      const float e0 = __fadd_rn(keep0, __shfl_xor_sync(kFullMask, send0, 1));
-      const float e1 = __fadd_rn(keep1, __shfl_xor_sync(kFullMask, send1, 1));
-      float f = __fadd_rn(b1 ? e1 : e0, __shfl_xor_sync(kFullMask, b1 ? e0 : e1, 2));
-#pragma unroll
-      for (int off = 4; off < kLanesPerKey; off <<= 1) f = __fadd_rn(f, __shfl_xor_sync(kFullMask, f, off));
+      const float f = group_key_dot<kLanesPerKey>(qx, qy, krow, seg_x, seg_y, b0, b1);
       if (store) {
         const int j = j0 + jj;
         float sc = -INFINITY;
@@ -238,6 +249,71 @@ __device__ __forceinline__ void group_scores(const PairQueries& Q, const T* k0, 
     }
   }
 }
+
+// group_scores for the lean warp-specialized kernel (kSpanWsLean) when the block's queries are
+// one pass (at most 4: a decode's GQA group): the lane's q segments and its query's position
+// range are loaded once for the block's whole walk instead of every step, and each chunk's keys
+// run in their own loop (no per-key chunk select) with the softcap branch outside it. Each key's
+// dot is group_key_dot and its score the same masking, scaling and softcap expressions: the same
+// bits as group_scores.
+template <int kHd, int kRoleThreads>
+struct LeanScorer {
+  static constexpr int kSegLanes = kHd / kSeg;
+  static constexpr int kLanesPerKey = kSegLanes / 2;
+  static constexpr int kKeyStride = kRoleThreads / kLanesPerKey;
+  static_assert(C % kKeyStride == 0, "a chunk is whole passes of the role's keys");
+  float qx[kQueriesPerPass][kSeg], qy[kQueriesPerPass][kSeg];
+  int seg_x, seg_y, key0, qsel, my_pos, my_first;
+  bool b0, b1, store;
+
+  __device__ __forceinline__ void init(const PairQueries& Q, const int* q_pos, const int* q_first, unsigned rtid) {
+    const int lane = rtid & 31;
+    const int sub = lane & (kLanesPerKey - 1);
+    const int flip = (lane >> 2) & 1;
+    seg_x = 2 * sub + flip, seg_y = 2 * sub + (1 - flip);
+    key0 = rtid / kLanesPerKey;
+    b0 = (lane & 1) != 0, b1 = (lane & 2) != 0;
+    qsel = 2 * (lane & 1) + ((lane >> 1) & 1);
+#pragma unroll
+    for (int qq = 0; qq < kQueriesPerPass; ++qq) {
+      const bool q_live = qq < Q.nq;
+      load_seg(Q.q + qq * kHd + seg_x * kSeg, q_live, qx[qq]);
+      load_seg(Q.q + qq * kHd + seg_y * kSeg, q_live, qy[qq]);
+    }
+    store = (sub >> 2) == 0 && qsel < Q.nq;
+    my_pos = qsel < Q.nq ? q_pos[qsel] : -1;
+    my_first = qsel < Q.nq ? q_first[qsel] : 0;
+  }
+
+  template <bool kCap, typename T>
+  __device__ __forceinline__ void chunk(float* p, const T* kc, int c, int j0, float scale, float softcap) const {
+    float* my_p = p + p_index<true>(0, c * C) + qsel;  // position jj of the chunk at my_p[4 jj]
+    for (int jj = key0; jj < C; jj += kKeyStride) {
+      const float f = group_key_dot<kLanesPerKey>(qx, qy, kc + jj * kHd, seg_x, seg_y, b0, b1);
+      if (store) {
+        const int j = j0 + c * C + jj;
+        float sc = -INFINITY;
+        if (j <= my_pos && j >= my_first) {
+          sc = __fmul_rn(f, scale);
+          if (kCap) sc = __fmul_rn(softcap, tanhf(__fdiv_rn(sc, softcap)));
+        }
+        my_p[jj * 4] = sc;
+      }
+    }
+  }
+
+  template <typename T>
+  __device__ __forceinline__ void score(float* p, const T* k0, const T* k1, int n_chunks, int j0, float scale,
+                                        float softcap) const {
+    if (softcap > 0.0f) {
+      chunk<true>(p, k0, 0, j0, scale, softcap);
+      if (n_chunks > 1) chunk<true>(p, k1, 1, j0, scale, softcap);
+    } else {
+      chunk<false>(p, k0, 0, j0, scale, softcap);
+      if (n_chunks > 1) chunk<false>(p, k1, 1, j0, scale, softcap);
+    }
+  }
+};
 
 // chunk_softmax's statistics for the step's n_chunks chunks of every query (a warp per query,
 // both chunks' reductions side by side), folded into the span statistics in chunk order.
@@ -506,6 +582,99 @@ __device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, 
           }
           Q.span_a[qi * hd + d + k] = A;
         }
+      }
+    }
+  }
+}
+
+// group_values<kHd, 2, 4, kRoleWarps> for the lean warp-specialized kernel (kSpanWsLean): the
+// same lanes, chains and folds, with what group_values recomputes every step read from tables
+// the block fills once: each query's position and first position (q_pos, q_first: no division
+// by the heads per token), and each query's fold scales loaded once per step, not per dimension.
+// A group whose queries share one position range (a decode's GQA group) runs the one-range loop;
+// the ranges decide the loop, not the tokens, and either loop runs each (query, d, chunk) chain
+// over the query's own range in position order: the same bits as group_values.
+template <int kHd, int kRoleWarps>
+__device__ __forceinline__ void group_values_lean(const PairQueries& Q, const int* q_pos, const int* q_first,
+                                                  const __half* v0, const __half* v1, int n_chunks, int j0,
+                                                  unsigned rwarp) {
+  constexpr int kDims = 2, kSlab = 16 * kDims, kSlabs = kHd / kSlab;
+  static_assert(kSlabs * kSlab == kHd, "whole slabs: every lane's dimensions are live");
+  const int lane = threadIdx.x & 31, c = lane >> 4;
+  const int n_groups = (Q.nq + 3) / 4;
+  const int jc = j0 + c * C;
+  for (int w = rwarp; w < n_groups * kSlabs; w += kRoleWarps) {
+    const int grp = w / kSlabs;
+    const int d = (w - grp * kSlabs) * kSlab + kDims * (lane & 15);
+    const int q0 = 4 * grp;
+    int b[4], e[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      b[r] = C;
+      e[r] = 0;
+      if (q0 + r < Q.nq && c < n_chunks) {
+        b[r] = max(0, q_first[q0 + r] - jc);
+        e[r] = min(C, q_pos[q0 + r] - jc + 1);
+      }
+    }
+    const float* pg = Q.p + p_index<true>(q0, c * C);  // position jj at pg[4 jj]
+    const __half* v = (c == 0 ? v0 : v1) + d;
+    float acc[4][kDims];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) acc[r][0] = acc[r][1] = 0.0f;
+    const bool one_range = b[1] == b[0] && b[2] == b[0] && b[3] == b[0] && e[1] == e[0] && e[2] == e[0] && e[3] == e[0];
+    if (one_range) {
+#pragma unroll 4
+      for (int jj = b[0]; jj < e[0]; ++jj) {
+        const float4 p4 = *reinterpret_cast<const float4*>(pg + jj * 4);
+        float x[kDims];
+        attn::loadv(v + jj * kHd, x);
+        const float pr[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+        for (int k = 0; k < kDims; ++k) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[r][k] = __fmaf_rn(pr[r], x[k], acc[r][k]);
+        }
+      }
+    } else {
+      const int lo = min(min(b[0], b[1]), min(b[2], b[3])), hi = max(max(e[0], e[1]), max(e[2], e[3]));
+      for (int jj = lo; jj < hi; ++jj) {
+        const float4 p4 = *reinterpret_cast<const float4*>(pg + jj * 4);
+        float x[kDims];
+        attn::loadv(v + jj * kHd, x);
+        const float pr[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          if (jj >= b[r] && jj < e[r]) {
+#pragma unroll
+            for (int k = 0; k < kDims; ++k) acc[r][k] = __fmaf_rn(pr[r], x[k], acc[r][k]);
+          }
+        }
+      }
+    }
+    float acc1[4][kDims];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+#pragma unroll
+      for (int k = 0; k < kDims; ++k) acc1[r][k] = __shfl_xor_sync(kFullMask, acc[r][k], 16);
+    }
+    if (c == 0) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int qi = q0 + r;
+        if (qi >= Q.nq) break;
+        const bool f0 = Q.m_c[qi] != -INFINITY, f1 = n_chunks > 1 && Q.m_c[Q.na + qi] != -INFINITY;
+        const attn::FoldScales s0{f0 ? Q.sa[qi] : 0.0f, f0 ? Q.sb[qi] : 0.0f};
+        const attn::FoldScales s1{f1 ? Q.sa[Q.na + qi] : 0.0f, f1 ? Q.sb[Q.na + qi] : 0.0f};
+        float* A = Q.span_a + qi * kHd + d;
+        const float2 a2 = *reinterpret_cast<const float2*>(A);
+        float out[kDims] = {a2.x, a2.y};
+#pragma unroll
+        for (int k = 0; k < kDims; ++k) {
+          if (f0) out[k] = attn::fold_acc(out[k], acc[r][k], s0);
+          if (f1) out[k] = attn::fold_acc(out[k], acc1[r][k], s1);
+        }
+        *reinterpret_cast<float2*>(A) = make_float2(out[0], out[1]);
       }
     }
   }

@@ -152,10 +152,11 @@ int attention_span_kernel(const CudaBackendOptions& options) {
   // + 32 = persistent blocks, + 64 = two value dimensions per lane (attention_span.cuh:
   // kSpanHeadsFirst, kSpanPersistent, kSpanValuePairs), e.g. 19, 35, 83, 115; + 128 = split K/V
   // ring, + 256 = values on 8 warps, + 512 = warp-specialized ring (kSpanSplitRing,
-  // kSpanValueQueryPairs, kSpanWarpSpecialized), e.g. 243, 499, 755.
+  // kSpanValueQueryPairs, kSpanWarpSpecialized), + 1024 = its lean form (kSpanWsLean), e.g. 243,
+  // 499, 755, 1779.
   // Unset: -1, chosen per shape (default_span_kernel), every choice with the same bits.
   if (env != nullptr && *env != '\0') {
-    const int v = std::atoi(env), kernel = v & ~(16 | 32 | 64 | 128 | 256 | 512);
+    const int v = std::atoi(env), kernel = v & ~(16 | 32 | 64 | 128 | 256 | 512 | 1024);
     if (v >= 0 && kernel <= 3 && (v == 0 || kernel != 0)) return v;
   }
   return -1;
@@ -195,13 +196,14 @@ bool attention_early_kv(const CudaBackendOptions& options) {
   return env != nullptr && std::strcmp(env, "1") == 0;
 }
 int attention_split_ring(const CudaBackendOptions& options) {
-  if (options.attention_split_ring >= 0) return std::min(options.attention_split_ring, 3);
+  if (options.attention_split_ring >= 0) return std::min(options.attention_split_ring, 4);
   const char* env = std::getenv("TERN_CUDA_ATTN_SPLIT_RING");
   if (env == nullptr) return kDefaultSplitRing;
   if (std::strcmp(env, "0") == 0) return 0;
   if (std::strcmp(env, "1") == 0) return 1;
   if (std::strcmp(env, "2") == 0) return 2;
   if (std::strcmp(env, "3") == 0) return 3;
+  if (std::strcmp(env, "4") == 0) return 4;
   return kDefaultSplitRing;
 }
 // The fused decode attention: the option wins when set (0-3), else TERN_CUDA_ATTN_FUSED (a single
@@ -348,11 +350,14 @@ int fused_decode_flags(int mode) {
 // split_ring 1: 243 = 115 + 128, the split K/V ring (attention_span.cuh kSpanSplitRing); 2: 499
 // = 243 + 256, also the values step on all 8 warps (kSpanValueQueryPairs); 3 (the default): 755
 // = 243 + 512, the warp-specialized ring (kSpanWarpSpecialized: producer warps score step s + 1
-// while consumer warps run step s), 32k 86.7 -> 75.9 us/layer, 8k 27.5 -> 25.8 (H200, 8B shape).
-// bench/RESULTS.md "Decode attention at long context: the split K/V ring" and "... warp-specialized".
+// while consumer warps run step s), 32k 86.7 -> 75.9 us/layer, 8k 27.5 -> 25.8 (H200, 8B shape);
+// 4: 1779 = 755 + 1024, its lean form (kSpanWsLean: the same steps with fewer instructions around
+// them). bench/RESULTS.md "Decode attention at long context: the split K/V ring", "...
+// warp-specialized" and "... the lean warp-specialized ring".
 int default_span_kernel(int head_dim, DType kv_dtype, int split_ring) {
-  constexpr int kSplitRing = 128, kValueQueryPairs = 256, kWarpSpecialized = 512;  // attention_span.cuh
+  constexpr int kSplitRing = 128, kValueQueryPairs = 256, kWarpSpecialized = 512, kWsLean = 1024;  // attention_span.cuh
   if (head_dim != 128 || kv_dtype != DType::F16) return 2;
+  if (split_ring >= 4) return 115 + kSplitRing + kWarpSpecialized + kWsLean;
   if (split_ring >= 3) return 115 + kSplitRing + kWarpSpecialized;
   return 115 + (split_ring >= 1 ? kSplitRing : 0) + (split_ring >= 2 ? kValueQueryPairs : 0);
 }

@@ -11,7 +11,7 @@
 namespace tern::cuda {
 
 // default_span_kernel's form at head dim 128 with an f16 cache (CudaBackendOptions::attention_split_ring).
-constexpr int kDefaultSplitRing = 3;
+constexpr int kDefaultSplitRing = 4;
 
 // The L2 prefetch when neither the option nor TERN_CUDA_L2_PREFETCH sets it (CudaBackendOptions::
 // l2_prefetch_mb: -1 off, 0 the o projection, N also N MB of gate / up).
@@ -57,7 +57,7 @@ struct BackendSettings {
   int attention_fold_max_spans = 1; // TERN_CUDA_ATTN_FOLD_MAX_SPANS
   int attention_chunk_split = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT (0 / 1 / 2); -1: default_chunk_split
   bool attention_early_kv = false;  // TERN_CUDA_ATTN_EARLY_KV (0 / 1)
-  int attention_split_ring = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING (0-3): default_span_kernel
+  int attention_split_ring = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING (0-4): default_span_kernel
   // TERN_CUDA_ATTN_FUSED (0-3) as AttentionArgs::fused flags (kAttnFusedRope | kAttnFusedMerge)
   int attention_fused_decode = kAttnFusedRope;
   int attention_cluster = 0;  // TERN_CUDA_ATTN_CLUSTER (0-16): most blocks per cluster; 0 before sm_90
@@ -87,7 +87,8 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
 
 // The split-mode attention kernel of a layer shape when neither the option nor the environment
 // chooses one; every choice gives the same bits (attention.h).
-// split_ring (BackendSettings::attention_split_ring): 0 = 115, 1 = 243, 2 = 499, 3 = 755 where they apply.
+// split_ring (BackendSettings::attention_split_ring): 0 = 115, 1 = 243, 2 = 499, 3 = 755, 4 = 1779
+// where they apply.
 int default_span_kernel(int head_dim, DType kv_dtype, int split_ring = kDefaultSplitRing);
 
 // The chunk split (AttentionArgs::chunk_split: K/V chunks per block, 0 = whole spans) of a

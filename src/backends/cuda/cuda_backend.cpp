@@ -542,6 +542,7 @@ class CudaBackend final : public Backend {
   }
 
   void set_l2_prefetch(const L2PrefetchSetting& s) { l2_prefetch_ = cc_major_ >= 9 ? s : L2PrefetchSetting{}; }
+  void set_attention_split_ring(int split_ring) { attention_split_ring_ = std::clamp(split_ring, 0, 4); }
   void set_small_gemv(int float_pipe, int norm_preload, int x_once) {
     gemv_float_pipe_ = float_pipe;
     gemv_norm_preload_ = norm_preload;
@@ -996,6 +997,12 @@ void set_small_gemv(Backend& backend, int float_pipe, int norm_preload, int x_on
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   TERN_CHECK_MSG(cuda != nullptr, "set_small_gemv: not a CUDA backend");
   cuda->set_small_gemv(float_pipe, norm_preload, x_once);
+}
+
+void set_attention_split_ring(Backend& backend, int split_ring) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  TERN_CHECK_MSG(cuda != nullptr, "set_attention_split_ring: not a CUDA backend");
+  cuda->set_attention_split_ring(split_ring);
 }
 
 CudaBackendStats backend_stats(const Backend& backend) {

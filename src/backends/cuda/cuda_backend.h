@@ -91,8 +91,9 @@ struct CudaBackendOptions {
   // 243 (115 + 128, the split K/V ring: a stage's K half reissued after the scores step, its V
   // half after the values step), 2 = 499 (243 + 256: the values step on all 8 warps, 2 queries
   // per lane), 3 = 755 (243 + 512: the warp-specialized ring, producer warps scoring step s + 1
-  // while consumer warps run step s); -1 = TERN_CUDA_ATTN_SPLIT_RING (0-3) or else
-  // backend_settings.cpp's default (3).
+  // while consumer warps run step s), 4 = 1779 (755 + 1024: its lean form, the same steps with
+  // fewer instructions around them); -1 = TERN_CUDA_ATTN_SPLIT_RING (0-4) or else
+  // backend_settings.cpp's default (kDefaultSplitRing).
   int attention_split_ring = -1;
   // Fused decode (attention.h; same bits): in steps of one token per sequence whose attention
   // takes the chunk split, the layer's rope of q and k and its K/V write (one rope launch) and /
@@ -221,6 +222,9 @@ Status set_l2_prefetch(Backend& backend, const std::string& spec);
 // setting gives the same bits): CudaBackendOptions::float_gemv_pipe and gemv_norm_preload values
 // (0 default, 1 on, 2 off), and gemv_x_once (0-6; -1 leaves it as it is).
 void set_small_gemv(Backend& backend, int float_pipe, int norm_preload, int x_once = -1);
+// Sets the default long-decode attention form of a CUDA backend from now on
+// (CudaBackendOptions::attention_split_ring, 0-4; A/B timing in one process, same bits).
+void set_attention_split_ring(Backend& backend, int split_ring);
 
 // What benchmarks report next to their timings.
 struct DeviceInfo {
