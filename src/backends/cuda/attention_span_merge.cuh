@@ -87,9 +87,14 @@ __device__ __forceinline__ void load_batch(Batch& b, const float* rec0, int64_t 
     }
   } else {
     const int half = hd / 2;  // hd + 2 is even, so every record's A starts 8-byte aligned
-    for (int i = tid; i < nb * half; i += kThreads) {
-      const int s = i / half, e = (i - s * half) * 2;
-      cp_async8(b.a + s * hd + e, rec0 + s * rec_stride + 2 + e);
+    if (kThreads % half == 0) {  // a thread keeps one column: no division per copy
+      const int e = (tid % half) * 2, step = kThreads / half;
+      for (int s = tid / half; s < nb; s += step) cp_async8(b.a + s * hd + e, rec0 + s * rec_stride + 2 + e);
+    } else {
+      for (int i = tid; i < nb * half; i += kThreads) {
+        const int s = i / half, e = (i - s * half) * 2;
+        cp_async8(b.a + s * hd + e, rec0 + s * rec_stride + 2 + e);
+      }
     }
     cp_async_commit();
     for (int s = tid; s < nb; s += kThreads) {
@@ -130,7 +135,37 @@ __device__ __forceinline__ void batch_scales(const Batch& b, float& carry) {
 template <int kThreads, int kPer>
 __device__ __forceinline__ void batch_fold(const Batch& b, int hd, float& L, float (&A)[kPer]) {
   const int tid = threadIdx.x;
-  for (int s = 0; s < b.nb; ++s) {
+  // Spans in groups of kGroup: a group's statistics and values are loaded together ahead of its
+  // folds, which then run in span order with the expressions below (a span at a time, each fold
+  // waited on its own shared-memory loads: a 32k decode's 129 spans made a serial chain of loads).
+  constexpr int kGroup = 8;
+  int s = 0;
+  for (; s + kGroup <= b.nb; s += kGroup) {
+    float m[kGroup], sa[kGroup], sb[kGroup], l[kGroup], av[kGroup][kPer];
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u) {
+      m[u] = b.m[s + u];
+      sa[u] = b.sa[s + u];  // (not written for an empty span, whose fold is skipped)
+      sb[u] = b.sb[s + u];
+      l[u] = b.l[s + u];
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int d = tid + k * kThreads;
+        av[u][k] = d < hd ? b.a[(s + u) * hd + d] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u) {
+      if (m[u] == -INFINITY) continue;
+      const attn::FoldScales f{sa[u], sb[u]};
+      L = fold_sum(L, l[u], f);
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        if (tid + k * kThreads < hd) A[k] = attn::fold_acc(A[k], av[u][k], f);
+      }
+    }
+  }
+  for (; s < b.nb; ++s) {
     if (b.m[s] == -INFINITY) continue;
     const attn::FoldScales f{b.sa[s], b.sb[s]};
     L = fold_sum(L, b.l[s], f);
