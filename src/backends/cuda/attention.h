@@ -70,15 +70,15 @@
 // blocks, several sequences, graph replays, 2-4 stages). + 256 (kSpanValueQueryPairs, with the
 // ring): a values lane serves 2 of a group's 4 queries, so a decode's values step runs on 8
 // warps, not 4 (same chains). 243 = 115 + 128 was the default at head_dim 128 / f16 in session 5
-// (now 755, below; backend_settings.cpp default_span_kernel); TERN_CUDA_ATTN_SPLIT_RING=0/1/2/3
-// (CudaBackendOptions::attention_split_ring) picks 115 / 243 / 499 / 755 (A/B). Measured (H200, 8B
+// (now 1779, below; backend_settings.cpp default_span_kernel); TERN_CUDA_ATTN_SPLIT_RING=0/1/2/3/4
+// (CudaBackendOptions::attention_split_ring) picks 115 / 243 / 499 / 755 / 1779 (A/B). Measured (H200, 8B
 // shape, us/layer, bench/RESULTS.md): 32k 88.7 / 85.6 / 88.4, 8k 28.5 / 27.4 / 27.5; ncu at 32k:
 // the kernel issues on 41% of cycles with 3.9 warps per scheduler and 0.66 eligible (9.5 cycles
 // per warp instruction), DRAM 34%: bound by the per-warp latency of its phases, not by bytes in
 // flight.
 //
 // Warp-specialized split ring (span_kernel + 512, kSpanWarpSpecialized; the default at head_dim 128
-// / f16 since session 6: 755 = 243 + 512, TERN_CUDA_ATTN_SPLIT_RING=3; H200, 8B shape, attention
+// / f16 in session 6, now in its lean form below: 755 = 243 + 512, TERN_CUDA_ATTN_SPLIT_RING=3; H200, 8B shape, attention
 // alone: 32k 86.7 -> 75.9 us/layer, 8k 27.5 -> 25.8; Q4_K_M decode at 32k 192.4 -> 213.0 tok/s):
 // attention_span_pair.cu attention_span_ws_kernel. The ring kernel's step is scores (8 warps),
 // softmax and values (4 warps) with a block barrier between each, so a block's phases' latencies
@@ -94,6 +94,22 @@
 // chunk split, folded merge, early_kv, caches not 16-byte aligned, the double-buffered p too big)
 // the launcher drops the flag and runs the split ring kernel. ptxas (sm_90a): 123 registers, no
 // spills, 7 barriers (the ring kernel it replaces: 128 registers, no spills).
+//
+// Lean warp-specialized ring (span_kernel + 1024, kSpanWsLean; the default at head_dim 128 / f16
+// since session 7: 1779 = 755 + 1024, TERN_CUDA_ATTN_SPLIT_RING=4). ncu of 755 at a 32k decode:
+// 66 us, 36.4 M warp instructions (FMAs 23%; the copies' address arithmetic ~19%: ~25
+// instructions per 16-byte cp.async, signed divisions of the piece index; per-step divisions by
+// the heads per token and reloads ~10%), issue slots 45% busy, DRAM 40%: bound by instructions
+// and their latency, not bytes. The lean form runs the same steps with: one column of its role's
+// rows per thread (a slot load, a wide multiply-add and the cp.async per 16 bytes, shared
+// addresses as immediate offsets), per-query tables (position, first position, partial slot,
+// head) filled before the PDL wait, one loop per role (a decode's q stays in the producers'
+// registers for the whole walk: LeanScorer, with each chunk's keys in their own loop and the
+// softcap branch outside it), q loaded ahead of the ring's prologue, the values step's fold
+// scales loaded once per query (group_values_lean). Same bytes, same floats in the same order
+// (GpuAttention.SplitKvRing*, LeanWarpSpecializedRingEqualsPairKernelBitwise). H200, 8B shape
+// (bench/RESULTS.md, session 7): 26.2 M instructions, 54.8 us in ncu; attention alone 32k 74 ->
+// 60 us/layer, 8k 25.4 -> 21.6; Q4_K_M decode at 32k 213 -> 236 tok/s, F16 139 -> 147.
 //
 // Folded merge (span kernels, AttentionArgs::fold_merge; attention_span_merge.cuh): instead of the
 // merge kernel, the last span block of each (tile, KV head, head slice) to finish (an atomic

@@ -348,11 +348,11 @@ int fused_decode_flags(int mode) {
 // PersistentSpanBlocksEqualOneBlockPerSpan). Other shapes: kernel 2, which decoded SmolLM2 (head
 // dim 64, groups of 3) ~5% faster than 83 or 115 (1035 vs 989 / 984 tok/s at ctx 128).
 // split_ring 1: 243 = 115 + 128, the split K/V ring (attention_span.cuh kSpanSplitRing); 2: 499
-// = 243 + 256, also the values step on all 8 warps (kSpanValueQueryPairs); 3 (the default): 755
+// = 243 + 256, also the values step on all 8 warps (kSpanValueQueryPairs); 3: 755
 // = 243 + 512, the warp-specialized ring (kSpanWarpSpecialized: producer warps score step s + 1
 // while consumer warps run step s), 32k 86.7 -> 75.9 us/layer, 8k 27.5 -> 25.8 (H200, 8B shape);
-// 4: 1779 = 755 + 1024, its lean form (kSpanWsLean: the same steps with fewer instructions around
-// them). bench/RESULTS.md "Decode attention at long context: the split K/V ring", "...
+// 4 (the default since session 7): 1779 = 755 + 1024, its lean form (kSpanWsLean: the same steps
+// with fewer instructions around them), 32k 74 -> 60, 8k 25.4 -> 21.6 us/layer. bench/RESULTS.md "Decode attention at long context: the split K/V ring", "...
 // warp-specialized" and "... the lean warp-specialized ring".
 int default_span_kernel(int head_dim, DType kv_dtype, int split_ring) {
   constexpr int kSplitRing = 128, kValueQueryPairs = 256, kWarpSpecialized = 512, kWsLean = 1024;  // attention_span.cuh
