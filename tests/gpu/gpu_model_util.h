@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "backends/cpu/cpu_backend.h"
 #include "formats/gguf.h"
 #include "formats/synth.h"
@@ -97,27 +99,36 @@ inline std::shared_ptr<const gguf::File> open_file(const std::string& path) {
   return std::make_shared<const gguf::File>(std::move(f).value());
 }
 
-inline std::shared_ptr<const gguf::File> write_synthesized(const std::string& preset, const std::string& mix) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("tern_gpu_test_" + preset + "_" + mix + ".gguf")).string();
-  const synth::ModelShape* shape = synth::find_preset(preset);
-  EXPECT_NE(shape, nullptr) << preset;
+// A synthesized model of `shape` with `mix`. The file is unlinked once mapped (the mapping stays
+// valid), and its name carries the process id: ctest runs the tests as parallel processes.
+inline std::shared_ptr<const gguf::File> write_synthesized(const synth::ModelShape& shape, const std::string& mix) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("tern_gpu_test_" + shape.name + "_" + mix + "_" + std::to_string(::getpid()) + ".gguf"))
+                               .string();
   auto qm = synth::parse_quant_mix(mix);
   EXPECT_TRUE(qm.is_ok()) << mix;
-  if (shape == nullptr || !qm.is_ok()) return nullptr;
+  if (!qm.is_ok()) return nullptr;
   synth::SynthOptions so;
   so.seed = 11;
-  const Status st = synth::write_model(*shape, qm.value(), so, path);
+  const Status st = synth::write_model(shape, qm.value(), so, path);
   EXPECT_TRUE(st.is_ok()) << st.message();
-  return st.is_ok() ? open_file(path) : nullptr;
+  auto file = st.is_ok() ? open_file(path) : nullptr;
+  std::error_code ignored;
+  std::filesystem::remove(path, ignored);
+  return file;
 }
 
-// A synthesized model, written once per process.
-inline std::shared_ptr<const gguf::File> synthesized(const std::string& preset, const std::string& mix) {
+// A synthesized model, written once per process (keyed by the shape's name and the mix).
+inline std::shared_ptr<const gguf::File> synthesized(const synth::ModelShape& shape, const std::string& mix) {
   static std::map<std::string, std::shared_ptr<const gguf::File>> cache;
-  auto& slot = cache[preset + "/" + mix];
-  if (slot == nullptr) slot = write_synthesized(preset, mix);
+  auto& slot = cache[shape.name + "/" + mix];
+  if (slot == nullptr) slot = write_synthesized(shape, mix);
   return slot;
+}
+inline std::shared_ptr<const gguf::File> synthesized(const std::string& preset, const std::string& mix) {
+  const synth::ModelShape* shape = synth::find_preset(preset);
+  EXPECT_NE(shape, nullptr) << preset;
+  return shape != nullptr ? synthesized(*shape, mix) : nullptr;
 }
 
 }  // namespace tern::gputest
