@@ -35,8 +35,9 @@ struct Loaded {
   std::unique_ptr<KvSequence> seq;
 };
 
+// kv_tokens: the KV pool's size in tokens (0: n_ctx), for tests that hold several sequences.
 inline Loaded load_on(std::shared_ptr<const gguf::File> file, std::unique_ptr<Backend> backend, int n_ctx = 1024,
-               DType kv_dtype = DType::F16) {
+               DType kv_dtype = DType::F16, int kv_tokens = 0) {
   Loaded l;
   l.backend = std::move(backend);
   ModelOptions mo;
@@ -50,7 +51,8 @@ inline Loaded load_on(std::shared_ptr<const gguf::File> file, std::unique_ptr<Ba
   kc.n_layers = c.n_layers;
   kc.n_kv_heads = c.n_kv_heads;
   kc.head_dim = c.head_dim;
-  kc.n_blocks = (n_ctx + kc.block_tokens - 1) / kc.block_tokens;
+  const int pool_tokens = kv_tokens > 0 ? kv_tokens : n_ctx;
+  kc.n_blocks = (pool_tokens + kc.block_tokens - 1) / kc.block_tokens;
   kc.dtype = kv_dtype;
   auto kv = KvPool::create(*l.backend, kc);
   EXPECT_TRUE(kv.is_ok());
