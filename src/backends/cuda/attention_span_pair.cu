@@ -1,5 +1,7 @@
 // The two-chunk span decode kernels (attention.h, "split mode"; TERN_CUDA_ATTN_SPAN=2, and its
-// GQA-group form 3 with the flags of attention_span.cuh: the default is 83 = 3 + 16 + 64).
+// GQA-group form 3 with the flags of attention_span.cuh: 83 = 3 + 16 + 64, and the split-ring
+// forms on top of it; the default at head dim 128 with an f16 cache is the lean warp-specialized
+// ring 1779, backend_settings.cpp default_span_kernel).
 //
 // Why: the one-chunk span kernel (attention_span.cu) measured bound by the issue rate and latency
 // of its per-chunk steps, not by its copies (bench/RESULTS.md: more bytes in flight made it
