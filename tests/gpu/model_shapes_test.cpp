@@ -12,10 +12,9 @@
 // Against the CPU reference, Q4_K_M: the tolerance of model_test.cpp's quantized mixes.
 #include <gtest/gtest.h>
 
-#include "engine/session.h"
 #include "gpu_model_util.h"
 #include "gpu_test_util.h"
-#include "spec/ngram_drafter.h"
+#include "session_check.h"
 
 namespace tern {
 namespace {
@@ -80,36 +79,7 @@ TEST_F(GpuRealShapes, SessionInvariants) {
     std::vector<int32_t> prompt;
     const std::vector<int32_t> period = gputest::prompt_ids(c.period, V, 21);
     for (int i = 0; i < c.repeats; ++i) prompt.insert(prompt.end(), period.begin(), period.end());
-
-    GenerateOptions whole, chunked;
-    chunked.prefill_chunk_tokens = 97;
-    whole.reuse_prefix = chunked.reuse_prefix = false;
-    whole.max_tokens = 40;
-    {
-      Session a(*m.model, *m.kv), b(*m.model, *m.kv);
-      auto la = a.prefill(prompt, whole);
-      auto lb = b.prefill(prompt, chunked);
-      ASSERT_TRUE(la.is_ok()) << la.status().message();
-      ASSERT_TRUE(lb.is_ok()) << lb.status().message();
-      EXPECT_TRUE(gputest::bitwise_equal(la.value(), lb.value()));
-    }
-    Session plain(*m.model, *m.kv);
-    auto g_plain = plain.generate(prompt, whole);
-    ASSERT_TRUE(g_plain.is_ok()) << g_plain.status().message();
-    for (int run = 0; run < 2; ++run) {
-      SCOPED_TRACE("speculative run " + std::to_string(run));
-      NgramDrafter drafter;
-      GenerateOptions spec = whole;
-      spec.drafter = &drafter;
-      spec.reuse_prefix = true;
-      Session speculative(*m.model, *m.kv);
-      auto g_spec = speculative.generate(prompt, spec);
-      ASSERT_TRUE(g_spec.is_ok()) << g_spec.status().message();
-      EXPECT_EQ(g_spec.value().tokens, g_plain.value().tokens);
-      if (run == 1) {
-        EXPECT_GT(g_spec.value().stats.cached_tokens, 0);
-      }
-    }
+    gputest::expect_session_invariants(m, prompt, 97, 40);
   }
 }
 

@@ -12,10 +12,9 @@
 // eager launches; a Session with chunked prefill, prefix reuse and n-gram speculation vs plain.
 #include <gtest/gtest.h>
 
-#include "engine/session.h"
 #include "gpu_model_util.h"
 #include "gpu_test_util.h"
-#include "spec/ngram_drafter.h"
+#include "session_check.h"
 
 namespace tern {
 namespace {
@@ -171,35 +170,7 @@ TEST_F(GpuModel, SessionInvariants) {
   std::vector<int32_t> prompt = prompt_ids(40, V, 21);
   for (int i = 0; i < 3; ++i) prompt.insert(prompt.end(), prompt.begin(), prompt.begin() + 40);
 
-  GenerateOptions whole, chunked;
-  chunked.prefill_chunk_tokens = 13;
-  whole.max_tokens = chunked.max_tokens = 40;
-  Session a(*m.model, *m.kv), b(*m.model, *m.kv);
-  whole.reuse_prefix = chunked.reuse_prefix = false;
-  auto la = a.prefill(prompt, whole);
-  auto lb = b.prefill(prompt, chunked);
-  ASSERT_TRUE(la.is_ok() && lb.is_ok());
-  EXPECT_TRUE(gputest::bitwise_equal(la.value(), lb.value()));
-
-  Session plain(*m.model, *m.kv);
-  auto g_plain = plain.generate(prompt, whole);
-  ASSERT_TRUE(g_plain.is_ok()) << g_plain.status().message();
-
-  // Speculation with prefix reuse on; the second session finds the first one's blocks.
-  for (int run = 0; run < 2; ++run) {
-    SCOPED_TRACE("speculative run " + std::to_string(run));
-    NgramDrafter drafter;
-    GenerateOptions spec = whole;
-    spec.drafter = &drafter;
-    spec.reuse_prefix = true;
-    Session speculative(*m.model, *m.kv);
-    auto g_spec = speculative.generate(prompt, spec);
-    ASSERT_TRUE(g_spec.is_ok()) << g_spec.status().message();
-    EXPECT_EQ(g_spec.value().tokens, g_plain.value().tokens);
-    if (run == 1) {
-      EXPECT_GT(g_spec.value().stats.cached_tokens, 0);
-    }
-  }
+  gputest::expect_session_invariants(m, prompt, 13, 40);
 }
 
 }  // namespace
