@@ -57,6 +57,29 @@ __device__ __forceinline__ void unpack_half8(const uint32_t (&words)[4], float (
 
 __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 
+// N 32-bit little-endian words from a 16-byte (a16) or 8-byte (a8) aligned address: vector loads.
+template <int N>
+__device__ __forceinline__ void load_words_a16(const uint8_t* p, uint32_t (&out)[N]) {
+  static_assert(N % 4 == 0, "whole 16-byte vectors");
+#pragma unroll
+  for (int k = 0; k < N / 4; ++k) {
+    const uint4 v = reinterpret_cast<const uint4*>(p)[k];
+    out[4 * k] = v.x;
+    out[4 * k + 1] = v.y;
+    out[4 * k + 2] = v.z;
+    out[4 * k + 3] = v.w;
+  }
+}
+template <int N>
+__device__ __forceinline__ void load_words_a8(const uint8_t* p, uint32_t (&out)[N]) {
+  static_assert(N % 2 == 0, "whole 8-byte vectors");
+#pragma unroll
+  for (int k = 0; k < N / 2; ++k) {
+    const uint2 v = reinterpret_cast<const uint2*>(p)[k];
+    out[2 * k] = v.x;
+    out[2 * k + 1] = v.y;
+  }
+}
 // N 32-bit little-endian words starting at a 2-byte-aligned shared-memory address. Reads the
 // aligned words covering [p, p + 4N) plus one more, which must lie inside the buffer (the callers'
 // staging buffers keep 16 bytes of slack). 16- and 8-byte aligned addresses take vector loads.
@@ -65,25 +88,13 @@ __device__ __forceinline__ void load_words_2aligned(const uint8_t* p, uint32_t (
   const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
   if constexpr (N % 4 == 0) {
     if ((addr & 15) == 0) {  // 16-byte loads (q4_k / q5_k blocks of aligned rows)
-#pragma unroll
-      for (int k = 0; k < N / 4; ++k) {
-        const uint4 v = reinterpret_cast<const uint4*>(p)[k];
-        out[4 * k] = v.x;
-        out[4 * k + 1] = v.y;
-        out[4 * k + 2] = v.z;
-        out[4 * k + 3] = v.w;
-      }
+      load_words_a16(p, out);
       return;
     }
   }
   if constexpr (N % 2 == 0) {
     if ((addr & 7) == 0) {  // 8-byte loads (q8_0 / q4_0 lane items of 16-byte aligned rows)
-#pragma unroll
-      for (int k = 0; k < N / 2; ++k) {
-        const uint2 v = reinterpret_cast<const uint2*>(p)[k];
-        out[2 * k] = v.x;
-        out[2 * k + 1] = v.y;
-      }
+      load_words_a8(p, out);
       return;
     }
   }

@@ -98,32 +98,11 @@ __device__ __forceinline__ int dp4a_u8s8(uint32_t a, uint32_t b, int c) {
 // Word loads of a lane item out of a bulk-copy stage (gemv_rows.cu), whose buffers and rows all
 // start 16-byte aligned, so an item's alignment is fixed by its type: 16 bytes for q4_k / q5_k
 // blocks (144 / 176 bytes), 8 for q8_0 items (136 bytes), 2 for q6_k blocks (210 bytes). These
-// take one path for every lane: load_words_2aligned tests the alignment at run time, and a q6_k
-// warp, whose lanes' blocks sit at every even offset mod 16, ran its three paths one after
-// another (the 2-byte one through generic loads: its masked integer address lost the shared
-// space). Same words, so the same bits.
-template <int N>
-__device__ __forceinline__ void load_words_a16(const uint8_t* p, uint32_t (&out)[N]) {
-  static_assert(N % 4 == 0, "whole 16-byte vectors");
-#pragma unroll
-  for (int k = 0; k < N / 4; ++k) {
-    const uint4 v = reinterpret_cast<const uint4*>(p)[k];
-    out[4 * k] = v.x;
-    out[4 * k + 1] = v.y;
-    out[4 * k + 2] = v.z;
-    out[4 * k + 3] = v.w;
-  }
-}
-template <int N>
-__device__ __forceinline__ void load_words_a8(const uint8_t* p, uint32_t (&out)[N]) {
-  static_assert(N % 2 == 0, "whole 8-byte vectors");
-#pragma unroll
-  for (int k = 0; k < N / 2; ++k) {
-    const uint2 v = reinterpret_cast<const uint2*>(p)[k];
-    out[2 * k] = v.x;
-    out[2 * k + 1] = v.y;
-  }
-}
+// loads (load_words_a16 / a8 of common.cuh, load_words_a2 below) take one path for every lane:
+// load_words_2aligned tests the alignment at run time, and a q6_k warp, whose lanes' blocks sit
+// at every even offset mod 16, ran its three paths one after another (the 2-byte one through
+// generic loads: its masked integer address lost the shared space). Same words, same bits.
+//
 // 2-byte aligned: the aligned words covering [p, p + 4N) plus one more (the stages' slack), each
 // pair funnel-shifted by 0 or 16 bits. The word pointer is p moved back, not a masked integer,
 // so the loads stay shared-memory loads.

@@ -553,28 +553,27 @@ void launch_rows_shape(const MatmulArgs& a, const LaunchEnv& env, RowsShape s, i
   TERN_CHECK_MSG(launched, "gemv_rows: one row per step must fit where gemv_quant's layout fit");
 }
 
-// The mixed-type instance's shared-memory setup (q4_k head, q6_k tail, two rows per step).
+// One instance's shared memory: the device's whole budget less the fusion's static part.
+template <typename Kernel>
+void allow_instance_smem(Kernel* k, int max_smem_bytes) {
+  cudaFuncAttributes attr{};
+  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
+  TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
+                 "gemv_rows: static shared memory exceeds kFusionStaticSmemBytes");
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       max_smem_bytes - kFusionStaticSmemBytes));
+}
+
+// The mixed-type instance (q4_k head, q6_k tail, two rows per step).
 void allow_mixed_smem(int max_smem_bytes) {
-  for (auto* k : {gemv_rows_kernel<DType::Q4_K, 2, 1, DType::Q6_K>}) {
-    cudaFuncAttributes attr{};
-    TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
-    TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
-                   "gemv_rows: static shared memory exceeds kFusionStaticSmemBytes");
-    TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         max_smem_bytes - kFusionStaticSmemBytes));
-  }
+  allow_instance_smem(gemv_rows_kernel<DType::Q4_K, 2, 1, DType::Q6_K>, max_smem_bytes);
 }
 
 template <DType T>
 void allow_rows_smem(int max_smem_bytes) {
   for (auto* k : {gemv_rows_kernel<T, 1, 1>, gemv_rows_kernel<T, 1, 2>, gemv_rows_kernel<T, 1, 4>,
                   gemv_rows_kernel<T, 2, 1>, gemv_rows_kernel<T, 4, 1>}) {
-    cudaFuncAttributes attr{};
-    TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
-    TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
-                   "gemv_rows: static shared memory exceeds kFusionStaticSmemBytes");
-    TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         max_smem_bytes - kFusionStaticSmemBytes));
+    allow_instance_smem(k, max_smem_bytes);
   }
 }
 
