@@ -178,15 +178,13 @@ int run_variant(const AttentionBenchOptions& o, const std::string& label, double
       char what[48] = "";
       if (n_seqs > 1) std::snprintf(what, sizeof what, " batch %d", n_seqs);
       const int64_t split_before = cuda::backend_stats(b).chunk_splits;
-      const int64_t sliced_before = cuda::attention_span_merge_sliced_launches();
       const double t = time_steps(plan);
       const double kv_bytes = double(ctx + 1) * kv_cols * 2 * 2 * n_seqs;  // K and V, per layer
       const double gbs = kv_bytes * kLayers / t * 1e-9;
       std::printf("attn     decode ctx %6d%s: %7.1f us/layer, %6.3f ms/step (32 layers); KV %.1f MB/layer -> %5.0f GB/s = "
-                  "%4.1f%% of copy bw%s%s\n",
+                  "%4.1f%% of copy bw%s\n",
                   ctx, what, t / kLayers * 1e6, t * 1e3, kv_bytes * 1e-6, gbs, copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0,
-                  cuda::backend_stats(b).chunk_splits > split_before ? ", chunk split" : "",
-                  cuda::attention_span_merge_sliced_launches() > sliced_before ? ", sliced merge" : "");
+                  cuda::backend_stats(b).chunk_splits > split_before ? ", chunk split" : "");
       const int64_t fused_before = cuda::backend_stats(b).fused_attentions;
       const int64_t cluster_before = cuda::backend_stats(b).cluster_attentions;
       const double tr = time_steps(plan, true);

@@ -34,8 +34,7 @@
 //            (the quantized norm-weight preload only), default, once / once-spread (the default with
 //            the multi-row kernel's activation tile formed once per launch, packed / every-SM grid),
 //            carry / carry-spread (those with the tile carried from q+k to v); --split-ring likewise
-//            per TERN_CUDA_ATTN_SPLIT_RING value (cuda::set_attention_split_ring), e.g. "3;4";
-//            --merge-slices per TERN_CUDA_ATTN_MERGE_SLICES value (cuda::set_attention_merge_slices), e.g. "1;0"
+//            per TERN_CUDA_ATTN_SPLIT_RING value (cuda::set_attention_split_ring), e.g. "3;4"
 //   gemv     (--gemv, instead of the model) each GEMV kernel alone per type and shape: us, GB/s,
 //            % of copy bandwidth, previous vs default kernels, then the multi-row / split-row
 //            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape, the float kernels per
@@ -190,14 +189,6 @@ bool parse(int argc, char** argv, Options& o) {
       for (std::string rest = next(); !rest.empty();) {
         const size_t semi = rest.find(';');
         if (semi != 0) o.l2_prefetch.push_back("sr:" + rest.substr(0, semi));
-        rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
-      }
-    }
-    else if (a == "--merge-slices") {  // entries join the --l2-prefetch list as "ms:N"
-      o.l2_prefetch.clear();
-      for (std::string rest = next(); !rest.empty();) {
-        const size_t semi = rest.find(';');
-        if (semi != 0) o.l2_prefetch.push_back("ms:" + rest.substr(0, semi));
         rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
       }
     }
@@ -401,10 +392,6 @@ int run(const Options& o) {
       cuda::set_attention_split_ring(*e.backend, std::atoi(spec.c_str() + 3));
       return;
     }
-    if (spec.rfind("ms:", 0) == 0) {
-      cuda::set_attention_merge_slices(*e.backend, std::atoi(spec.c_str() + 3));
-      return;
-    }
     if (spec.rfind("sg:", 0) == 0) {
       const std::string v = spec.substr(3);
       // once / once-spread / carry / carry-spread: the default with the activation tile formed once
@@ -430,7 +417,6 @@ int run(const Options& o) {
   auto l2_label = [](const std::string& spec) {
     if (spec.rfind("sg:", 0) == 0) return " [small-gemv " + spec.substr(3) + "]";
     if (spec.rfind("sr:", 0) == 0) return " [split-ring " + spec.substr(3) + "]";
-    if (spec.rfind("ms:", 0) == 0) return " [merge-slices " + spec.substr(3) + "]";
     return spec.empty() ? std::string() : " [l2 " + spec + "]";
   };
   for (int ctx : o.ctx) {
@@ -475,7 +461,7 @@ int run(const Options& o) {
       std::printf("decode   ctx %6d%s: %7.3f ms/token, %8.1f tok/s; %.3f GB read/token -> %6.0f GB/s = %4.1f%% of copy bw",
                   ctx, l2_label(l2[v]).c_str(), median * 1e3, 1.0 / median, weight_gb + kv_gb, gbs,
                   copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
-      if (!l2[v].empty() && l2[v].rfind("sg:", 0) != 0 && l2[v].rfind("sr:", 0) != 0 && l2[v].rfind("ms:", 0) != 0) {
+      if (!l2[v].empty() && l2[v].rfind("sg:", 0) != 0 && l2[v].rfind("sr:", 0) != 0) {
         std::printf("; L2 prefetch %.1f MB/step", l2_mb[v]);
       }
       std::printf("\n");

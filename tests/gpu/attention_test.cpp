@@ -553,59 +553,6 @@ TEST_F(GpuAttention, LeanWarpSpecializedRingEqualsPairKernelBitwise) {
   EXPECT_GT(cuda::attention_span_ws_lean_launches(), lean_before) << "the lean form never ran";
 }
 
-// The sliced span merge (attention_span.cu: a head's dimensions over up to 8 blocks, each folding
-// every span in span order for its slice, where a decode's (token, head) pairs leave SMs idle)
-// against two independent in-order folds: the chunk kernel's own merge (TERN_CUDA_ATTN_SPAN=0,
-// attention.cu) and the fused mode (a block walks its spans and folds them as it goes), bit for
-// bit. At 32k-33k a token folds 129 spans whose maxima differ, so any change of the fold order
-// (a batch or a slice folded out of turn) changes low bits of many outputs. Backends: kernel 2
-// with the merge unsliced (TERN_CUDA_ATTN_MERGE_SLICES=1), sliced as the backend picks and at
-// most 2 per head, and the default backend; shapes with 3 to 32 heads, head_dim 64 / 80 / 128 /
-// 256 (slices of 16 to 32 dimensions), a window (empty spans) and softcap. The sliced merge must
-// have run.
-TEST_F(GpuAttention, SlicedSpanMergeEqualsInOrderFoldsBitwise) {
-  cuda::CudaBackendOptions split_opts;
-  split_opts.attention_split = cuda::AttentionSplit::kAlways;
-  std::unique_ptr<Backend> chunk;
-  {
-    ScopedEnv off("TERN_CUDA_ATTN_SPAN", "0");
-    chunk = gputest::make_cuda(split_opts);
-  }
-  cuda::CudaBackendOptions pair_opts = split_opts;
-  pair_opts.attention_span_kernel = 2;
-  cuda::CudaBackendOptions fused_opts;
-  fused_opts.attention_split = cuda::AttentionSplit::kNever;
-  std::vector<std::unique_ptr<Backend>> got;
-  for (const char* slices : {"1", "", "2"}) {
-    ScopedEnv cap("TERN_CUDA_ATTN_MERGE_SLICES", slices);
-    if (slices[0] == '\0') ::unsetenv("TERN_CUDA_ATTN_MERGE_SLICES");
-    got.push_back(gputest::make_cuda(pair_opts));
-  }
-  got.push_back(gputest::make_cuda());
-  got.push_back(gputest::make_cuda(fused_opts));
-  ASSERT_TRUE(chunk != nullptr);
-  for (const auto& b : got) ASSERT_TRUE(b != nullptr);
-  const Shape shapes[] = {{32, 8, 128, DType::F16}, {9, 3, 64, DType::F16},         {4, 4, 80, DType::F16},
-                          {8, 1, 256, DType::F32},  {8, 2, 64, DType::F16, 0.0f, 37}, {8, 2, 128, DType::F16, 30.0f}};
-  const int64_t sliced_before = cuda::attention_span_merge_sliced_launches();
-  uint32_t seed = 3300;
-  for (const Shape& s : shapes) {
-    SCOPED_TRACE(describe(s));
-    Caches c(*chunk, got, s, 2100, seed);
-    const auto blocks = c.take(33001);
-    std::vector<BatchPlan> plans(5);
-    add_sequence(plans[0], 32768, 1, blocks);
-    add_sequence(plans[1], 33000, 1, blocks);
-    add_sequence(plans[2], 9000, 1, blocks);
-    add_sequence(plans[3], 300, 1, blocks);
-    add_sequence(plans[4], 33000, 1, blocks);
-    add_sequence(plans[4], 20000, 1, blocks);  // the same sequence again: two tokens
-    expect_plans_equal(*chunk, got, c.all, s, plans, seed + 1);
-    seed += 2;
-  }
-  EXPECT_GT(cuda::attention_span_merge_sliced_launches(), sliced_before) << "the sliced merge never ran";
-}
-
 // The split K/V ring at long contexts, where blocks are persistent (span_kernel 243 = 115 + 128:
 // the ring runs on across a block's spans, both halves of a stage reissued for the next span's
 // chunks; 499 = 243 + 256, the values on all 8 warps): 32k-33k decodes, a verify of 3, and a

@@ -228,7 +228,5 @@ void init_attention_cluster(int max_smem_bytes);
 int64_t attention_span_ws_launches();
 // Of those, launches of its lean form (kSpanWsLean).
 int64_t attention_span_ws_lean_launches();
-// Launches of the sliced span merge (attention_span.cu: a head's dimensions over several blocks).
-int64_t attention_span_merge_sliced_launches();
 
 }  // namespace tern::cuda

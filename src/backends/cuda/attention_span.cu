@@ -53,7 +53,6 @@ std::atomic<int64_t> g_ws_lean_launches{0};  // attention_span_ws_lean_launches
 // TERN_CUDA_ATTN_SPAN_HPB=1/2/4 (read when a backend is created; A/B timing): q heads per block
 // of the span kernels instead of plan_attention_span's choice (capped at the GQA group).
 int g_force_hpb = 0;
-std::atomic<int64_t> g_merge_sliced_launches{0};  // attention_span_merge_sliced_launches
 
 // One block per (split item, KV head, head slice): the span partials of the tile's queries.
 template <typename T, int kStages>
@@ -160,39 +159,6 @@ __global__ void __launch_bounds__(kMergeThreads) attention_span_merge_kernel(Att
   extern __shared__ __align__(16) unsigned char sm[];
   span_merge::merge_token_head<kMergeThreads, kMergePerThread, false, true>(
       a, blockIdx.x, blockIdx.y, reinterpret_cast<float*>(sm), span_merge::batch_spans(a.head_dim));
-}
-
-// The span merge with a head's dimensions sliced over blocks: one block per (token, head, slice
-// of w dimensions), each folding every span in span order for its slice (merge_token_head's
-// sequence per dimension: the same bits as one block per head). Why: a decode has few (token,
-// head) pairs (the 8B shape: 32 blocks for 132 SMs), and at 32k each block staged 64 KB of
-// partials in two batches (128 + 1 spans), each a load, barrier, scales, barrier, fold round trip
-// (11.5 us alone in ncu); a slice of w dimensions stages w / head_dim of those bytes, all spans
-// of a long context in one batch (sliced_merge_batch).
-constexpr int kMaxMergeSlices = 8;
-constexpr int kMinMergeSliceDims = 16;
-__global__ void __launch_bounds__(kMergeThreads) attention_span_merge_sliced_kernel(AttentionArgs a, int w, int batch) {
-  extern __shared__ __align__(16) unsigned char sm[];
-  span_merge::merge_token_head<kMergeThreads, 1, false, true>(a, blockIdx.x, blockIdx.y, reinterpret_cast<float*>(sm),
-                                                              batch, static_cast<int>(blockIdx.z) * w, w);
-}
-// Spans per batch of a slice of w dimensions: up to 256 (a 64k context's spans in one batch),
-// 32 KB of partial A values at most.
-inline int sliced_merge_batch(int w) { return std::min(256, std::max(32, 8192 / w)); }
-
-// Blocks per (token, head) of the span merge: the fewest slices (a power of two, each an even
-// number of at least kMinMergeSliceDims dimensions, at most kMergeThreads) that give every SM a
-// block, at most max_slices (AttentionArgs::merge_slices, TERN_CUDA_ATTN_MERGE_SLICES; 0:
-// kMaxMergeSlices); 1: the unsliced kernel (one block per (token, head), as before session 7).
-int span_merge_slices(int n_tokens, int n_heads, int head_dim, int n_sm, int max_slices) {
-  const int cap = max_slices > 0 ? std::min(max_slices, kMaxMergeSlices) : kMaxMergeSlices;
-  int slices = 1;
-  while (int64_t{n_tokens} * n_heads * slices < n_sm && slices * 2 <= cap && head_dim % (slices * 4) == 0 &&
-         head_dim / (slices * 2) >= kMinMergeSliceDims) {
-    slices *= 2;
-  }
-  if (slices > 1 && head_dim / slices > kMergeThreads) return 1;  // (head_dim 512 would need two per thread)
-  return slices;
 }
 
 template <typename T, int kStages>
@@ -324,21 +290,10 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
                   dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads, 0, a);
     return;
   }
-  const int slices = span_merge_slices(a.plan.n_tokens, a.n_heads, a.head_dim, g_n_sm, a.merge_slices);
-  if (slices > 1) {
-    const int w = a.head_dim / slices, batch = sliced_merge_batch(w);
-    g_merge_sliced_launches.fetch_add(1, std::memory_order_relaxed);
-    launch_kernel(env, attention_span_merge_sliced_kernel,
-                  dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads), static_cast<unsigned>(slices)),
-                  kMergeThreads, span_merge::batch_bytes(w, batch), a, w, batch);
-    return;
-  }
   launch_kernel(env, attention_span_merge_kernel,
                 dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads,
                 merge_smem_bytes(a.head_dim), a);
 }
-
-int64_t attention_span_merge_sliced_launches() { return g_merge_sliced_launches.load(std::memory_order_relaxed); }
 
 int64_t attention_span_ws_launches() { return g_ws_launches.load(std::memory_order_relaxed); }
 int64_t attention_span_ws_lean_launches() { return g_ws_lean_launches.load(std::memory_order_relaxed); }
@@ -362,8 +317,6 @@ void init_attention_span(int max_smem_bytes) {
   set_span_smem<float, 4>(max_smem_bytes);
   TERN_CUDA_CHECK(
       cudaFuncSetAttribute(attention_span_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_span_merge_sliced_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       max_smem_bytes));
   init_attention_span_pair(max_smem_bytes);
 }
 

@@ -69,34 +69,31 @@ __device__ __forceinline__ Batch batch_at(float* sm, int hd, int batch) {
   return b;
 }
 
-// Stages spans [s0, s0 + nb) of the partial records at rec0 (record stride rec_stride floats):
-// their max and sum, and A's dimensions [a_off, a_off + w) as the batch's rows of w (a_off even).
+// Stages spans [s0, s0 + nb) of the partial records at rec0 (record stride rec_stride floats).
 // kL2: loads that bypass L1 (the folded merge), else cp.async (committed; wait before use).
 template <int kThreads, bool kL2>
-__device__ __forceinline__ void load_batch(Batch& b, const float* rec0, int64_t rec_stride, int nb, int w,
-                                           int a_off = 0) {
+__device__ __forceinline__ void load_batch(Batch& b, const float* rec0, int64_t rec_stride, int nb, int hd) {
   const int tid = threadIdx.x;
   b.nb = nb;
   if constexpr (kL2) {
 #pragma unroll 4
-    for (int i = tid; i < nb * w; i += kThreads) {
-      const int s = i / w, e = i - s * w;
-      b.a[s * w + e] = __ldcg(rec0 + s * rec_stride + 2 + a_off + e);
+    for (int i = tid; i < nb * hd; i += kThreads) {
+      const int s = i / hd, e = i - s * hd;
+      b.a[s * hd + e] = __ldcg(rec0 + s * rec_stride + 2 + e);
     }
     for (int s = tid; s < nb; s += kThreads) {
       b.m[s] = __ldcg(rec0 + s * rec_stride);
       b.l[s] = __ldcg(rec0 + s * rec_stride + 1);
     }
   } else {
-    const int half = w / 2;  // hd + 2 and a_off are even, so every copied pair is 8-byte aligned
-    const float* a0 = rec0 + 2 + a_off;
+    const int half = hd / 2;  // hd + 2 is even, so every record's A starts 8-byte aligned
     if (kThreads % half == 0) {  // a thread keeps one column: no division per copy
       const int e = (tid % half) * 2, step = kThreads / half;
-      for (int s = tid / half; s < nb; s += step) cp_async8(b.a + s * w + e, a0 + s * rec_stride + e);
+      for (int s = tid / half; s < nb; s += step) cp_async8(b.a + s * hd + e, rec0 + s * rec_stride + 2 + e);
     } else {
       for (int i = tid; i < nb * half; i += kThreads) {
         const int s = i / half, e = (i - s * half) * 2;
-        cp_async8(b.a + s * w + e, a0 + s * rec_stride + e);
+        cp_async8(b.a + s * hd + e, rec0 + s * rec_stride + 2 + e);
       }
     }
     cp_async_commit();
@@ -181,24 +178,18 @@ __device__ __forceinline__ void batch_fold(const Batch& b, int hd, float& L, flo
 }
 
 // Merges token t's span partials for head h into out, batch spans at a time through `sm`
-// (batch_bytes(w, batch) of shared memory), for A's dimensions [d0, d0 + w) (d0 even; the whole
-// head by default). Every dimension's fold is the same sequence of the same expressions whatever
-// slice it is merged in (the statistics and fold scales of all spans are recomputed per slice,
-// identically), so slicing a head over several blocks changes no bits. Called by all kThreads
-// threads of the block, which must hold kPer * kThreads >= w; ends with a barrier (sm is free
-// again). kPdl: the merge kernel, which reads the plan (uploaded before the step) ahead of the
-// PDL wait.
+// (batch_bytes(hd, batch) of shared memory). Called by all kThreads threads of the block, which
+// must hold kPer * kThreads >= hd; ends with a barrier (sm is free again). kPdl: the merge
+// kernel, which reads the plan (uploaded before the step) ahead of the PDL wait.
 template <int kThreads, int kPer, bool kL2, bool kPdl = false>
-__device__ __forceinline__ void merge_token_head(const AttentionArgs& a, int t, int h, float* sm, int batch, int d0 = 0,
-                                                 int w = 0) {
+__device__ __forceinline__ void merge_token_head(const AttentionArgs& a, int t, int h, float* sm, int batch) {
   const int hd = a.head_dim, tid = threadIdx.x;
-  if (w == 0) w = hd;
   const DevicePlan& P = a.plan;
   const int n_spans = P.positions[t] / kAttnSpanTokens + 1;
   const int64_t first = int64_t{P.token_partial_begin[t]};
   const int64_t rec_stride = int64_t{a.n_heads} * (hd + 2);
   if constexpr (kPdl) pdl_enter();
-  Batch b = batch_at(sm, w, batch);
+  Batch b = batch_at(sm, hd, batch);
   float carry = -INFINITY;  // warp 0
   float L = 0.0f;
   float A[kPer];
@@ -206,18 +197,18 @@ __device__ __forceinline__ void merge_token_head(const AttentionArgs& a, int t, 
   for (int k = 0; k < kPer; ++k) A[k] = 0.0f;
   for (int s0 = 0; s0 < n_spans; s0 += batch) {
     const int nb = min(batch, n_spans - s0);
-    load_batch<kThreads, kL2>(b, a.partials + ((first + s0) * a.n_heads + h) * (hd + 2), rec_stride, nb, w, d0);
+    load_batch<kThreads, kL2>(b, a.partials + ((first + s0) * a.n_heads + h) * (hd + 2), rec_stride, nb, hd);
     __syncthreads();
     if (tid < 32) batch_scales(b, carry);
     if constexpr (!kL2) cp_async_wait<0>();
     __syncthreads();
-    batch_fold<kThreads>(b, w, L, A);
+    batch_fold<kThreads>(b, hd, L, A);
     __syncthreads();  // the batch's shared memory is free
   }
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int d = tid + k * kThreads;
-    if (d < w) a.out[t * a.out_stride + int64_t{h} * hd + d0 + d] = __fdiv_rn(A[k], L);
+    if (d < hd) a.out[t * a.out_stride + int64_t{h} * hd + d] = __fdiv_rn(A[k], L);
   }
 }
 

@@ -314,7 +314,6 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.attention_split_ring = attention_split_ring(options);
   s.attention_fused_decode = attention_fused_decode(options);
   s.attention_cluster = attention_cluster(options, cc_major);
-  if (const char* env = std::getenv("TERN_CUDA_ATTN_MERGE_SLICES")) s.attention_merge_slices = std::max(1, std::atoi(env));
   s.fuse_gemv = use_gemv_fusion(options) && s.gemv_path != GemvPath::kLegacy;
   s.fuse_swiglu = s.fuse_gemv && use_swiglu_fusion(options);
   // One SwiGLU fusion or the other: the epilogue, folded first, would leave the prologue nothing.

@@ -60,7 +60,6 @@ struct BackendSettings {
   int attention_split_ring = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING (0-4): default_span_kernel
   // TERN_CUDA_ATTN_FUSED (0-3) as AttentionArgs::fused flags (kAttnFusedRope | kAttnFusedMerge)
   int attention_fused_decode = kAttnFusedRope;
-  int attention_merge_slices = 0;  // TERN_CUDA_ATTN_MERGE_SLICES (AttentionArgs::merge_slices)
   int attention_cluster = 0;  // TERN_CUDA_ATTN_CLUSTER (0-16): most blocks per cluster; 0 before sm_90
   bool fuse_gemv = false;           // GEMV fusion, not on GemvPath::kLegacy (TERN_CUDA_FUSE=0 off)
   bool fuse_swiglu = false;         // its SwiGLU prologue (TERN_CUDA_FUSE=swiglu / noswiglu)

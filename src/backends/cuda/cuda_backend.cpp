@@ -99,7 +99,6 @@ class CudaBackend final : public Backend {
         attention_chunk_split_(settings.attention_chunk_split),
         attention_early_kv_(settings.attention_early_kv),
         attention_split_ring_(settings.attention_split_ring),
-        attention_merge_slices_(settings.attention_merge_slices),
         attention_fused_decode_(settings.attention_fused_decode),
         attention_cluster_(settings.attention_cluster),
         fuse_gemv_(settings.fuse_gemv),
@@ -513,7 +512,6 @@ class CudaBackend final : public Backend {
     if (options_.attention_split == AttentionSplit::kNever) split = false;
     if (split) {
       a.split = 1;
-      a.merge_slices = attention_merge_slices_;
       const int kernel = attention_span_ >= 0 ? attention_span_ : default_span_kernel(p.head_dim, kv.k.dtype, attention_split_ring_);
       if (kernel > 0) {  // else the chunk kernel
         a.chunk_split = chunk_split(p.n_kv_heads);
@@ -545,7 +543,6 @@ class CudaBackend final : public Backend {
 
   void set_l2_prefetch(const L2PrefetchSetting& s) { l2_prefetch_ = cc_major_ >= 9 ? s : L2PrefetchSetting{}; }
   void set_attention_split_ring(int split_ring) { attention_split_ring_ = std::clamp(split_ring, 0, 4); }
-  void set_attention_merge_slices(int slices) { attention_merge_slices_ = std::max(0, slices); }
   void set_small_gemv(int float_pipe, int norm_preload, int x_once) {
     gemv_float_pipe_ = float_pipe;
     gemv_norm_preload_ = norm_preload;
@@ -909,7 +906,6 @@ class CudaBackend final : public Backend {
   int attention_chunk_split_ = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT / option; -1: default_chunk_split
   bool attention_early_kv_ = false;  // TERN_CUDA_ATTN_EARLY_KV / option
   int attention_split_ring_ = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING / option
-  int attention_merge_slices_ = 0;  // TERN_CUDA_ATTN_MERGE_SLICES / set_attention_merge_slices
   int attention_fused_decode_ = 0;  // AttentionArgs::fused flags (TERN_CUDA_ATTN_FUSED / option)
   int attention_cluster_ = 0;       // most blocks per cluster of the cluster merge, 0 off (TERN_CUDA_ATTN_CLUSTER)
   int64_t cluster_attentions_ = 0;
@@ -1007,12 +1003,6 @@ void set_attention_split_ring(Backend& backend, int split_ring) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   TERN_CHECK_MSG(cuda != nullptr, "set_attention_split_ring: not a CUDA backend");
   cuda->set_attention_split_ring(split_ring);
-}
-
-void set_attention_merge_slices(Backend& backend, int slices) {
-  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
-  TERN_CHECK_MSG(cuda != nullptr, "set_attention_merge_slices: not a CUDA backend");
-  cuda->set_attention_merge_slices(slices);
 }
 
 CudaBackendStats backend_stats(const Backend& backend) {

@@ -225,9 +225,6 @@ void set_small_gemv(Backend& backend, int float_pipe, int norm_preload, int x_on
 // Sets the default long-decode attention form of a CUDA backend from now on
 // (CudaBackendOptions::attention_split_ring, 0-4; A/B timing in one process, same bits).
 void set_attention_split_ring(Backend& backend, int split_ring);
-// Sets the span merge's most blocks per (token, head) from now on (AttentionArgs::merge_slices,
-// TERN_CUDA_ATTN_MERGE_SLICES: 1 one block per head, 0 the default; A/B timing, same bits).
-void set_attention_merge_slices(Backend& backend, int slices);
 
 // What benchmarks report next to their timings.
 struct DeviceInfo {

@@ -349,10 +349,6 @@ struct AttentionArgs {
   int cluster_blocks;
   int cluster_chunks;
   int cluster_stages;  // K/V stages of a cluster block (2 or 3)
-  // Span merge kernel: at most this many blocks per (token, head), each a slice of the head's
-  // dimensions (attention_span.cu; TERN_CUDA_ATTN_MERGE_SLICES); 0: up to its default.
-  int merge_slices;
-  int merge_pad;  // (no padding bytes inside the record)
   AttentionRope rope;
   DevicePlan plan;
 };
