@@ -389,21 +389,34 @@ TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {
 }
 
 // The chunk split where spans x KV heads leave SMs idle (132 SMs: the H200): one chunk per block
-// while 4 x spans x heads <= 264, two below 264 spans x heads; never inside two chunks (one step
-// of the block, which merges itself), past 24 spans per tile, or where whole spans fill the GPU
-// twice.
+// while 4 x spans x heads <= 264, two below 132 spans x heads; never inside two chunks (one step
+// of the block, which merges itself), past 24 spans per tile, once spans x heads fill the SMs,
+// or from 8 spans per tile where whole spans run the warp-specialized ring (1779, 755: the 8B
+// shape's default and its non-lean form; kernel 2 and 243 do not).
 TEST_F(BackendSettingsTest, DefaultChunkSplitPerPlan) {
-  EXPECT_EQ(cuda::default_chunk_split(1, 1, 63, 8, 132), 0);       // one chunk: the folded merge
-  EXPECT_EQ(cuda::default_chunk_split(1, 1, 127, 3, 132), 0);      // two chunks: one step
-  EXPECT_EQ(cuda::default_chunk_split(1, 1, 128, 8, 132), 1);      // 8B decode at 128
-  EXPECT_EQ(cuda::default_chunk_split(5, 5, 1024, 8, 132), 1);     // 8B decode at 1k: 40 spans x heads
-  EXPECT_EQ(cuda::default_chunk_split(9, 9, 2048, 8, 132), 2);     // 8B at 2k: 72
-  EXPECT_EQ(cuda::default_chunk_split(17, 17, 4096, 8, 132), 2);   // 8B at 4k: 136
-  EXPECT_EQ(cuda::default_chunk_split(25, 25, 6144, 8, 132), 0);   // past 24 spans per tile
-  EXPECT_EQ(cuda::default_chunk_split(129, 129, 32768, 8, 132), 0);  // 32k: whole, persistent spans
-  EXPECT_EQ(cuda::default_chunk_split(17, 17, 4096, 3, 132), 1);   // SmolLM2 at 4k: 51
-  EXPECT_EQ(cuda::default_chunk_split(40, 5, 1024, 8, 132), 0);    // 8 sequences at 1k: 320
-  EXPECT_EQ(cuda::default_chunk_split(40, 5, 1024, 3, 132), 2);    // SmolLM2, 8 at 1k: 120
+  const int ws = 1779, pair = 2;
+  EXPECT_EQ(cuda::default_chunk_split(1, 1, 63, 8, 132, ws), 0);       // one chunk: the folded merge
+  EXPECT_EQ(cuda::default_chunk_split(1, 1, 127, 3, 132, pair), 0);    // two chunks: one step
+  EXPECT_EQ(cuda::default_chunk_split(1, 1, 128, 8, 132, ws), 1);      // 8B decode at 128
+  EXPECT_EQ(cuda::default_chunk_split(5, 5, 1024, 8, 132, ws), 1);     // 8B decode at 1k: 40 spans x heads
+  EXPECT_EQ(cuda::default_chunk_split(7, 7, 1536, 8, 132, ws), 1);     // 8B at 1.5k: 56, 7 spans
+  EXPECT_EQ(cuda::default_chunk_split(8, 8, 1792, 8, 132, ws), 0);     // 8 spans: the ring whole
+  EXPECT_EQ(cuda::default_chunk_split(8, 8, 1792, 8, 132, 755), 0);
+  EXPECT_EQ(cuda::default_chunk_split(8, 8, 1792, 8, 132, 243), 1);    // (no warp specialization): 64
+  EXPECT_EQ(cuda::default_chunk_split(8, 8, 1792, 8, 132, pair), 1);
+  EXPECT_EQ(cuda::default_chunk_split(9, 9, 2048, 8, 132, ws), 0);     // 8B at 2k: 72
+  EXPECT_EQ(cuda::default_chunk_split(17, 17, 4096, 8, 132, ws), 0);   // 8B at 4k: 136
+  EXPECT_EQ(cuda::default_chunk_split(25, 25, 6144, 8, 132, pair), 0);  // past 24 spans per tile
+  EXPECT_EQ(cuda::default_chunk_split(129, 129, 32768, 8, 132, ws), 0);  // 32k: whole, persistent spans
+  EXPECT_EQ(cuda::default_chunk_split(17, 17, 4096, 3, 132, pair), 1);  // SmolLM2 at 4k: 51
+  EXPECT_EQ(cuda::default_chunk_split(24, 24, 6000, 3, 132, pair), 2);  // SmolLM2, 24 spans: 72
+  EXPECT_EQ(cuda::default_chunk_split(40, 5, 1024, 8, 132, ws), 0);    // 8 sequences at 1k: 320
+  EXPECT_EQ(cuda::default_chunk_split(40, 5, 1024, 3, 132, pair), 2);  // SmolLM2, 8 at 1k: 120
+  EXPECT_EQ(cuda::default_chunk_split(43, 6, 1400, 3, 132, pair), 2);  // 129: two chunks
+  EXPECT_EQ(cuda::default_chunk_split(44, 6, 1400, 3, 132, pair), 0);  // 132: whole spans fill the SMs
+  EXPECT_EQ(cuda::default_chunk_split(56, 7, 1536, 3, 132, pair), 0);  // SmolLM2, 8 at 1.5k: 168
+  EXPECT_EQ(cuda::default_chunk_split(4, 4, 1000, 8, 132, ws), 1);     // 4 x 32 = 128 <= 264: one chunk
+  EXPECT_EQ(cuda::default_chunk_split(9, 3, 700, 8, 132, ws), 2);      // 3 sequences at 700: 72 (3 spans each)
 }
 
 }  // namespace

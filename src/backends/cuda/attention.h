@@ -134,8 +134,12 @@
 // No persistent blocks and no folded merge with it, and a whole GQA group (up to 4 q heads) per
 // block: the parts already multiply the blocks. The backend picks it per plan with the default
 // kernel (backend_settings.cpp default_chunk_split: past two chunks, up to 24 spans per tile,
-// while spans x KV heads are fewer than twice the SMs); TERN_CUDA_ATTN_CHUNK_SPLIT=0/1/2
+// while spans x KV heads are fewer than the SMs, and where whole spans run the warp-specialized
+// ring only below 8 spans per tile: since session 7 the 8B shape decodes whole spans from ~2k);
+// TERN_CUDA_ATTN_CHUNK_SPLIT=0/1/2
 // (CudaBackendOptions::attention_chunk_split) forces it off / on for any two-chunk kernel.
+// Whole spans keep the GQA group (up to 4 q heads) per block as well once a tile has several
+// spans (plan_attention_span; it spreads a group over blocks only for tiles of one span).
 // TERN_CUDA_ATTN_SPAN_HPB=1/2/4 fixes the q heads per span block (A/B timing). Measured on the
 // H200 (bench/RESULTS.md, 8B shape, us/layer): ctx 128 12.5 -> 9.2, 1k 23.5 -> 13.7, 2k 28.8 ->
 // 19.5; whole-model 8B Q4_K_M at 1k 298 -> 322 tok/s, SmolLM2 at 128 / 1k +10% / +12%.

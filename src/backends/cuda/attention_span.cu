@@ -194,7 +194,14 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
   auto n_blocks = [&](int h) { return int64_t{a.plan.n_split_items} * parts * a.n_kv_heads * ((group + h - 1) / h); };
   // With the chunk split the parts already multiply the blocks, and a whole GQA group per block
   // measured fastest (8B at 1k: 12.9 us/layer with 4 q heads per block, 19.4 with 2, 27.3 with 1).
-  while (cs == 0 && hpb > 1 && n_blocks(hpb) < 2 * int64_t{n_sm}) hpb = (hpb + 1) / 2;
+  // So did whole spans once a tile has several (H200, session 7, bench/RESULTS.md "Mid-length
+  // decode attention"): 8B shape (kernel 1779) at 1k / 2k / 4k / 6k 14.0 / 15.1 / 18.2 / 20.4
+  // us/layer with the group whole against 21.9 / 26.8 / 25.6 / 42.8 with it spread over 1 or 2
+  // q heads per block; SmolLM2's kernel 2 at 6k / 8k 21.7 / 22.4 against 23.2 / 35.9. Only plans
+  // whose tiles each hold one span (short contexts, which the span blocks merge themselves)
+  // still spread a group over blocks.
+  const bool one_span_tiles = a.plan.n_split_items <= a.plan.n_tiles;
+  while (cs == 0 && one_span_tiles && hpb > 1 && n_blocks(hpb) < 2 * int64_t{n_sm}) hpb = (hpb + 1) / 2;
   if (g_force_hpb > 0) hpb = std::min(g_force_hpb, std::min(group, kAttnMaxHeadsPerBlock));
   AttentionArgs trial = a;
   trial.heads_per_block = hpb;

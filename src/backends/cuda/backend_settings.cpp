@@ -364,20 +364,31 @@ int default_span_kernel(int head_dim, DType kv_dtype, int split_ring) {
 
 // Chunk split where whole spans x KV heads leave SMs idle: a block per span then walks its 4
 // chunks two at a time (8B shape at ctx 1k: 5 spans x 8 heads = 40 blocks' worth of K/V for 132
-// SMs), while the chunks' partials do not depend on each other. Measured on the H200
-// (bench/RESULTS.md, attention alone, us/layer): one chunk per block while 4 x spans x heads <=
-// 2 x SMs (8B ctx 128 / 1k: 12.5 / 23.5 -> 9.2 / 13.7; SmolLM2 ctx 128 / 1k / 4k: 11.2 / 16.1 /
-// 19.5 -> 8.5 / 9.9 / 19.3), two chunks above that (8B 2k / 4k / 6k: 28.8 / 28.2 / 49.1 -> 19.5
-// / 30.1 / 39.6; one chunk at 4k: 35.7), whole spans once spans x heads reach 2 x SMs or a tile
+// SMs), while the chunks' partials do not depend on each other. One chunk per block while 4 x
+// spans x heads <= 2 x SMs, two above that; whole spans once spans x heads reach the SMs, a tile
 // has more than kMaxSpans spans (32k: 88.8 whole and persistent, 182 with two chunks: the chunk
-// merge folds 512 records per query in a row). Up to two chunks (positions < 128) the block's
-// one step already takes both, and it merges itself (the folded merge): SmolLM2 at ctx 64, 7.7
-// whole, 8.2 split.
-int default_chunk_split(int n_split_items, int max_tile_spans, int max_position, int n_kv_heads, int n_sm) {
-  constexpr int kMaxSpans = 24;
+// merge folds 512 records per query in a row), or whole spans run the warp-specialized ring
+// (span_kernel + 512: the 8B shape's default 1779) and a tile has kWsWholeSpans or more. Up to
+// two chunks (positions < 128) the block's one step already takes both, and it merges itself
+// (the folded merge): SmolLM2 at ctx 64, 7.7 whole, 8.2 split.
+// Measured on the H200 (bench/RESULTS.md "Mid-length decode attention", session 7; attention alone,
+// us/layer, whole spans with the GQA group whole per block, attention_span.cu), decode / with
+// the rope (which the chunk split fuses into its launch):
+//   8B, 1779:   1k 14.0 / 16.4 whole, 14.4 / 14.9 split; 1.5k 14.4 / 16.7 vs 16.1 / 16.6; 2k
+//               15.1 / 17.5 vs 20.0 / 20.8; 4k 18.2 / 21.5 vs 30.5 / 31.2; 6k 20.4 vs 40.5
+//   SmolLM2, 2: 4k 21.6 / 24.2 whole vs 19.6 / 20.3 split (one chunk); 8 sequences at 1k 22.2
+//               vs 16.6 (two chunks), at 1.5k / 2k (168 / 216 spans x heads) 22.9 / 23.9 vs
+//               26.7 / 29.2
+// (session 5, before the lean ring: one chunk per block took SmolLM2 at ctx 128 / 1k / 4k from
+// 11.2 / 16.1 / 19.5 to 8.5 / 9.9 / 19.3.)
+int default_chunk_split(int n_split_items, int max_tile_spans, int max_position, int n_kv_heads, int n_sm,
+                        int span_kernel) {
+  constexpr int kMaxSpans = 24, kWsWholeSpans = 8;
+  constexpr int kWarpSpecialized = 512;  // attention_span.cuh kSpanWarpSpecialized
   if (max_position < 2 * kAttnChunkTokens || max_tile_spans > kMaxSpans) return 0;
   const int64_t spans = int64_t{n_split_items} * n_kv_heads;
-  if (spans >= 2 * int64_t{n_sm}) return 0;
+  if (spans >= int64_t{n_sm}) return 0;
+  if ((span_kernel & kWarpSpecialized) != 0 && max_tile_spans >= kWsWholeSpans) return 0;
   return 4 * spans <= 2 * int64_t{n_sm} ? 1 : 2;
 }
 

@@ -93,8 +93,10 @@ int default_span_kernel(int head_dim, DType kv_dtype, int split_ring = kDefaultS
 
 // The chunk split (AttentionArgs::chunk_split: K/V chunks per block, 0 = whole spans) of a
 // split-mode plan with the default kernel: n_split_items (tile, span) items, the most spans of
-// one tile, the plan's last position. Every choice gives the same bits (attention.h).
-int default_chunk_split(int n_split_items, int max_tile_spans, int max_position, int n_kv_heads, int n_sm);
+// one tile, the plan's last position, span_kernel the kernel whole spans would run
+// (default_span_kernel). Every choice gives the same bits (attention.h).
+int default_chunk_split(int n_split_items, int max_tile_spans, int max_position, int n_kv_heads, int n_sm,
+                        int span_kernel);
 
 // The fused decode's flags (AttentionArgs::fused) of a CudaBackendOptions::attention_fused_decode
 // value: 0 none, 1 rope and merge, 2 merge, 3 rope; others as kDefaultFusedDecode.

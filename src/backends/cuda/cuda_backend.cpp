@@ -514,7 +514,7 @@ class CudaBackend final : public Backend {
       a.split = 1;
       const int kernel = attention_span_ >= 0 ? attention_span_ : default_span_kernel(p.head_dim, kv.k.dtype, attention_split_ring_);
       if (kernel > 0) {  // else the chunk kernel
-        a.chunk_split = chunk_split(p.n_kv_heads);
+        a.chunk_split = chunk_split(p.n_kv_heads, kernel);
         plan_attention_span(a, n_sm_, max_smem_bytes_, attention_span_stages_, kernel);
       }
       const size_t need = attention_partials_bytes(a);
@@ -778,10 +778,11 @@ class CudaBackend final : public Backend {
   // option or TERN_CUDA_ATTN_CHUNK_SPLIT, else per plan with the default kernel only (a kernel
   // picked explicitly runs as asked, so the kernel tests compare what they name), never where
   // the folded merge was asked for everywhere or for several spans (it needs whole spans).
-  int chunk_split(int n_kv_heads) const {
+  int chunk_split(int n_kv_heads, int span_kernel) const {
     if (attention_chunk_split_ >= 0) return attention_chunk_split_;
     if (attention_span_ >= 0 || attention_fold_merge_ == 2 || attention_fold_max_spans_ > 1) return 0;
-    return default_chunk_split(layout_.n_split_items, layout_.max_tile_spans, layout_.max_position, n_kv_heads, n_sm_);
+    return default_chunk_split(layout_.n_split_items, layout_.max_tile_spans, layout_.max_position, n_kv_heads, n_sm_,
+                               span_kernel);
   }
   // The counters of a launch whose blocks count themselves done per (tile, KV head x head slice):
   // the folded merge and the fused decode. Zero-filled on allocation; every launch leaves its

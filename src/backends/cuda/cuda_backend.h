@@ -80,7 +80,8 @@ struct CudaBackendOptions {
   // Chunk split of the two-chunk span kernels (attention.h; same bits): 1 or 2 K/V chunks per
   // block with a record per chunk and the chunk merge, 0 = one block per span; -1 =
   // TERN_CUDA_ATTN_CHUNK_SPLIT (0 / 1 / 2) or else, with the default kernel only, per plan
-  // (backend_settings.cpp default_chunk_split: short contexts, where spans x KV heads are few).
+  // (backend_settings.cpp default_chunk_split: short contexts, where spans x KV heads are few;
+  // with the warp-specialized ring below 8 spans per tile).
   int attention_chunk_split = -1;
   // Two-chunk span kernels: copy a block's first K/V chunks before the PDL wait, overlapping the
   // kernel before (rows no token of the step writes; attention.h early_kv; same bytes, same bits)
