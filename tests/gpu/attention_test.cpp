@@ -178,13 +178,14 @@ class ScopedEnv {
 // Runs kShapes' split-mode plans on `want` and on every backend of `got` (same cache contents and
 // block tables for all) and expects every result bit for bit equal to want's. Plans: a decode
 // batch at positions around the chunk / span boundaries, a verify tile, a chunk crossing a span
-// boundary (few blocks: one q head per block), and with a 9k decode added (many spans: 2 or 4 q
-// heads per block, uneven head slices for group 7).
+// boundary, and with a 9k decode added (many spans; uneven head slices for group 7). Their tiles
+// have several spans, so whole-span kernels keep each GQA group in one block (up to 4 q heads)
+// unless TERN_CUDA_ATTN_SPAN_HPB forces fewer (SpreadGroupsEqualChunkKernelBitwise).
 void expect_split_kernels_equal(Backend& want_backend, const std::vector<std::unique_ptr<Backend>>& got,
                                 uint32_t seed, std::span<const Shape> shapes = kShapes) {
   for (const Shape& s : shapes) {
     SCOPED_TRACE(describe(s));
-    const bool long_ctx = s.n_heads / s.n_kv_heads >= 4;  // GQA: 2 or 4 q heads per block on many spans
+    const bool long_ctx = s.n_heads / s.n_kv_heads >= 4;  // GQA groups of 4+: a 9k decode too
     const int n_blocks = long_ctx ? 800 : 200;
     // One cache per backend, all from the same seed: the same contents and block tables.
     std::vector<std::unique_ptr<Cache>> caches;
@@ -239,6 +240,37 @@ TEST_F(GpuAttention, SpanKernelEqualsChunkKernelBitwise) {
   ASSERT_TRUE(chunk != nullptr);
   for (const auto& b : spans) ASSERT_TRUE(b != nullptr);
   expect_split_kernels_equal(*chunk, spans, 700);
+}
+
+// The span kernels with a GQA group spread over several blocks (1 or 2 q heads per block, forced
+// with TERN_CUDA_ATTN_SPAN_HPB, read when a backend is created: since session 7 the backend
+// spreads a group only over tiles of one span, so expect_split_kernels_equal's multi-span plans
+// would otherwise run whole groups) against the chunk kernel, bit for bit: kernel 2 and the lean
+// warp-specialized ring (1779; other shapes drop its flags), whole spans.
+TEST_F(GpuAttention, SpreadGroupsEqualChunkKernelBitwise) {
+  uint32_t seed = 3400;
+  for (const char* hpb : {"1", "2"}) {
+    SCOPED_TRACE(std::string("q heads per block ") + hpb);
+    ScopedEnv force("TERN_CUDA_ATTN_SPAN_HPB", hpb);
+    cuda::CudaBackendOptions o;
+    o.attention_split = cuda::AttentionSplit::kAlways;
+    o.attention_chunk_split = 0;
+    std::unique_ptr<Backend> chunk;
+    {
+      ScopedEnv off("TERN_CUDA_ATTN_SPAN", "0");
+      chunk = gputest::make_cuda(o);
+    }
+    std::vector<std::unique_ptr<Backend>> got;
+    for (int kernel : {2, 1779}) {
+      cuda::CudaBackendOptions ok = o;
+      ok.attention_span_kernel = kernel;
+      got.push_back(gputest::make_cuda(ok));
+    }
+    ASSERT_TRUE(chunk != nullptr);
+    for (const auto& b : got) ASSERT_TRUE(b != nullptr);
+    expect_split_kernels_equal(*chunk, got, seed);
+    seed += 100;
+  }
 }
 
 // The two-chunk span kernel (attention_span_pair.cu: segment pairs in registers, two chunks per
