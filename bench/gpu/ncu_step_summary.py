@@ -23,7 +23,7 @@ def main(path):
     value_col = header.index("Metric Value")
     kernels = []
     for r in rows:
-        name = re.sub(r"\b(tern::)?(\(anonymous namespace\)|<unnamed>)::", "", r[name_col]).split("(")[0]
+        name = re.sub(r"\b(tern::)?(\(anonymous namespace\)|<unnamed>::|\bunnamed>::)", "", r[name_col]).split("(")[0]
         name = name.removeprefix("void ")
         kernels.append((name, r[grid_col], float(r[value_col].replace(",", "")) / 1000.0))
     starts = [i for i, k in enumerate(kernels) if k[0].startswith("embed")]
