@@ -507,9 +507,10 @@ int run(const Options& o) {
   const cuda::CudaBackendStats st = cuda::backend_stats(*e.backend);
   std::printf("graphs   %lld steps replayed, %lld eager, %lld graphs built\n", static_cast<long long>(st.steps_graph),
               static_cast<long long>(st.steps_eager), static_cast<long long>(st.graphs_built));
-  std::printf("attn ops %lld chunk split, %lld fused decode, %lld clusters (TERN_CUDA_ATTN_CLUSTER=%d)\n",
+  std::printf("attn ops %lld chunk split, %lld fused decode (%lld early K/V), %lld clusters (TERN_CUDA_ATTN_CLUSTER=%d)\n",
               static_cast<long long>(st.chunk_splits), static_cast<long long>(st.fused_attentions),
-              static_cast<long long>(st.cluster_attentions), st.attention_cluster);
+              static_cast<long long>(st.fused_early_kv), static_cast<long long>(st.cluster_attentions),
+              st.attention_cluster);
   return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attention_test_util.h"
@@ -113,11 +114,14 @@ std::vector<float> caches_of(Backend& b, Cache& cache) {
   return all;
 }
 
-std::unique_ptr<Backend> make_fused(int fused, int chunk_split, int cluster = 0) {
+// early: CudaBackendOptions::attention_fused_early_kv (0 none, 1 the first K/V copies before the
+// PDL wait, 2 those and the rope's rotation factors).
+std::unique_ptr<Backend> make_fused(int fused, int chunk_split, int cluster = 0, int early = 0) {
   cuda::CudaBackendOptions o;
   o.attention_fused_decode = fused;
   o.attention_chunk_split = chunk_split;
   o.attention_cluster = cluster;
+  o.attention_fused_early_kv = early;
   return gputest::make_cuda(o);
 }
 
@@ -132,17 +136,24 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
   auto want = make_fused(0, -1);
   ASSERT_TRUE(want != nullptr);
   std::vector<std::unique_ptr<Backend>> got;
-  std::vector<bool> fuses, clusters;
-  auto add = [&](int fused, int chunk_split, int cluster) {
-    got.push_back(make_fused(fused, chunk_split, cluster));
+  std::vector<bool> fuses, clusters, earlies;
+  auto add = [&](int fused, int chunk_split, int cluster, int early = 0) {
+    got.push_back(make_fused(fused, chunk_split, cluster, early));
     fuses.push_back(fused != 0);
     clusters.push_back(cluster > 0);
+    earlies.push_back(early > 0 && (fused == 1 || fused == 3) && cluster == 0);  // (modes with the rope)
   };
   add(1, -1, 0);  // the default chunk split per plan
   add(1, 1, 0);   // one chunk per block everywhere it applies
   add(1, 2, 0);   // two chunks per block
   add(2, -1, 0);  // the merge alone (the rope launch stays)
   add(3, 1, 0);   // the rope alone (the chunk merge kernel stays)
+  // The first K/V copies (1) and the rotation factors (2) before the PDL wait, fused rope only.
+  add(3, -1, 0, 1);
+  add(3, -1, 0, 2);
+  add(3, 1, 0, 2);
+  add(1, 2, 0, 1);
+  add(2, -1, 0, 2);  // (no fused rope: nothing moves)
   if (clusters_available()) {
     add(3, -1, 16);  // clusters with the fused rope (the default mode)
     add(0, -1, 16);  // clusters, the rope launch kept
@@ -179,8 +190,9 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
     plans.emplace_back();  // a verify tile next to a decode: not fused
     add_sequence(plans.back(), 700, 3, take(703));
     add_sequence(plans.back(), 300, 1, take(301));
-    std::vector<int64_t> before, before_clusters;
+    std::vector<int64_t> before, before_clusters, before_early;
     for (const auto& b : got) before.push_back(cuda::backend_stats(*b).fused_attentions);
+    for (const auto& b : got) before_early.push_back(cuda::backend_stats(*b).fused_early_kv);
     for (const auto& b : got) before_clusters.push_back(cuda::backend_stats(*b).cluster_attentions);
     for (size_t pi = 0; pi < plans.size(); ++pi) {
       SCOPED_TRACE("plan " + std::to_string(pi) + " (" + std::to_string(plans[pi].n_tokens()) + " tokens, last position " +
@@ -208,6 +220,11 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
         if (fuses[i]) {
           EXPECT_GT(st.fused_attentions, before[i] + 5) << "backend " << i;
         }
+        if (earlies[i]) {
+          EXPECT_GT(st.fused_early_kv, before_early[i] + 5) << "backend " << i;
+        } else {
+          EXPECT_EQ(st.fused_early_kv, before_early[i]) << "backend " << i;
+        }
         if (clusters[i]) {
           EXPECT_GT(st.cluster_attentions, before_clusters[i] + 5) << "backend " << i;
         } else {
@@ -227,13 +244,15 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
 TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
   TERN_REQUIRE_GPU();
   const Case c{{32, 8, 128, DType::F16}, {0, false, 1.0f}};
-  std::vector<std::pair<int, int>> configs = {{1, 0}, {3, 0}};  // (mode, most blocks per cluster)
+  // (mode, most blocks per cluster, attention_fused_early_kv)
+  std::vector<std::tuple<int, int, int>> configs = {{1, 0, 0}, {3, 0, 0}, {3, 0, 2}, {1, 0, 1}};
   // (clusters of 8 blocks: the step's 16 clusters are resident at once, so the launch takes them)
-  if (clusters_available()) configs.insert(configs.end(), {{3, 8}, {0, 8}});
-  for (const auto& [mode, cluster] : configs) {
-    SCOPED_TRACE("mode " + std::to_string(mode) + " cluster " + std::to_string(cluster));
+  if (clusters_available()) configs.insert(configs.end(), {{3, 8, 0}, {0, 8, 0}});
+  for (const auto& [mode, cluster, early] : configs) {
+    SCOPED_TRACE("mode " + std::to_string(mode) + " cluster " + std::to_string(cluster) + " early " +
+                 std::to_string(early));
     auto want = make_fused(0, -1);
-    auto got = make_fused(mode, -1, cluster);
+    auto got = make_fused(mode, -1, cluster, early);
     ASSERT_TRUE(want != nullptr && got != nullptr);
     Cache want_cache(*want, c.s, 300, 4700), got_cache(*got, c.s, 300, 4700);
     BatchPlan plan;
@@ -274,6 +293,9 @@ TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
     }
     if (cluster > 0) {
       EXPECT_GE(cuda::backend_stats(*got).cluster_attentions, 10);
+    }
+    if (early > 0) {
+      EXPECT_GE(cuda::backend_stats(*got).fused_early_kv, 10);
     }
   }
 }

@@ -26,7 +26,7 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
     "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING", "TERN_CUDA_L2_PREFETCH",
     "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD", "TERN_CUDA_ATTN_CLUSTER",
-    "TERN_CUDA_GEMV_X_ONCE", "TERN_CUDA_GEMV_MIXED"};
+    "TERN_CUDA_GEMV_X_ONCE", "TERN_CUDA_GEMV_MIXED", "TERN_CUDA_ATTN_FUSED_EARLY_KV"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -253,6 +253,35 @@ TEST_F(BackendSettingsTest, FusedDecodeSwitch) {
   EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, kAttnFusedMerge);
   o.attention_fused_decode = 9;
   EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, def);
+}
+
+// The fused decode attention's work before its PDL wait (CudaBackendOptions::
+// attention_fused_early_kv): the option wins (0-2, larger values are 2), else
+// TERN_CUDA_ATTN_FUSED_EARLY_KV=0/1/2, else the default; other values keep the default. Apart
+// from the unfused early copies (TERN_CUDA_ATTN_EARLY_KV), which it neither sets nor reads.
+TEST_F(BackendSettingsTest, FusedEarlyKvSwitch) {
+  const int def = cuda::kDefaultFusedEarlyKv;
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_fused_early_kv, def);
+  const std::pair<const char*, int> env_cases[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", def}, {"on", def}, {"", def}};
+  for (const auto& [value, want] : env_cases) {
+    setenv("TERN_CUDA_ATTN_FUSED_EARLY_KV", value, 1);
+    const BackendSettings s = resolve_settings(CudaBackendOptions{}, 9, true);
+    EXPECT_EQ(s.attention_fused_early_kv, want) << value;
+    EXPECT_FALSE(s.attention_early_kv) << value;
+  }
+  CudaBackendOptions o;
+  setenv("TERN_CUDA_ATTN_FUSED_EARLY_KV", "2", 1);
+  o.attention_fused_early_kv = 0;
+  EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_early_kv, 0);
+  o.attention_fused_early_kv = 1;
+  EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_early_kv, 1);
+  o.attention_fused_early_kv = 7;
+  EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_early_kv, 2);
+  setenv("TERN_CUDA_ATTN_EARLY_KV", "1", 1);
+  setenv("TERN_CUDA_ATTN_FUSED_EARLY_KV", "0", 1);
+  const BackendSettings s = resolve_settings(CudaBackendOptions{}, 9, true);
+  EXPECT_TRUE(s.attention_early_kv);
+  EXPECT_EQ(s.attention_fused_early_kv, 0);
 }
 
 // The cluster merge (CudaBackendOptions::attention_cluster: most blocks per cluster): the option

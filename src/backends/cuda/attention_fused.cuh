@@ -26,11 +26,36 @@
 
 namespace tern::cuda::fused {
 
+// The rotation factors (rope.cuh rope_factors) of every pair of the tile's tokens into f
+// ([nt][n_rot / 2][c, s]): they depend on the plan's positions and the model's frequencies only
+// (written at load), so a block may compute them before its PDL wait (AttentionArgs::early_kv 2).
+template <int kThreads>
+__device__ __forceinline__ void rope_factors_of(const AttentionArgs& a, const int* tok_pos, int nt, float* f) {
+  const AttentionRope& r = a.rope;
+  const int half = r.n_rot / 2;
+  for (int i = threadIdx.x; i < nt * half; i += kThreads) {
+    const int tt = i / half, e = i - tt * half;
+    rope_factors(tok_pos[tt], r.inv_freq[e], r.mscale, f[2 * i], f[2 * i + 1]);
+  }
+}
+
+// Pair e of tile token tt rotated: from the factors f (rope_factors_of, visible to the block)
+// when given, else computed here (the same expressions: the same bits).
+__device__ __forceinline__ void rotate_pair(const AttentionRope& r, const float* f, int half, int position, int tt, int e,
+                                            float x0, float x1, float& y0, float& y1) {
+  if (f != nullptr) {
+    const int i = tt * half + e;
+    rope_apply(f[2 * i], f[2 * i + 1], x0, x1, y0, y1);
+  } else {
+    rope_rotate(position, r.inv_freq[e], r.mscale, x0, x1, y0, y1);
+  }
+}
+
 // The block's queries (query qi: head h0 + qi % nh of tile token qi / nh), rotated, into q_s
 // ([nq][hd]): one thread per rotated pair, then the dimensions past n_rot as they are.
 template <int kThreads>
 __device__ __forceinline__ void load_q(const AttentionArgs& a, float* q_s, const int* tok_pos, int t0, int h0, int nh,
-                                       int nq, int hd) {
+                                       int nq, int hd, const float* factors = nullptr) {
   const AttentionRope& r = a.rope;
   const int half = r.n_rot / 2, rest = hd - 2 * half, per_q = half + rest;
   const bool neox = r.neox != 0;
@@ -40,7 +65,7 @@ __device__ __forceinline__ void load_q(const AttentionArgs& a, float* q_s, const
     float* y = q_s + qi * hd;
     if (e < half) {
       const int i0 = rope_i0(e, half, neox), i1 = rope_i1(e, half, neox);
-      rope_rotate(tok_pos[tt], r.inv_freq[e], r.mscale, x[i0], x[i1], y[i0], y[i1]);
+      rotate_pair(r, factors, half, tok_pos[tt], tt, e, x[i0], x[i1], y[i0], y[i1]);
     } else {
       const int d = 2 * half + (e - half);
       y[d] = x[d];
@@ -64,7 +89,8 @@ __device__ __forceinline__ void store_elem(float* p, float v) { *p = v; }
 // launch computes and stores them (elementwise.cu rope_kernel, store_cache).
 template <typename T, int kThreads>
 __device__ __forceinline__ void write_new_rows(const AttentionArgs& a, const int* tok_pos, int t0, int nt, int g,
-                                               bool write_cache, int j_begin, int n_rows, T* ring, int n_stages) {
+                                               bool write_cache, int j_begin, int n_rows, T* ring, int n_stages,
+                                               const float* factors = nullptr) {
   const AttentionRope& r = a.rope;
   const int hd = a.head_dim, half = r.n_rot / 2;
   const bool neox = r.neox != 0;
@@ -87,7 +113,7 @@ __device__ __forceinline__ void write_new_rows(const AttentionArgs& a, const int
       } else if (e - hd < half) {  // a rotated K pair
         const int i = e - hd, i0 = rope_i0(i, half, neox), i1 = rope_i1(i, half, neox);
         float y0, y1;
-        rope_rotate(tok_pos[tt], r.inv_freq[i], r.mscale, k[i0], k[i1], y0, y1);
+        rotate_pair(r, factors, half, tok_pos[tt], tt, i, k[i0], k[i1], y0, y1);
         store_elem(k_s + i0, y0);
         store_elem(k_s + i1, y1);
         if (write_cache) {

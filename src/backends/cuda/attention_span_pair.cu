@@ -165,7 +165,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
   // kernel. Sound because at most one kernel runs ahead of this one (common.cuh: each calls
   // launch_dependents after its own wait), and what it may still write in the cache are the rows
   // of this step's tokens (the kv_write of the rope launch before attention): a thread whose row
-  // is one of those (kv_slots) skips it and copies it after the wait.
+  // is one of those (kv_slots) skips it and copies it after the wait. With the fused rope the
+  // kernel before is the q/k/v projection, which writes no cache row, and the rows of the step's
+  // tokens are not copied at all (issue skips them; write_new_rows computes them after the
+  // wait), so nothing is deferred. early_kv 2 (fused rope only): the rope's rotation factors
+  // (positions and the model's frequencies, written at load) are computed before the wait too,
+  // into p_s, which nothing else touches before the first step's barrier.
+  const bool fused_rope = (a.fused & kAttnFusedRope) != 0;
+  const float* rope_f = nullptr;
+  if (fused_rope && a.early_kv == 2) {
+    fused::rope_factors_of<kThreads>(a, tok_pos, nt, p_s);  // (visible after the barrier below)
+    rope_f = p_s;
+  }
   unsigned deferred = 0;  // bit gi: this thread's row of ring position gi waits for the PDL wait
   if (kSplit) {
     // (launch_attention_span never asks for early_kv with the split ring)
@@ -173,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
     __syncthreads();  // slots visible
     const SpanKvRing<T, kStages> r(a, g, slots, kv_s, rows_of(0));
     for (int gi = 0; gi < kStages; ++gi) {
-      const bool written = r.row_written(gi, tid, P.kv_slots, P.n_tokens);
+      const bool written = !fused_rope && r.row_written(gi, tid, P.kv_slots, P.n_tokens);
       deferred |= written ? 1u << gi : 0u;
       issue(gi, written);
     }
@@ -203,10 +214,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
     for (int gi = 0; gi + kPair < kStages; ++gi) issue(gi);
   }
 
-  if (a.fused & kAttnFusedRope) {  // attention_fused.cuh (chunk split, no early copies, no split ring)
-    fused::load_q<kThreads>(a, q_s, tok_pos, t0, h0, nh, nq, hd);
+  if (fused_rope) {  // attention_fused.cuh (chunk split, no split ring)
+    fused::load_q<kThreads>(a, q_s, tok_pos, t0, h0, nh, nq, hd, rope_f);
     fused::write_new_rows<T, kThreads>(a, tok_pos, t0, nt, g, slice == 0, it.span * kAttnSpanTokens + row_off,
-                                       rows_of(0), kv_s, kStages);
+                                       rows_of(0), kv_s, kStages, rope_f);
   } else {
     for (int i = tid; i < nq * hd; i += kThreads) {
       const int qi = i / hd, d = i - qi * hd;

@@ -195,6 +195,16 @@ bool attention_early_kv(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_ATTN_EARLY_KV");
   return env != nullptr && std::strcmp(env, "1") == 0;
 }
+// Work before the PDL wait in the fused decode attention: the option wins when set (0-2, larger
+// is 2), else TERN_CUDA_ATTN_FUSED_EARLY_KV (0 / 1 / 2), else kDefaultFusedEarlyKv.
+int attention_fused_early_kv(const CudaBackendOptions& options) {
+  if (options.attention_fused_early_kv >= 0) return std::min(options.attention_fused_early_kv, 2);
+  const char* env = std::getenv("TERN_CUDA_ATTN_FUSED_EARLY_KV");
+  if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0 || std::strcmp(env, "2") == 0)) {
+    return std::atoi(env);
+  }
+  return kDefaultFusedEarlyKv;
+}
 int attention_split_ring(const CudaBackendOptions& options) {
   if (options.attention_split_ring >= 0) return std::min(options.attention_split_ring, 4);
   const char* env = std::getenv("TERN_CUDA_ATTN_SPLIT_RING");
@@ -311,6 +321,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.attention_fold_max_spans = attention_fold_max_spans();
   s.attention_chunk_split = attention_chunk_split(options);
   s.attention_early_kv = attention_early_kv(options);
+  s.attention_fused_early_kv = attention_fused_early_kv(options);
   s.attention_split_ring = attention_split_ring(options);
   s.attention_fused_decode = attention_fused_decode(options);
   s.attention_cluster = attention_cluster(options, cc_major);

@@ -13,6 +13,11 @@ namespace tern::cuda {
 // default_span_kernel's form at head dim 128 with an f16 cache (CudaBackendOptions::attention_split_ring).
 constexpr int kDefaultSplitRing = 4;
 
+// The fused decode attention's work before its PDL wait when neither the option nor
+// TERN_CUDA_ATTN_FUSED_EARLY_KV sets it (CudaBackendOptions::attention_fused_early_kv): 0 none,
+// 1 the first K/V copies, 2 those and the rope's rotation factors.
+constexpr int kDefaultFusedEarlyKv = 0;
+
 // The L2 prefetch when neither the option nor TERN_CUDA_L2_PREFETCH sets it (CudaBackendOptions::
 // l2_prefetch_mb: -1 off, 0 the o projection, N also N MB of gate / up).
 constexpr int kDefaultL2PrefetchMb = -1;
@@ -57,6 +62,7 @@ struct BackendSettings {
   int attention_fold_max_spans = 1; // TERN_CUDA_ATTN_FOLD_MAX_SPANS
   int attention_chunk_split = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT (0 / 1 / 2); -1: default_chunk_split
   bool attention_early_kv = false;  // TERN_CUDA_ATTN_EARLY_KV (0 / 1)
+  int attention_fused_early_kv = kDefaultFusedEarlyKv;  // TERN_CUDA_ATTN_FUSED_EARLY_KV (0-2)
   int attention_split_ring = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING (0-4): default_span_kernel
   // TERN_CUDA_ATTN_FUSED (0-3) as AttentionArgs::fused flags (kAttnFusedRope | kAttnFusedMerge)
   int attention_fused_decode = kAttnFusedRope;

@@ -98,6 +98,7 @@ class CudaBackend final : public Backend {
         attention_fold_max_spans_(settings.attention_fold_max_spans),
         attention_chunk_split_(settings.attention_chunk_split),
         attention_early_kv_(settings.attention_early_kv),
+        attention_fused_early_kv_(settings.attention_fused_early_kv),
         attention_split_ring_(settings.attention_split_ring),
         attention_fused_decode_(settings.attention_fused_decode),
         attention_cluster_(settings.attention_cluster),
@@ -153,6 +154,7 @@ class CudaBackend final : public Backend {
     s.fused_kv_writes = fused_kv_writes_;
     s.fused_attentions = fused_attentions_;
     s.cluster_attentions = cluster_attentions_;
+    s.fused_early_kv = fused_early_kv_;
     s.attention_cluster = attention_cluster_;
     s.gemv_path = static_cast<int>(gemv_path_);
     if (x_once_buf_ != nullptr && gemv_x_once_ != 0 && gemv_x_once_ != 2) {
@@ -535,6 +537,7 @@ class CudaBackend final : public Backend {
         a.fused &= ~kAttnFusedMerge;
         ++cluster_attentions_;
       }
+      if ((a.fused & kAttnFusedRope) != 0 && a.early_kv != 0 && a.cluster_blocks == 0) ++fused_early_kv_;
     }
     push_l2_prefetch(p, kv);
     AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
@@ -846,7 +849,12 @@ class CudaBackend final : public Backend {
     rope.mscale = r->mscale;
     queue_->pop();  // the rope launch runs inside the attention's
     a.fused |= kAttnFusedRope;
-    a.early_kv = 0;  // (its deferred rows would be copied from the cache before the block writes them)
+    // The early K/V copies of the unfused launch defer the rows the step writes and copy them
+    // after the wait, from a cache this launch writes itself: not with the fused rope. Its own
+    // form (attention.h "early K/V copies with the fused rope") has nothing to defer: the kernel
+    // before is the q/k/v projection (the rope launch, which wrote the cache, is this one now).
+    // (early_kv 2 keeps the rotation factors in the block's score buffer: one token per tile.)
+    a.early_kv = attention_fused_early_kv_;
   }
 
   void fill_attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, const Tensor& out,
@@ -906,10 +914,12 @@ class CudaBackend final : public Backend {
   int attention_fold_max_spans_ = 1;
   int attention_chunk_split_ = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT / option; -1: default_chunk_split
   bool attention_early_kv_ = false;  // TERN_CUDA_ATTN_EARLY_KV / option
+  int attention_fused_early_kv_ = 0;  // AttentionArgs::early_kv with the fused rope (TERN_CUDA_ATTN_FUSED_EARLY_KV)
   int attention_split_ring_ = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING / option
   int attention_fused_decode_ = 0;  // AttentionArgs::fused flags (TERN_CUDA_ATTN_FUSED / option)
   int attention_cluster_ = 0;       // most blocks per cluster of the cluster merge, 0 off (TERN_CUDA_ATTN_CLUSTER)
   int64_t cluster_attentions_ = 0;
+  int64_t fused_early_kv_ = 0;  // fused attention ops with their first K/V copies before the PDL wait
   int64_t folded_merges_ = 0;
   int64_t chunk_splits_ = 0;
   bool fuse_gemv_ = false;           // CudaBackendOptions::fuse_gemv, not on GemvPath::kLegacy

@@ -88,6 +88,13 @@ struct CudaBackendOptions {
   // in steps of at most 16 tokens. 0 = off, 1 = on; -1 = TERN_CUDA_ATTN_EARLY_KV (0 / 1) or else off
   // (measured slower whole-model on the H200, bench/RESULTS.md).
   int attention_early_kv = -1;
+  // Fused decode (the rope in the chunk-split launch): work a block does before its PDL wait
+  // (attention.h "early K/V copies with the fused rope"; same bytes, same bits). The kernel before
+  // is the q/k/v projection, which writes no cache row, and the step's own rows are computed in
+  // the launch, so no copied row is deferred. 0 = none, 1 = the first K/V chunks' copies, 2 =
+  // those and the rope's rotation factors; -1 = TERN_CUDA_ATTN_FUSED_EARLY_KV (0 / 1 / 2) or else
+  // backend_settings.h kDefaultFusedEarlyKv.
+  int attention_fused_early_kv = -1;
   // The default kernel at head dim 128 with an f16 cache (attention.h; same bits): 0 = 115, 1 =
   // 243 (115 + 128, the split K/V ring: a stage's K half reissued after the scores step, its V
   // half after the values step), 2 = 499 (243 + 256: the values step on all 8 warps, 2 queries
@@ -201,6 +208,7 @@ struct CudaBackendStats {
   int64_t fused_kv_writes = 0;   // kv_write ops that joined the preceding rope's launch
   int64_t fused_attentions = 0;  // attention ops that took their rope launch and merge in (fused decode)
   int64_t cluster_attentions = 0;  // chunk-split attention ops run as clusters (the merge on chip)
+  int64_t fused_early_kv = 0;  // fused decode attention ops that copied K/V before the PDL wait
   int attention_cluster = 0;       // the resolved cluster merge setting (0: off, always before sm_90)
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int64_t gemv_mixed = 0;        // products that joined a launch of another weight type (gemv_mixed)

@@ -333,6 +333,7 @@ struct AttentionArgs {
   int* merge_counters;  // with fold_merge: [n_tiles][gridDim.y] zero between launches
   int tc_variant;       // tensor-core kernel: block shape (attention_tc.h; TERN_CUDA_ATTN_TC_VARIANT)
   int early_kv;         // two-chunk span kernels: copy the first K/V chunks before the PDL wait
+                        // (with the fused rope, 2: its rotation factors too)
                         // (rows no token of the step writes; attention.h)
   int chunk_split;      // two-chunk span kernels: K/V chunks per block (1 or 2; attention.h chunk
                         // split, partials per chunk and the chunk merge), 0: one block per span
