@@ -261,6 +261,7 @@ TEST_F(BackendSettingsTest, FusedDecodeSwitch) {
 // from the unfused early copies (TERN_CUDA_ATTN_EARLY_KV), which it neither sets nor reads.
 TEST_F(BackendSettingsTest, FusedEarlyKvSwitch) {
   const int def = cuda::kDefaultFusedEarlyKv;
+  EXPECT_EQ(def, 2);  // the copies and the rotation factors: measured faster whole-model
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_fused_early_kv, def);
   const std::pair<const char*, int> env_cases[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", def}, {"on", def}, {"", def}};
   for (const auto& [value, want] : env_cases) {

@@ -192,6 +192,17 @@
 // the attention alone at ctx 128 and with the two-chunk split at 4k, but not faster (32k: slower)
 // in whole-model decode, so off by default.
 //
+// Early K/V copies with the fused rope (AttentionArgs::early_kv 1 or 2 with kAttnFusedRope;
+// TERN_CUDA_ATTN_FUSED_EARLY_KV=0/1/2, CudaBackendOptions::attention_fused_early_kv, default 2):
+// the fused chunk-split blocks issue their first K/V stages before the PDL wait with nothing
+// deferred (the kernel before is the q/k/v projection: the rope launch that wrote the step's rows
+// is this launch, whose blocks compute those rows after the wait instead of copying them; every
+// copied row was written by a completed launch), and with 2 also compute the rope's rotation
+// factors (rope.cuh rope_factors: positions and the frequencies written at load) into their score
+// buffer, unused until the first step's barrier. Same bytes, same floats (GpuAttentionFused.*).
+// H200 (bench/RESULTS.md, session 7): 8B attention+rope at 1k 14.8 -> 13.5 (1) -> 13.0 (2)
+// us/layer, SmolLM2 shape 11.1 -> 9.9; 8B Q4_K_M decode at 1k 380 -> 395 tok/s.
+//
 // Chunk kernel K/V copies: by default each 16-byte piece looks its row up in the block table (a
 // dependent global load per cp.async); TERN_CUDA_ATTN_ROW_COPY=1 (AttentionArgs::row_copy) looks
 // each row up once, all rows of a chunk in flight together, in this kernel and in

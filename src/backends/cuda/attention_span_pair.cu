@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
   // is one of those (kv_slots) skips it and copies it after the wait. With the fused rope the
   // kernel before is the q/k/v projection, which writes no cache row, and the rows of the step's
   // tokens are not copied at all (issue skips them; write_new_rows computes them after the
-  // wait), so nothing is deferred. early_kv 2 (fused rope only): the rope's rotation factors
+  // wait), so nothing is deferred (the default: backend_settings.h kDefaultFusedEarlyKv).
+  // early_kv 2 (fused rope only): the rope's rotation factors
   // (positions and the model's frequencies, written at load) are computed before the wait too,
   // into p_s, which nothing else touches before the first step's barrier.
   const bool fused_rope = (a.fused & kAttnFusedRope) != 0;

@@ -15,8 +15,10 @@ constexpr int kDefaultSplitRing = 4;
 
 // The fused decode attention's work before its PDL wait when neither the option nor
 // TERN_CUDA_ATTN_FUSED_EARLY_KV sets it (CudaBackendOptions::attention_fused_early_kv): 0 none,
-// 1 the first K/V copies, 2 those and the rope's rotation factors.
-constexpr int kDefaultFusedEarlyKv = 0;
+// 1 the first K/V copies, 2 those and the rope's rotation factors. 2: on the H200 (session 7,
+// bench/RESULTS.md) 8B attention+rope at 1k 14.8 -> 13.0 us/layer, 8B Q4_K_M decode at 1k
+// 380 -> 395 tok/s, SmolLM2 Q4_1 +2-3%.
+constexpr int kDefaultFusedEarlyKv = 2;
 
 // The L2 prefetch when neither the option nor TERN_CUDA_L2_PREFETCH sets it (CudaBackendOptions::
 // l2_prefetch_mb: -1 off, 0 the o projection, N also N MB of gate / up).
