@@ -47,6 +47,10 @@ using namespace span_steps;  // attention_span_steps.cuh
 
 constexpr int kMaxClusterBlocks = 16;  // non-portable cluster size (cudaFuncAttributeNonPortableClusterSizeAllowed)
 constexpr int kMaxClusterChunks = 16;  // chunks per block (its slots and records in shared memory)
+
+// The device code below runs on sm_90+ only (clusters); other device passes leave it out, so
+// they do not see these helpers unused.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 constexpr int kMergeBatch = 16;        // records in flight per thread in the fold
 
 // Cluster barrier: arrive with release, wait with acquire semantics at cluster scope (the PTX
@@ -66,6 +70,7 @@ __device__ __forceinline__ const float* peer_shared(const float* p, int rank) {
   return p;
 #endif
 }
+#endif
 
 // Shared memory: the span kernels' layout for two chunks per step (span_smem), then this block's
 // cache slots [cpb C] and chunk records [cpb][na][hd + 2].
