@@ -31,7 +31,7 @@ enum class OpKind : uint32_t {
 };
 
 struct OpRecord {
-  static constexpr size_t kArgBytes = 384;  // AttentionArgs (376 bytes) is the largest
+  static constexpr size_t kArgBytes = 384;  // AttentionArgs (384 bytes) is the largest
   OpKind kind;
   uint32_t reserved;
   alignas(8) unsigned char args[kArgBytes];
