@@ -17,6 +17,7 @@
 #include "backends/cuda/device_plan.h"
 #include "backends/cuda/gemv.h"
 #include "backends/cuda/gemv_fusion_plan.h"
+#include "backends/cuda/rope_fusion_plan.h"
 #include "backends/cuda/host_staging.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kv_transfer.h"
@@ -65,13 +66,6 @@ class DeviceBuffer final : public Buffer {
   size_t bytes_ = 0;
   std::weak_ptr<StepQueue> queue_;
 };
-
-// True when the float rows [a + r * a_stride, + a_cols) and [b + r * b_stride, + b_cols),
-// r < rows, lie in address ranges that do not overlap.
-bool disjoint_rows(const float* a, int64_t a_stride, int64_t a_cols, const float* b, int64_t b_stride, int64_t b_cols,
-                   int64_t rows) {
-  return disjoint(FloatRows{a, a_stride, a_cols, rows}, FloatRows{b, b_stride, b_cols, rows});
-}
 
 bool is_device(const Tensor& t) { return t.device == Device::kCuda; }
 
@@ -422,20 +416,8 @@ class CudaBackend final : public Backend {
     require_plan("rope");
     TERN_CHECK_MSG(is_device(x) && is_device(rope.inv_freq), "rope: tensors must be on the CUDA device");
     TERN_CHECK(x.rows == plan_.n_tokens);
-    // The second rope of a layer (k after q) joins the first one's launch when it uses the same
-    // rotation and touches other memory: each element gets the same expression either way.
-    if (RopeArgs* prev = queue_->last_if<RopeArgs>(OpKind::kRope);
-        prev != nullptr && prev->x2 == nullptr && prev->kv.cols == 0 && prev->n_tokens == plan_.n_tokens &&
-        prev->head_dim == head_dim &&
-        prev->n_rot == rope.n_rot && prev->neox == (rope.neox ? 1 : 0) && prev->mscale == rope.mscale &&
-        prev->inv_freq == rope.inv_freq.f32() && prev->positions == plan_.positions &&
-        disjoint_rows(prev->x, prev->x_stride, prev->n_heads * prev->head_dim, x.f32(), f32_stride(x),
-                      int64_t{n_heads} * head_dim, plan_.n_tokens)) {
-      prev->x2 = x.f32();
-      prev->x2_stride = f32_stride(x);
-      prev->n_heads2 = n_heads;
-      return;
-    }
+    // The second rope of a layer (k after q) joins the first one's launch (rope_fusion_plan.h).
+    if (join_second_rope(*queue_, plan_, x, n_heads, head_dim, rope)) return;
     RopeArgs& a = queue_->push<RopeArgs>(OpKind::kRope);
     a.x = x.f32();
     a.x_stride = f32_stride(x);
@@ -456,28 +438,11 @@ class CudaBackend final : public Backend {
     TERN_CHECK_MSG(kv.k.dtype == DType::F16 || kv.k.dtype == DType::F32, "kv_write: cache must be f16 or f32");
     TERN_CHECK(k.rows == plan_.n_tokens);
     // The layer's rope (q and k) usually comes right before: the cache write joins its launch
-    // (RopeArgs::kv), saving a kernel per layer. Same values reach the cache either way.
-    if (RopeArgs* prev = queue_->last_if<RopeArgs>(OpKind::kRope); prev != nullptr && prev->kv.cols == 0 &&
-        prev->n_tokens == plan_.n_tokens && prev->positions == plan_.positions) {
-      int k_first_head = -1;
-      if (prev->x2 == k.f32() && prev->x2_stride == f32_stride(k) && int64_t{prev->n_heads2} * prev->head_dim == k.cols) {
-        k_first_head = prev->n_heads;
-      } else if (prev->x2 == nullptr && prev->x == k.f32() && prev->x_stride == f32_stride(k) &&
-                 int64_t{prev->n_heads} * prev->head_dim == k.cols) {
-        k_first_head = 0;
-      }
-      // v is read while the ropes write q and k: it must not overlap them.
-      const bool v_apart =
-          disjoint_rows(prev->x, prev->x_stride, int64_t{prev->n_heads} * prev->head_dim, v.f32(), f32_stride(v), v.cols,
-                        plan_.n_tokens) &&
-          (prev->x2 == nullptr || disjoint_rows(prev->x2, prev->x2_stride, int64_t{prev->n_heads2} * prev->head_dim,
-                                                v.f32(), f32_stride(v), v.cols, plan_.n_tokens));
-      if (k_first_head >= 0 && v_apart) {
-        prev->k_first_head = k_first_head;
-        fill_kv_write(k, v, kv, prev->kv);
-        ++fused_kv_writes_;
-        return;
-      }
+    // (RopeArgs::kv, rope_fusion_plan.h), saving a kernel per layer.
+    if (RopeArgs* rope = rope_taking_kv_write(*queue_, plan_, k, v); rope != nullptr) {
+      fill_kv_write(k, v, kv, rope->kv);
+      ++fused_kv_writes_;
+      return;
     }
     fill_kv_write(k, v, kv, queue_->push<KvWriteArgs>(OpKind::kKvWrite));
   }
@@ -812,49 +777,19 @@ class CudaBackend final : public Backend {
   // attention_fused_decode_ (kAttnFusedRope, kAttnFusedMerge) says which of the two it may take.
   void fuse_decode(AttentionArgs& a) {
     if (layout_.max_tile_tokens != 1) return;
-    if ((attention_fused_decode_ & kAttnFusedRope) != 0) take_rope(a);
+    if ((attention_fused_decode_ & kAttnFusedRope) != 0 && take_rope_into_attention(*queue_, plan_, a)) {
+      // The early K/V copies of the unfused launch defer the rows the step writes and copy them
+      // after the wait, from a cache this launch writes itself: not with the fused rope. Its own
+      // form (attention.h "early K/V copies with the fused rope") has nothing to defer: the kernel
+      // before is the q/k/v projection (the rope launch, which wrote the cache, is this one now).
+      // (early_kv 2 keeps the rotation factors in the block's score buffer: one token per tile.)
+      a.early_kv = attention_fused_early_kv_;
+    }
     if ((attention_fused_decode_ & kAttnFusedMerge) != 0) {
       a.fused |= kAttnFusedMerge;
       a.merge_counters = merge_counters(a);
     }
     if (a.fused != 0) ++fused_attentions_;
-  }
-  void take_rope(AttentionArgs& a) {
-    const RopeArgs* r = queue_->last_if<RopeArgs>(OpKind::kRope);
-    if (r == nullptr || r->x2 == nullptr || r->kv.cols == 0) return;
-    const int64_t q_cols = int64_t{a.n_heads} * a.head_dim, kv_cols = int64_t{a.n_kv_heads} * a.head_dim;
-    const int n = plan_.n_tokens;
-    const bool same_op = r->x == a.q && r->x_stride == a.q_stride && r->n_heads == a.n_heads &&
-                         r->head_dim == a.head_dim && r->n_heads2 == a.n_kv_heads && r->n_tokens == n &&
-                         r->positions == plan_.positions && r->k_first_head == r->n_heads && r->kv.cols == kv_cols &&
-                         r->kv.k == r->x2 && r->kv.k_stride == r->x2_stride && r->kv.n_tokens == n &&
-                         r->kv.kv_slots == plan_.kv_slots && r->kv.k_cache == a.k_cache && r->kv.v_cache == a.v_cache &&
-                         r->kv.k_cache_stride == a.k_cache_stride && r->kv.v_cache_stride == a.v_cache_stride &&
-                         r->kv.cache_dtype == a.kv_dtype;
-    if (!same_op) return;
-    const int64_t out_cols = q_cols;
-    if (!disjoint_rows(a.out, a.out_stride, out_cols, a.q, a.q_stride, q_cols, n) ||
-        !disjoint_rows(a.out, a.out_stride, out_cols, r->kv.k, r->kv.k_stride, kv_cols, n) ||
-        !disjoint_rows(a.out, a.out_stride, out_cols, r->kv.v, r->kv.v_stride, kv_cols, n)) {
-      return;
-    }
-    AttentionRope& rope = a.rope;
-    rope.inv_freq = r->inv_freq;
-    rope.k = r->kv.k;
-    rope.v = r->kv.v;
-    rope.k_stride = r->kv.k_stride;
-    rope.v_stride = r->kv.v_stride;
-    rope.n_rot = r->n_rot;
-    rope.neox = r->neox;
-    rope.mscale = r->mscale;
-    queue_->pop();  // the rope launch runs inside the attention's
-    a.fused |= kAttnFusedRope;
-    // The early K/V copies of the unfused launch defer the rows the step writes and copy them
-    // after the wait, from a cache this launch writes itself: not with the fused rope. Its own
-    // form (attention.h "early K/V copies with the fused rope") has nothing to defer: the kernel
-    // before is the q/k/v projection (the rope launch, which wrote the cache, is this one now).
-    // (early_kv 2 keeps the rotation factors in the block's score buffer: one token per tile.)
-    a.early_kv = attention_fused_early_kv_;
   }
 
   void fill_attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, const Tensor& out,

@@ -28,6 +28,12 @@ inline bool disjoint(const FloatRows& a, const FloatRows& b) {
   const uintptr_t end_b = begin_b + sizeof(float) * static_cast<uintptr_t>((b.rows - 1) * b.stride + b.cols);
   return end_a <= begin_b || end_b <= begin_a;
 }
+// True when the float rows [a + r * a_stride, + a_cols) and [b + r * b_stride, + b_cols),
+// r < rows, lie in address ranges that do not overlap.
+inline bool disjoint_rows(const float* a, int64_t a_stride, int64_t a_cols, const float* b, int64_t b_stride,
+                          int64_t b_cols, int64_t rows) {
+  return disjoint(FloatRows{a, a_stride, a_cols, rows}, FloatRows{b, b_stride, b_cols, rows});
+}
 inline FloatRows out_rows(const Tensor& out, int64_t n) { return {out.f32(), out.cols, out.cols, n}; }
 
 // True when `rows`, written by a launch of a, overlaps neither a's fused prologue inputs nor x.
