@@ -181,6 +181,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     if (!pair) return set * kRows + i;
     return (i & 1) * a.rows[0] + set * (kRows / 2) + (i >> 1);
   };
+  // The matrix of the issuing cursor's last set, joint rows [win_begin, win_end) from win_w0 (its
+  // row 0): a warp's sets walk the joint row index upwards, so a set inside it takes its rows'
+  // addresses without a matrix lookup (mat_row's conditionals and 64-bit products were a large
+  // part of a one-step set's instructions).
+  int64_t win_begin = 0, win_end = 0;
+  const uint8_t* win_w0 = nullptr;
+  size_t win_stride = 0;
   auto load_set = [&](Cursor& c) {
     if (c.set_k >= my_sets) return;
     const int64_t set = first_set + int64_t{c.set_k} * set_stride;
@@ -195,10 +202,18 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
         }
         return;
       }
-      const MatRow m0 = mat_row(a, set * kRows);
-      if (m0.r + kRows <= m0.rows) {  // the set's rows in one matrix: one stride apart
+      const int64_t jr = set * kRows;
+      if (kRows == 1 || jr >= win_end) {  // (one-row instances: no registers to keep it in)
+        const MatRow m0 = mat_row(a, jr);
+        win_begin = jr - m0.r;
+        win_end = win_begin + m0.rows;
+        win_stride = m0.stride;
+        win_w0 = m0.w - m0.r * static_cast<int64_t>(m0.stride);
+      }
+      if (jr + kRows <= win_end) {  // the set's rows in one matrix: one stride apart
+        const uint8_t* w = win_w0 + (jr - win_begin) * static_cast<int64_t>(win_stride) + skip;
 #pragma unroll
-        for (int i = 0; i < kRows; ++i) c.w[i] = m0.w + static_cast<int64_t>(i) * m0.stride + skip;
+        for (int i = 0; i < kRows; ++i) c.w[i] = w + static_cast<int64_t>(i) * win_stride;
         return;
       }
     }
@@ -214,12 +229,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     }
     if (++c.slot == n_stages) c.slot = 0;
   };
+  // A step's copy length: a full step's bytes but in a row's last step.
+  const int last_elems = cols - (n_steps - 1) * kStepElems;
+  const int last_len = last_elems / QType<T>::kBlockElems * QType<T>::kBlockBytes;
+  const int last_len2 = last_elems / QType<T2>::kBlockElems * QType<T2>::kBlockBytes;
   auto issue = [&](const Cursor& c) {
     if (lane != 0) return;
-    const int elems = min(kStepElems, cols - (step0 + c.t) * kStepElems);
+    const bool last = step0 + c.t == n_steps - 1;
     const bool tail = set_is_tail(c.set_k);
-    const int len = tail ? elems / QType<T2>::kBlockElems * QType<T2>::kBlockBytes
-                         : elems / QType<T>::kBlockElems * QType<T>::kBlockBytes;
+    const int len = tail ? (last ? last_len2 : kFullStepBytes2) : (last ? last_len : kFullStepBytes);
     const size_t step_off = static_cast<size_t>(c.t) * (tail ? kFullStepBytes2 : kFullStepBytes);
     uint8_t* dst = stage + c.slot * l.stage_pitch;
     mbar_expect_bytes(&bars[c.slot], kRows * len);
@@ -266,7 +284,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     if (a.fuse.prologue != GemvPrologue::kNone) {
       quantize_tile_fused(a, 0, 1, l, xq, xd, xs, xh, blockIdx.x == 0, pre);
     } else {
-      quantize_tile(a, 0, 1, l, xq, xd, xs, xh);
+      quantize_tile_halves<kRows >= 2 ? 4 : 1>(a, l, xq, xd, xs, xh);
     }
     __syncthreads();
     if (once != nullptr && blockIdx.x == 0) x_once_publish(once, xq, tile_bytes);
@@ -285,6 +303,19 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
 #pragma unroll
   for (int k = 0; k < kLevels; ++k) stack[k] = 0.0f;
   uint32_t phases = 0;
+  // The matrix of the lane's output row (joint rows [out_begin, out_end), outputs out_y): each
+  // lane's row grows with its sets, so the lookup runs once per matrix, as load_set's.
+  int64_t out_begin = 0, out_end = 0;
+  float* out_y = nullptr;
+  auto out_row = [&](int64_t r) -> int64_t {
+    if (kRows == 1 || r >= out_end) {
+      const MatRow m = mat_row(a, r);
+      out_begin = r - m.r;
+      out_end = out_begin + m.rows;
+      out_y = m.y;
+    }
+    return r - out_begin;
+  };
   for (int it = 0; it < total; ++it) {
     // Refill the stage consumed by the previous iteration (steps below `prefetch` went out above).
     if (it + n_stages - 1 < total && it + n_stages - 1 >= prefetch) {
@@ -328,15 +359,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
       const float mine = my_steps == 1 ? step_sum : counter_close(stack, my_steps);
       const int64_t r = joint_row(first_set + int64_t{out.set_k} * set_stride, row_of_lane);
       if constexpr (kParts == 1) {
-        const MatRow row = mat_row(a, r);
+        const int64_t rr = out_row(r);
         if (lane < kRows) {
-          row.y[row.r] = mine;
-          fused_residual(a, 0, row.r, mine);
+          out_y[rr] = mine;
+          fused_residual(a, 0, rr, mine);
         }
         if (kRows >= 2 && pair) {
           const float up = __shfl_down_sync(kFullMask, mine, 1);
           __syncwarp();  // after the up row's store, so an in-place output wins
-          if (lane < kRows && (lane & 1) == 0) a.fuse.glu_out[row.r] = swiglu_value(mine, up);
+          if (lane < kRows && (lane & 1) == 0) a.fuse.glu_out[rr] = swiglu_value(mine, up);
         }
       } else {
         float* slot = partials + (out.set_k & 1) * 4 * kRows;
@@ -354,10 +385,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
           for (int p = 0; p < kParts; ++p) {
             if (p < n_parts) counter_push(runs, p, slot[p * kRows + lane]);
           }
-          const MatRow row = mat_row(a, r);
+          const int64_t rr = out_row(r);
           const float acc = counter_close(runs, n_parts);
-          row.y[row.r] = acc;
-          fused_residual(a, 0, row.r, acc);
+          out_y[rr] = acc;
+          fused_residual(a, 0, rr, acc);
         }
       }
     }

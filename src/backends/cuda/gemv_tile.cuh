@@ -153,6 +153,66 @@ __device__ __forceinline__ void quantize_tile(const MatmulArgs& a, int64_t x0, i
   }
 }
 
+// quantize_tile for one activation row by half-units (the multi-row kernel's tile, gemv_rows.cu):
+// thread t takes half-units t, t + blockDim, ... (16 elements each, a unit's halves in adjacent
+// lanes, meeting for amax and the int sum in one shuffle, as quantize_tile_fused), and loads up to
+// kBatch of them before quantizing any. quantize_tile runs one unit per thread, one after another:
+// rows of 14336 (ffn_down) took two dependent L2 round trips, and rows of 4096 left half the
+// threads idle and the other half a 32-element chain while every warp waited at the barrier
+// (session 8 profile: the prologue was ~20% of the multi-row kernel's stall samples). amax is a
+// max, the values and int sums are the same, so the tile is quantize_tile's bit for bit.
+template <int kBatch>
+__device__ __forceinline__ void quantize_tile_halves(const MatmulArgs& a, const SmemLayout& l, uint8_t* xq, float* xd,
+                                                     int* xs, int* xh) {
+  const int n_units = static_cast<int>(a.cols / 32), total = 2 * n_units;
+  const int lane = threadIdx.x & 31, step = blockDim.x;
+  for (int base = 0; base < total; base += kBatch * step) {
+    float v[kBatch][16];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = base + k * step + static_cast<int>(threadIdx.x);
+      if (i < total) load_floats16(a.x + int64_t{i >> 1} * 32 + 16 * (i & 1), v[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = base + k * step + static_cast<int>(threadIdx.x);
+      if (i - lane >= total) break;  // uniform across the warp: whole warps take part in the shuffles
+      const bool active = i < total;
+      const int half = i & 1, u = i >> 1;
+      float amax = 0.0f;
+      if (active) {
+#pragma unroll
+        for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(v[k][e]));
+      }
+      amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, 1));
+      const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+      uint32_t packed[4];
+      int half_sum = 0;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const int q = __float2int_rn(__fmul_rn(v[k][4 * w + b], inv));
+          half_sum += q;
+          word |= (static_cast<uint32_t>(q) & 0xffu) << (8 * b);
+        }
+        packed[w] = word;
+      }
+      const int other_sum = __shfl_xor_sync(kFullMask, half_sum, 1);
+      if (active) {
+        uint4* dst = reinterpret_cast<uint4*>(xq + (u / kItemUnits) * kGroupPitch + (u % kItemUnits) * 32);
+        dst[half] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        xh[2 * u + half] = half_sum;
+        if (half == 0) {
+          xd[u] = __fdiv_rn(amax, 127.0f);
+          xs[u] = half_sum + other_sum;
+        }
+      }
+    }
+  }
+}
+
 // Static shared memory the fused prologue adds to a quantized GEMV kernel (the norm tree's warp
 // sums, 1 / rms per row, the SwiGLU store's flag), reserved out of the device's per-block limit
 // (gemv_quant.cu checks the kernels against it at init).
