@@ -374,6 +374,51 @@ TEST_F(GpuFusion, WholeModelsEqualSeparateOps) {
   }
 }
 
+// Batch-1 decode of a small model (gemv_quant.cu): the SwiGLU pair in the per-lane-staged kernel
+// (CudaBackendOptions::gemv_pair_staged) and chained launches (gemv_chain: o, gate/up, down and
+// the next layer's q/k/v as the phases of one kernel, a grid barrier between them) on SmolLM2's
+// layer shape (576 wide, q4_1: the rows are not 16-byte aligned, so q/k/v, o and gate/up take
+// the staged kernel), three layers: a prefill (not chained: n > 1), then greedy decode steps,
+// eager and replayed from a graph, give the same logits bit for bit with both on (the default),
+// the pair alone and neither.
+TEST_F(GpuFusion, GemvChainEqualsSeparateLaunches) {
+  const synth::ModelShape* smol = synth::find_preset("smollm2-135m");
+  ASSERT_NE(smol, nullptr);
+  synth::ModelShape shape = *smol;
+  shape.name = "smollm2-3-layers";
+  shape.n_layers = 3;
+  shape.n_vocab = 2048;
+  auto file = gputest::synthesized(shape, "q4_1");
+  ASSERT_NE(file, nullptr);
+  cuda::CudaBackendOptions pair_only, neither;
+  pair_only.gemv_chain = 2;
+  neither.gemv_chain = 2;
+  neither.gemv_pair_staged = 2;
+  gputest::Loaded def = gputest::load_on(file, gputest::make_cuda()),
+                  pair = gputest::load_on(file, gputest::make_cuda(pair_only)),
+                  sep = gputest::load_on(file, gputest::make_cuda(neither));
+  ASSERT_TRUE(def.model && pair.model && sep.model);
+  const int V = def.model->config().n_vocab;
+  const auto ids = gputest::prompt_ids(20, V, 11);
+  const auto first = gputest::forward(sep, ids);
+  EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(def, ids), first));
+  EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(pair, ids), first));
+  int32_t next = gputest::argmax(first.data() + (ids.size() - 1) * V, V);
+  for (int step = 0; step < 16; ++step) {
+    const auto a = gputest::forward(def, {next}), b = gputest::forward(pair, {next}), c = gputest::forward(sep, {next});
+    ASSERT_TRUE(gputest::bitwise_equal(a, c)) << "step " << step;
+    ASSERT_TRUE(gputest::bitwise_equal(b, c)) << "step " << step;
+    next = gputest::argmax(c.data(), V);
+  }
+  const cuda::CudaBackendStats sd = cuda::backend_stats(*def.backend);
+  // Each decode layer but the last chains 4 products, the last 3 (the head is q8_0).
+  EXPECT_GT(sd.gemv_chains, 0);
+  EXPECT_GT(sd.gemv_chain_phases, 3 * sd.gemv_chains);
+  EXPECT_GT(sd.steps_graph, 0);  // replayed steps ran the captured chains
+  EXPECT_EQ(cuda::backend_stats(*pair.backend).gemv_chains, 0);
+  EXPECT_EQ(cuda::backend_stats(*sep.backend).gemv_chains, 0);
+}
+
 // The fused decode attention (attention.h "fused decode": rope and K/V write, and / or the chunk
 // merge, in the attention launch) in whole models: a 150-token prefill (in chunks of 64: context
 // past 128, where the chunk split and so the fusion start), then greedy decode steps with fused

@@ -85,6 +85,9 @@ struct BackendSettings {
   // Q4_K_M's q6_k v joins its q4_k q+k launch (one multi-row kernel, MatmulArgs::tail_mat): 0
   // default (on), 1 on, 2 off (TERN_CUDA_GEMV_MIXED=1 / 0).
   int gemv_mixed = 0;
+  // 0 default (on), 1 on, 2 off (TERN_CUDA_GEMV_PAIR_STAGED / TERN_CUDA_GEMV_CHAIN=1 / 0).
+  int gemv_pair_staged = 0;
+  int gemv_chain = 0;
   bool fuse_float_swiglu_epilogue = false;  // with fuse_gemv (TERN_CUDA_GEMV_FLOAT_GLU=0 / 1)
   L2PrefetchSetting l2_prefetch;    // TERN_CUDA_L2_PREFETCH; off before sm_90 (no bulk prefetch)
 };

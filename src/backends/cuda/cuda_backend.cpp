@@ -107,6 +107,8 @@ class CudaBackend final : public Backend {
         gemv_float_pipe_(settings.gemv_float_pipe),
         gemv_norm_preload_(settings.gemv_norm_preload),
         gemv_x_once_(settings.gemv_x_once),
+        gemv_pair_staged_(settings.gemv_pair_staged),
+        gemv_chain_(settings.gemv_chain),
         gemv_mixed_(settings.gemv_mixed != 2 && prop.major >= 9),
         l2_prefetch_(settings.l2_prefetch),
         l2_bytes_(static_cast<uint64_t>(std::max(prop.l2CacheSize, 0))),
@@ -400,6 +402,8 @@ class CudaBackend final : public Backend {
     a.gemv_float_pipe = gemv_float_pipe_;
     a.gemv_norm_preload = gemv_norm_preload_;
     a.gemv_x_once = gemv_x_once_;
+    a.gemv_pair_staged = gemv_pair_staged_;
+    a.gemv_chain = gemv_chain_;
     a.x_once_buf = x_once_buf_ != nullptr ? static_cast<uint8_t*>(x_once_buf_->data()) : nullptr;
     a.x_once_carry_tag = carry_tag;
     a.gemv_float_counter = gemv_float_counter_ != nullptr ? static_cast<int*>(gemv_float_counter_->data()) : nullptr;
@@ -868,6 +872,8 @@ class CudaBackend final : public Backend {
   int gemv_float_pipe_ = 0;     // MatmulArgs::gemv_float_pipe / gemv_norm_preload
   int gemv_norm_preload_ = 0;
   int gemv_x_once_ = 0;         // MatmulArgs::gemv_x_once, with the scratch below
+  int gemv_pair_staged_ = 0;    // MatmulArgs::gemv_pair_staged / gemv_chain
+  int gemv_chain_ = 0;
   bool gemv_mixed_ = false;     // CudaBackendOptions::gemv_mixed (mixed-type launches)
   int64_t gemv_mixed_joins_ = 0;
   L2PrefetchSetting l2_prefetch_;  // BackendSettings::l2_prefetch (set_l2_prefetch changes it)

@@ -167,6 +167,14 @@ struct CudaBackendOptions {
   // at 1k: 376.7 -> 389.4 tok/s, bench/RESULTS.md session 7). 0 = the default (on), 1 = on, 2 =
   // off; TERN_CUDA_GEMV_MIXED=1 / 0 overrides it. Same bits in every setting.
   int gemv_mixed = 0;
+  // Batch-1 decode of small models, each 0 = the default (on), 1 = on, 2 = off; same bits in
+  // every setting. gemv_pair_staged: the SwiGLU epilogue in the per-lane-staged single-row GEMV
+  // (SmolLM2's 576-wide q4_1 gate/up) instead of an elementwise launch after it
+  // (TERN_CUDA_GEMV_PAIR_STAGED=1 / 0). gemv_chain: consecutive single-row products (o, gate/up,
+  // down, the next layer's q/k/v) as the phases of one kernel with a grid-wide barrier between
+  // them (MatmulArgs::gemv_chain; TERN_CUDA_GEMV_CHAIN=1 / 0).
+  int gemv_pair_staged = 0;
+  int gemv_chain = 0;
   // The SwiGLU epilogue for float gate/up products that the streamed kernel takes (a warp's two
   // rows are gate row r and up row r), with fuse_gemv; TERN_CUDA_GEMV_FLOAT_GLU=0 / 1 overrides.
   // On: it saves the elementwise launch without repeating work (H200, 8B F16 decode with the first
@@ -212,6 +220,8 @@ struct CudaBackendStats {
   int attention_cluster = 0;       // the resolved cluster merge setting (0: off, always before sm_90)
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int64_t gemv_mixed = 0;        // products that joined a launch of another weight type (gemv_mixed)
+  int64_t gemv_chains = 0;       // chained GEMV launches run eagerly or captured (gemv_chain)
+  int64_t gemv_chain_phases = 0; // the products they ran
   int64_t l2_prefetches = 0;     // L2 prefetch launches run (l2_prefetch.h; steps replayed count too)
   int64_t l2_prefetch_bytes = 0; // the bytes their ranges cover (dry launches too: l2_prefetch.h)
   // With gemv_x_once on (sm_90): blocks of the multi-row kernel that copied block 0's tile, and

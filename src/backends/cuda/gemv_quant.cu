@@ -123,11 +123,17 @@ constexpr int min_blocks_per_sm() {
   else return T == DType::Q8_0 || T == DType::Q6_K || !kBulk ? 3 : 4;
 }
 
-// kPair: the SwiGLU epilogue's instance (bulk-staged only; others leave it to the elementwise
-// kernel), a separate instance so the others keep their registers.
-template <DType T, bool kBulk, int kTile, bool kPair = false>
-__global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, kTile>())
-    gemv_quant_kernel(MatmulArgs a, int n_stages, int seg_rows, int prefetch) {
+// kPair: the SwiGLU epilogue's instance (bulk-staged, and per-lane-staged at n = 1 unless
+// MatmulArgs::gemv_pair_staged is off; others leave it to the elementwise kernel), a separate
+// instance so the others keep their registers.
+//
+// The kernel's body, for one launch (gemv_quant_kernel) or one phase of a chained launch
+// (gemv_chain_kernel): block_x / block_y / grid_y stand for blockIdx.x / blockIdx.y /
+// gridDim.y, and wait() for the PDL wait (every thread calls it once, after the first weight
+// steps are issued: in a chain, the grid barrier after the previous phase).
+template <DType T, bool kBulk, int kTile, bool kPair, typename Wait>
+__device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stages, int seg_rows, int prefetch,
+                                                unsigned block_x, unsigned block_y, unsigned grid_y, Wait&& wait) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int kBlockElems = QType<T>::kBlockElems, kBlockBytes = QType<T>::kBlockBytes;
   constexpr int kFullStepBytes = step_bytes<T>();
@@ -136,7 +142,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
   const int cols = static_cast<int>(a.cols);
   const int n_units = cols / 32;
   const int nt_alloc = a.n < kTile ? static_cast<int>(a.n) : kTile;
-  const int64_t x0 = int64_t{blockIdx.x} * kTile;
+  const int64_t x0 = int64_t{block_x} * kTile;
   const int nt = static_cast<int>(a.n - x0 < kTile ? a.n - x0 : kTile);
   const SmemLayout l = smem_layout<T>(cols, nt_alloc, n_stages, seg_rows);
   uint8_t* xq = smem + l.x_off;
@@ -150,8 +156,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
   // step, so the row's canonical tree is unchanged (see the segment butterfly below).
   const int seg_lanes = 32 / seg_rows;
   const int seg = lane / seg_lanes, seg_lane = lane % seg_lanes;
-  const int64_t row_stride = int64_t{gridDim.y} * kGemvWarps;
-  const int64_t first_row = int64_t{blockIdx.y} * kGemvWarps + warp;  // first group in segmented mode
+  const int64_t row_stride = int64_t{grid_y} * kGemvWarps;
+  const int64_t first_row = int64_t{block_y} * kGemvWarps + warp;  // first group in segmented mode
   // A SwiGLU epilogue pairs the two matrices' rows: the warp's k-th unit is group pair
   // first_row + (k / 2) * row_stride, gate's group for even k and up's for odd k, so one lane
   // holds both sums of a row r. Only which warp computes a row changes, never how.
@@ -209,9 +215,20 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
     }
     if constexpr (!kBulk) cp_async_commit();
   }
-  pdl_enter();  // x is the previous kernel's output
+  // An RMSNorm prologue's weight is constant: its first values go out before the wait, which
+  // takes an L2 round trip off the path after it (MatmulArgs::gemv_norm_preload; same values).
+  NormPreload pre;
+  if (a.gemv_norm_preload != 2) preload_norm16(a, nt, pre);
+  wait();  // x is the previous kernel's output
+  // The residual epilogue's old value of the warp's first row (single-row tile), loaded now, so
+  // its round trip overlaps the tile and the dot product instead of following them: only this
+  // lane writes that element, and the writer before the wait has completed. Same add, same bits.
+  float res_first = 0.0f;
+  const bool res_early = kTile == 1 && a.gemv_norm_preload != 2 && a.fuse.residual != nullptr && n_rows > 0 &&
+                         seg_lane == 0;
+  if (res_early) res_first = a.fuse.residual[x0 * a.fuse.residual_stride + mat_row(a, group_row(0) + seg).r];
   if (a.fuse.prologue != GemvPrologue::kNone) {
-    quantize_tile_fused(a, x0, nt, l, xq, xd, xs, xh, blockIdx.y == 0);
+    quantize_tile_fused(a, x0, nt, l, xq, xd, xs, xh, block_y == 0, pre);
   } else {
     quantize_tile(a, x0, nt, l, xq, xd, xs, xh);
   }
@@ -267,7 +284,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
         const float acc = counter_close(stack[j], n_steps);
         if (seg_lane == 0 && j < nt) {
           row.y[(x0 + j) * row.rows + row.r] = acc;
-          fused_residual(a, x0 + j, row.r, acc);
+          if (res_early && out.row_k == 0) {
+            a.fuse.residual[(x0 + j) * a.fuse.residual_stride + row.r] = __fadd_rn(res_first, acc);
+          } else {
+            fused_residual(a, x0 + j, row.r, acc);
+          }
           if constexpr (pair) {
             if ((out.row_k & 1) == 0) {
               gate_sum[j] = acc;
@@ -282,6 +303,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, k
     // Every lane is done reading this stage before lane 0 refills it (next iteration's issue).
     __syncwarp();
   }
+}
+
+template <DType T, bool kBulk, int kTile, bool kPair = false>
+__global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, kTile>())
+    gemv_quant_kernel(MatmulArgs a, int n_stages, int seg_rows, int prefetch) {
+  gemv_quant_body<T, kBulk, kTile, kPair>(a, n_stages, seg_rows, prefetch, blockIdx.x, blockIdx.y, gridDim.y,
+                                          [] { pdl_enter(); });
 }
 
 // Launches one instance with a grid of as many blocks as can be resident (occupancy of this
@@ -306,56 +334,213 @@ void launch_instance(const MatmulArgs& a, const LaunchEnv& env, int n_stages, in
                 prefetch_steps(n_stages, false));
 }
 
+// How launch_typed runs a product of type T (a function of the record alone).
+struct QuantPlan {
+  bool ok = false;    // the quantized kernels take it
+  bool legacy = false;
+  bool rows = false;  // gemv_rows.cu takes it
+  bool bulk = false;
+  bool glu = false;   // a SwiGLU epilogue (kernels.h GemvFusion)
+  bool pair = false;  // ... applied in the kernel (kPair); else by the elementwise kernel after it
+  int n_stages = 0;
+  int seg_rows = 1;
+};
+
 template <DType T>
-bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
-  if (a.cols % QType<T>::kBlockElems != 0 || a.cols >= (int64_t{1} << 31)) return false;
-  if ((a.cols + kStepElems - 1) / kStepElems > kMaxSteps) return false;
-  if ((a.n + kGemvMaxXRows - 1) / kGemvMaxXRows > (int64_t{1} << 31) - 1) return false;
+QuantPlan plan_typed(const MatmulArgs& a) {
+  QuantPlan p;
+  if (a.cols % QType<T>::kBlockElems != 0 || a.cols >= (int64_t{1} << 31)) return p;
+  if ((a.cols + kStepElems - 1) / kStepElems > kMaxSteps) return p;
+  if ((a.n + kGemvMaxXRows - 1) / kGemvMaxXRows > (int64_t{1} << 31) - 1) return p;
   const int cols = static_cast<int>(a.cols);
   // Eligibility is judged at the full tile so that it cannot depend on n (batch invariance).
   // The fused prologue's static shared memory comes out of the same per-block budget.
   const int smem_limit = a.max_smem_bytes - kFusionStaticSmemBytes;
-  if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>()).total > smem_limit) return false;
+  if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>()).total > smem_limit) return p;
+  p.ok = true;
+  p.glu = a.fuse.glu_out != nullptr;
   if (a.gemv_path == static_cast<int32_t>(GemvPath::kLegacy)) {
-    launch_instance<T, false, kGemvMaxXRows>(a, env, stages<T>(), 1, 2);
-    if (a.fuse.glu_out != nullptr) launch_glu_after(a, env);
-    return true;
+    p.legacy = true;
+    return p;
   }
   // Which instance runs changes where a row's sums are computed, never how (same item_dot, same
   // tree), so the choice may depend on n: one activation row takes the single-row tile, whose
   // kernel needs fewer registers (more resident warps) and no per-row predicates.
-  const bool bulk = bulk_eligible<T>(a);
-  const bool glu = a.fuse.glu_out != nullptr;  // SwiGLU epilogue (kernels.h GemvFusion)
-  int seg_rows = segment_rows<T>(a);
+  p.bulk = bulk_eligible<T>(a);
+  // The per-lane-staged kernel pairs gate and up rows at n = 1 (the elementwise launch it saves
+  // is a sizeable part of a small model's decode layer); the SwiGLU value is the elementwise
+  // kernel's expression on the same two sums, so the bits are the same.
+  p.pair = p.glu && (p.bulk || (a.n == 1 && a.gemv_pair_staged != 2));
+  p.seg_rows = segment_rows<T>(a);
   // A segmented step is at most a full step, so it fits the stages sized for full steps.
-  if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>(), seg_rows).total > smem_limit) seg_rows = 1;
-  int n_stages = stages<T>();
-  if (bulk) {
+  if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>(), p.seg_rows).total > smem_limit) p.seg_rows = 1;
+  p.n_stages = stages<T>();
+  if (p.bulk) {
     // As many stages as fit the per-warp byte budget, fewer where the full tile would not fit.
-    const int pitch = smem_layout<T>(cols, 1, 2, seg_rows).stage_pitch;
+    const int pitch = smem_layout<T>(cols, 1, 2, p.seg_rows).stage_pitch;
     const int budget = a.stage_bytes_per_warp > 0 ? a.stage_bytes_per_warp : kDefaultStageBytesPerWarp;
-    n_stages = std::clamp(budget / pitch, 2, kMaxStages);
-    while (n_stages > 2 && smem_layout<T>(cols, kGemvMaxXRows, n_stages, seg_rows).total > smem_limit) --n_stages;
+    p.n_stages = std::clamp(budget / pitch, 2, kMaxStages);
+    while (p.n_stages > 2 && smem_layout<T>(cols, kGemvMaxXRows, p.n_stages, p.seg_rows).total > smem_limit) --p.n_stages;
   }
   // The multi-row / split-row kernel (n = 1): on kRows wherever it takes the product, on kAuto
   // for the shapes where it measured faster (gemv_rows_default).
   const bool rows_path = a.gemv_path == static_cast<int32_t>(GemvPath::kRows) ||
                          (a.gemv_path == static_cast<int32_t>(GemvPath::kAuto) && gemv_rows_default(a));
-  if (rows_path && gemv_rows_supports(a)) {
+  p.rows = rows_path && gemv_rows_supports(a);
+  return p;
+}
+
+template <DType T>
+bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
+  const QuantPlan p = plan_typed<T>(a);
+  if (!p.ok) return false;
+  if (p.legacy) {
+    launch_instance<T, false, kGemvMaxXRows>(a, env, stages<T>(), 1, 2);
+    if (p.glu) launch_glu_after(a, env);
+    return true;
+  }
+  if (p.rows) {
     launch_gemv_rows(a, env);
     return true;
   }
   if (a.n == 1) {
-    if (bulk && glu) launch_instance<T, true, 1, true>(a, env, n_stages, seg_rows);
-    else if (bulk) launch_instance<T, true, 1>(a, env, n_stages, seg_rows);
-    else launch_instance<T, false, 1>(a, env, n_stages, seg_rows);
+    if (p.bulk && p.pair) launch_instance<T, true, 1, true>(a, env, p.n_stages, p.seg_rows);
+    else if (p.bulk) launch_instance<T, true, 1>(a, env, p.n_stages, p.seg_rows);
+    else if (p.pair) launch_instance<T, false, 1, true>(a, env, p.n_stages, p.seg_rows);
+    else launch_instance<T, false, 1>(a, env, p.n_stages, p.seg_rows);
   } else {
-    if (bulk && glu) launch_instance<T, true, kGemvMaxXRows, true>(a, env, n_stages, seg_rows);
-    else if (bulk) launch_instance<T, true, kGemvMaxXRows>(a, env, n_stages, seg_rows);
-    else launch_instance<T, false, kGemvMaxXRows>(a, env, n_stages, seg_rows);
+    if (p.bulk && p.pair) launch_instance<T, true, kGemvMaxXRows, true>(a, env, p.n_stages, p.seg_rows);
+    else if (p.bulk) launch_instance<T, true, kGemvMaxXRows>(a, env, p.n_stages, p.seg_rows);
+    else launch_instance<T, false, kGemvMaxXRows>(a, env, p.n_stages, p.seg_rows);
   }
-  if (glu && !bulk) launch_glu_after(a, env);  // the staged-copy instances have no pair mode
+  if (p.glu && !p.pair) launch_glu_after(a, env);
   return true;
+}
+
+// --- chained launches (batch-1 decode of small models) ------------------------------------------
+//
+// A small model's decode layer is a handful of products of a few hundred KB each (SmolLM2-135M:
+// o, gate/up, down, then the next layer's q/k/v), each a launch whose time is mostly latency:
+// the launch, the PDL wait for the previous kernel to drain, the activation tile's round trips.
+// A chain runs up to kMaxGemvChain consecutive single-row products as the phases of one kernel:
+// each phase is the body of the kernel its product would launch (same instance, same grid rows
+// per block, same per-row arithmetic: the same bits), and the phases meet at a grid-wide barrier
+// instead of a kernel boundary. The next phase's first weight steps are issued before the
+// barrier (weights depend on nothing). Every block of the grid must be resident at once for the
+// barrier: the grid is at most the kernel's occupancy times the SMs (the phases' grids are sized
+// by it too), and a block spins only on blocks that are running or about to be scheduled (the
+// previous kernel's blocks finish without waiting on anything of this kernel).
+//
+// The barrier counts arrivals on a word of the x_once scratch's sync header (kChainArrive: phase p
+// waits for p x blocks), and the last block to exit resets it (kChainExit), so the next chain
+// and every graph replay start from zero. The words are touched only after phase 0's PDL wait,
+// so the previous chain of the stream has completed.
+constexpr int kChainArrive = 28, kChainExit = 29;  // words of the sync header (gemv_x_once.cuh uses 0-13)
+static_assert(kChainExit * 4 + 4 <= kGemvXOnceSyncBytes);
+
+// Which kernel instance a chain phase runs: 0 none (the chain is shorter), 1 per-lane staged,
+// 2 per-lane staged with the SwiGLU pair, 3 bulk, 4 bulk with the pair. Single-row tiles only.
+constexpr int kVarNone = 0, kVarStaged = 1, kVarStagedPair = 2, kVarBulk = 3, kVarBulkPair = 4;
+
+struct GemvChainArgs {
+  MatmulArgs m0, m1, m2, m3;  // named, not an array: a runtime index would copy them to local memory
+  int n_stages[kMaxGemvChain];
+  int seg_rows[kMaxGemvChain];
+  int prefetch[kMaxGemvChain];
+  int grid_y[kMaxGemvChain];
+  unsigned* sync;
+  unsigned n_blocks;
+};
+
+__device__ __forceinline__ unsigned chain_load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Every thread of every block calls it. The block's writes are ordered before thread 0's fence
+// and arrival by the first __syncthreads; thread 0's acquire, then the second __syncthreads,
+// order the block's later reads after every block's arrival (the pattern of a cooperative grid
+// sync).
+__device__ __forceinline__ void chain_barrier(unsigned* sync, unsigned target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(sync + kChainArrive, 1u);
+    while (chain_load_acquire(sync + kChainArrive) < target) {
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+template <DType T, int kVar>
+__device__ __forceinline__ void chain_phase(const MatmulArgs& a, const GemvChainArgs& c, int phase) {
+  if constexpr (kVar != kVarNone) {
+    if (phase > 0) __syncthreads();  // the previous phase's warps are done with shared memory
+    auto wait = [&] {
+      if (phase == 0) pdl_enter();
+      else chain_barrier(c.sync, static_cast<unsigned>(phase) * c.n_blocks);
+    };
+    if (blockIdx.y < static_cast<unsigned>(c.grid_y[phase])) {
+      gemv_quant_body<T, kVar >= kVarBulk, 1, kVar == kVarStagedPair || kVar == kVarBulkPair>(
+          a, c.n_stages[phase], c.seg_rows[phase], c.prefetch[phase], 0, blockIdx.y, c.grid_y[phase], wait);
+    } else {
+      wait();
+    }
+  }
+}
+
+template <DType T, int kV0, int kV1, int kV2, int kV3>
+__global__ void __launch_bounds__(kGemvWarps * 32, 3) gemv_chain_kernel(GemvChainArgs c) {
+  chain_phase<T, kV0>(c.m0, c, 0);
+  chain_phase<T, kV1>(c.m1, c, 1);
+  chain_phase<T, kV2>(c.m2, c, 2);
+  chain_phase<T, kV3>(c.m3, c, 3);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    // Every block counted here has passed its last barrier: the last one may reset the words.
+    if (atomicAdd(c.sync + kChainExit, 1u) == c.n_blocks - 1) {
+      atomicExch(c.sync + kChainArrive, 0u);
+      atomicExch(c.sync + kChainExit, 0u);
+    }
+  }
+}
+
+// The instantiated chains: SmolLM2's layer (o, gate/up with the SwiGLU pair, down, the next
+// layer's q/k/v) and the last layer's (no q/k/v after it), q4_1 at 576 columns.
+struct ChainShape {
+  DType dtype;
+  int var[kMaxGemvChain];
+  void (*kernel)(GemvChainArgs);
+};
+const ChainShape kChainShapes[] = {
+    {DType::Q4_1, {kVarStaged, kVarStagedPair, kVarBulk, kVarStaged},
+     gemv_chain_kernel<DType::Q4_1, kVarStaged, kVarStagedPair, kVarBulk, kVarStaged>},
+    {DType::Q4_1, {kVarStaged, kVarStagedPair, kVarBulk, kVarNone},
+     gemv_chain_kernel<DType::Q4_1, kVarStaged, kVarStagedPair, kVarBulk, kVarNone>},
+};
+
+// The chain phase a record can be (kVarNone: it cannot), with its stages, segment rows and
+// shared memory.
+template <DType T>
+int chain_variant(const MatmulArgs& a, int& n_stages, int& seg_rows, int& smem) {
+  if (a.gemv_chain == 2 || a.n != 1 || a.tail_mat != 0 || a.x_once_buf == nullptr || a.total_rows() == 0) return kVarNone;
+  if (a.fuse.prologue == GemvPrologue::kSwiglu) return kVarNone;  // its store counts the launch's blocks
+  const QuantPlan p = plan_typed<T>(a);
+  if (!p.ok || p.legacy || p.rows || (p.glu && !p.pair)) return kVarNone;
+  n_stages = p.n_stages;
+  seg_rows = p.seg_rows;
+  smem = smem_layout<T>(static_cast<int>(a.cols), 1, n_stages, seg_rows).total;
+  if (p.bulk) return p.pair ? kVarBulkPair : kVarBulk;
+  return p.pair ? kVarStagedPair : kVarStaged;
+}
+
+int chain_variant_of(const MatmulArgs& a, int& n_stages, int& seg_rows, int& smem) {
+  switch (a.dtype) {
+    case DType::Q4_1: return chain_variant<DType::Q4_1>(a, n_stages, seg_rows, smem);
+    default: return kVarNone;
+  }
 }
 
 template <DType T, bool kBulk, int kTile, bool kPair = false>
@@ -376,6 +561,7 @@ void allow_smem(int max_smem_bytes) {
   allow_smem_instance<T, true, 1>(max_smem_bytes);
   allow_smem_instance<T, true, kGemvMaxXRows, true>(max_smem_bytes);
   allow_smem_instance<T, true, 1, true>(max_smem_bytes);
+  allow_smem_instance<T, false, 1, true>(max_smem_bytes);
 }
 
 }  // namespace
@@ -401,7 +587,67 @@ bool gemv_bulk_compiled() {
   return attr.ptxVersion >= 90;
 }
 
+int launch_gemv_chain(const MatmulArgs* const* recs, int count, const LaunchEnv& env) {
+  if (count < 2) return 0;
+  count = std::min(count, kMaxGemvChain);
+  int var[kMaxGemvChain] = {}, n_stages[kMaxGemvChain] = {}, seg_rows[kMaxGemvChain] = {}, smem[kMaxGemvChain] = {};
+  int eligible = 0;
+  for (; eligible < count; ++eligible) {
+    const MatmulArgs& a = *recs[eligible];
+    if (eligible > 0 && (a.dtype != recs[0]->dtype || a.x_once_buf != recs[0]->x_once_buf)) break;
+    var[eligible] = chain_variant_of(a, n_stages[eligible], seg_rows[eligible], smem[eligible]);
+    if (var[eligible] == kVarNone) break;
+  }
+  // The longest instantiated chain that is a prefix of the eligible records.
+  const ChainShape* shape = nullptr;
+  int len = 0;
+  for (const ChainShape& c : kChainShapes) {
+    int n = 0;
+    while (n < kMaxGemvChain && c.var[n] != kVarNone) ++n;
+    if (c.dtype != recs[0]->dtype || n > eligible || n <= len) continue;
+    bool match = true;
+    for (int k = 0; k < n; ++k) match = match && c.var[k] == var[k];
+    if (match) {
+      shape = &c;
+      len = n;
+    }
+  }
+  if (shape == nullptr) return 0;
+  GemvChainArgs c{};
+  MatmulArgs* m[kMaxGemvChain] = {&c.m0, &c.m1, &c.m2, &c.m3};
+  int total = 0;
+  for (int k = 0; k < len; ++k) {
+    *m[k] = *recs[k];
+    total = std::max(total, smem[k]);
+  }
+  int per_sm = 0;
+  TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, shape->kernel, kGemvWarps * 32, total));
+  if (per_sm < 1) return 0;
+  const int64_t resident = int64_t{per_sm} * recs[0]->n_sm;
+  int64_t grid = 1;
+  for (int k = 0; k < len; ++k) {
+    const MatmulArgs& a = *recs[k];
+    const bool pair = var[k] == kVarStagedPair || var[k] == kVarBulkPair;
+    const int64_t groups = (pair ? a.rows[0] : a.total_rows()) / seg_rows[k];
+    // The standalone launch's rows per block, within the blocks that are resident at once.
+    const int64_t blocks = std::min<int64_t>((groups + kGemvWarps - 1) / kGemvWarps, std::min<int64_t>(resident, 65535));
+    c.grid_y[k] = static_cast<int>(blocks);
+    c.n_stages[k] = n_stages[k];
+    c.seg_rows[k] = seg_rows[k];
+    c.prefetch[k] = prefetch_steps(n_stages[k], false);
+    grid = std::max(grid, blocks);
+  }
+  c.sync = reinterpret_cast<unsigned*>(recs[0]->x_once_buf);
+  c.n_blocks = static_cast<unsigned>(grid);
+  launch_kernel(env, shape->kernel, dim3(1, static_cast<unsigned>(grid)), kGemvWarps * 32, static_cast<size_t>(total), c);
+  return len;
+}
+
 void init_gemv_quant(int max_smem_bytes) {
+  for (const ChainShape& c : kChainShapes) {
+    TERN_CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         max_smem_bytes - kFusionStaticSmemBytes));
+  }
   allow_smem<DType::Q4_0>(max_smem_bytes);
   allow_smem<DType::Q4_1>(max_smem_bytes);
   allow_smem<DType::Q8_0>(max_smem_bytes);

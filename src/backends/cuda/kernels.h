@@ -254,6 +254,13 @@ struct MatmulArgs {
   // norm-weight values are loaded before the PDL wait (the weight is constant), which takes an
   // L2 round trip off the path after it. 0 = the default, 1 = on, 2 = off (A/B timing, tests).
   int gemv_norm_preload;
+  // Batch-1 decode of small models (gemv_quant.cu; same bits in every setting): gemv_pair_staged,
+  // the SwiGLU epilogue in the per-lane-staged single-row kernel too (rows not 16-byte aligned,
+  // q4_1 at 576 columns), instead of the elementwise kernel after it; gemv_chain, consecutive
+  // products run as the phases of one kernel with a grid-wide barrier between them (StepQueue
+  // launch_all, launch_gemv_chain). 0 = the default (on), 1 = on, 2 = off (A/B timing, tests).
+  int gemv_pair_staged;
+  int gemv_chain;
   // gemv_rows.cu's activation tile formed once per launch (gemv_x_once.cuh): block 0 forms the
   // quantized tile (with its prologue) and publishes it in x_once_buf, the other blocks copy it
   // instead of forming it again (or form it themselves if it is late). 0 = the default (off),
