@@ -131,7 +131,9 @@ constexpr int min_blocks_per_sm() {
 // (gemv_chain_kernel): block_x / block_y / grid_y stand for blockIdx.x / blockIdx.y /
 // gridDim.y, and wait() for the PDL wait (every thread calls it once, after the first weight
 // steps are issued: in a chain, the grid barrier after the previous phase).
-template <DType T, bool kBulk, int kTile, bool kPair, typename Wait>
+// kEarly (chain phases, which have the registers for it: the standalone single-row instances are
+// held to 64-80): loads that do not depend on the kernel before go out early, see below.
+template <DType T, bool kBulk, int kTile, bool kPair, bool kEarly, typename Wait>
 __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stages, int seg_rows, int prefetch,
                                                 unsigned block_x, unsigned block_y, unsigned grid_y, Wait&& wait) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -218,13 +220,13 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
   // An RMSNorm prologue's weight is constant: its first values go out before the wait, which
   // takes an L2 round trip off the path after it (MatmulArgs::gemv_norm_preload; same values).
   NormPreload pre;
-  if (a.gemv_norm_preload != 2) preload_norm16(a, nt, pre);
+  if (kEarly && a.gemv_norm_preload != 2) preload_norm16(a, nt, pre);
   wait();  // x is the previous kernel's output
   // The residual epilogue's old value of the warp's first row (single-row tile), loaded now, so
   // its round trip overlaps the tile and the dot product instead of following them: only this
   // lane writes that element, and the writer before the wait has completed. Same add, same bits.
   float res_first = 0.0f;
-  const bool res_early = kTile == 1 && a.gemv_norm_preload != 2 && a.fuse.residual != nullptr && n_rows > 0 &&
+  const bool res_early = kEarly && kTile == 1 && a.gemv_norm_preload != 2 && a.fuse.residual != nullptr && n_rows > 0 &&
                          seg_lane == 0;
   if (res_early) res_first = a.fuse.residual[x0 * a.fuse.residual_stride + mat_row(a, group_row(0) + seg).r];
   if (a.fuse.prologue != GemvPrologue::kNone) {
@@ -308,7 +310,7 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
 template <DType T, bool kBulk, int kTile, bool kPair = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, kTile>())
     gemv_quant_kernel(MatmulArgs a, int n_stages, int seg_rows, int prefetch) {
-  gemv_quant_body<T, kBulk, kTile, kPair>(a, n_stages, seg_rows, prefetch, blockIdx.x, blockIdx.y, gridDim.y,
+  gemv_quant_body<T, kBulk, kTile, kPair, false>(a, n_stages, seg_rows, prefetch, blockIdx.x, blockIdx.y, gridDim.y,
                                           [] { pdl_enter(); });
 }
 
@@ -483,7 +485,7 @@ __device__ __forceinline__ void chain_phase(const MatmulArgs& a, const GemvChain
       else chain_barrier(c.sync, static_cast<unsigned>(phase) * c.n_blocks);
     };
     if (blockIdx.y < static_cast<unsigned>(c.grid_y[phase])) {
-      gemv_quant_body<T, kVar >= kVarBulk, 1, kVar == kVarStagedPair || kVar == kVarBulkPair>(
+      gemv_quant_body<T, kVar >= kVarBulk, 1, kVar == kVarStagedPair || kVar == kVarBulkPair, true>(
           a, c.n_stages[phase], c.seg_rows[phase], c.prefetch[phase], 0, blockIdx.y, c.grid_y[phase], wait);
     } else {
       wait();
@@ -491,8 +493,10 @@ __device__ __forceinline__ void chain_phase(const MatmulArgs& a, const GemvChain
   }
 }
 
+// Two blocks per SM (128 registers): a chain's grid is one phase's rows (SmolLM2: at most 48
+// blocks), and at the standalone kernels' 80 the phases' bodies spilled ~1 KB.
 template <DType T, int kV0, int kV1, int kV2, int kV3>
-__global__ void __launch_bounds__(kGemvWarps * 32, 3) gemv_chain_kernel(GemvChainArgs c) {
+__global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_chain_kernel(GemvChainArgs c) {
   chain_phase<T, kV0>(c.m0, c, 0);
   chain_phase<T, kV1>(c.m1, c, 1);
   chain_phase<T, kV2>(c.m2, c, 2);

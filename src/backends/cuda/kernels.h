@@ -252,7 +252,9 @@ struct MatmulArgs {
   int gemv_float_pipe;
   // The quantized kernels' RMSNorm prologue (gemv_tile.cuh quantize_tile_fused): each thread's
   // norm-weight values are loaded before the PDL wait (the weight is constant), which takes an
-  // L2 round trip off the path after it. 0 = the default, 1 = on, 2 = off (A/B timing, tests).
+  // L2 round trip off the path after it (gemv_rows.cu, and gemv_quant.cu's chain phases, which
+  // also load the residual epilogue's old value right after the wait). 0 = the default, 1 = on,
+  // 2 = off (A/B timing, tests).
   int gemv_norm_preload;
   // Batch-1 decode of small models (gemv_quant.cu; same bits in every setting): gemv_pair_staged,
   // the SwiGLU epilogue in the per-lane-staged single-row kernel too (rows not 16-byte aligned,
