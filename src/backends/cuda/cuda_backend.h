@@ -167,10 +167,10 @@ struct CudaBackendOptions {
   // at 1k: 376.7 -> 389.4 tok/s, bench/RESULTS.md session 7). 0 = the default (on), 1 = on, 2 =
   // off; TERN_CUDA_GEMV_MIXED=1 / 0 overrides it. Same bits in every setting.
   int gemv_mixed = 0;
-  // Batch-1 decode of small models, each 0 = the default (on), 1 = on, 2 = off; same bits in
-  // every setting. gemv_pair_staged: the SwiGLU epilogue in the per-lane-staged single-row GEMV
-  // (SmolLM2's 576-wide q4_1 gate/up) instead of an elementwise launch after it
-  // (TERN_CUDA_GEMV_PAIR_STAGED=1 / 0). gemv_chain: consecutive single-row products (o, gate/up,
+  // Batch-1 decode of small models, each 0 = the default, 1 = on, 2 = off; same bits in every
+  // setting. gemv_pair_staged (default off): the SwiGLU epilogue in the per-lane-staged
+  // single-row GEMV (SmolLM2's 576-wide q4_1 gate/up) instead of an elementwise launch after it
+  // (TERN_CUDA_GEMV_PAIR_STAGED=1 / 0). gemv_chain (default on): consecutive single-row products (o, gate/up,
   // down, the next layer's q/k/v) as the phases of one kernel with a grid-wide barrier between
   // them (MatmulArgs::gemv_chain; TERN_CUDA_GEMV_CHAIN=1 / 0).
   int gemv_pair_staged = 0;

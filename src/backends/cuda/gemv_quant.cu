@@ -17,6 +17,7 @@
 // (src & 15), so the 16-byte cp.async copies stay aligned whatever the row's alignment; the
 // ragged head and tail go through 2-byte copies.
 #include <algorithm>
+#include <cstdlib>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
@@ -130,12 +131,16 @@ constexpr int min_blocks_per_sm() {
 // The kernel's body, for one launch (gemv_quant_kernel) or one phase of a chained launch
 // (gemv_chain_kernel): block_x / block_y / grid_y stand for blockIdx.x / blockIdx.y /
 // gridDim.y, and wait() for the PDL wait (every thread calls it once, after the first weight
-// steps are issued: in a chain, the grid barrier after the previous phase).
+// steps are issued: in a chain, the grid barrier after the previous phase). arrive() runs first,
+// before anything is issued (a chain phase's arrival at that barrier: none of this phase's loads
+// can then delay it).
 // kEarly (chain phases, which have the registers for it: the standalone single-row instances are
 // held to 64-80): loads that do not depend on the kernel before go out early, see below.
-template <DType T, bool kBulk, int kTile, bool kPair, bool kEarly, typename Wait>
+template <DType T, bool kBulk, int kTile, bool kPair, bool kEarly, typename Arrive, typename Wait>
 __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stages, int seg_rows, int prefetch,
-                                                unsigned block_x, unsigned block_y, unsigned grid_y, Wait&& wait) {
+                                                unsigned block_x, unsigned block_y, unsigned grid_y, Arrive&& arrive,
+                                                Wait&& wait) {
+  arrive();
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int kBlockElems = QType<T>::kBlockElems, kBlockBytes = QType<T>::kBlockBytes;
   constexpr int kFullStepBytes = step_bytes<T>();
@@ -307,19 +312,22 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
   }
 }
 
-template <DType T, bool kBulk, int kTile, bool kPair = false>
-__global__ void __launch_bounds__(kGemvWarps * 32, min_blocks_per_sm<T, kBulk, kTile>())
+// kEarly: the early loads (gemv_quant_body) at two blocks per SM (128 registers), for the
+// single-row products whose grid is at most one block per SM (launch_typed), where residency
+// does not limit the grid.
+template <DType T, bool kBulk, int kTile, bool kPair = false, bool kEarly = false>
+__global__ void __launch_bounds__(kGemvWarps * 32, kEarly ? 2 : min_blocks_per_sm<T, kBulk, kTile>())
     gemv_quant_kernel(MatmulArgs a, int n_stages, int seg_rows, int prefetch) {
-  gemv_quant_body<T, kBulk, kTile, kPair, false>(a, n_stages, seg_rows, prefetch, blockIdx.x, blockIdx.y, gridDim.y,
-                                          [] { pdl_enter(); });
+  gemv_quant_body<T, kBulk, kTile, kPair, kEarly>(a, n_stages, seg_rows, prefetch, blockIdx.x, blockIdx.y, gridDim.y,
+                                                 [] {}, [] { pdl_enter(); });
 }
 
 // Launches one instance with a grid of as many blocks as can be resident (occupancy of this
 // instance at this shared-memory size), so every warp starts at once and then streams its rows
 // (per_sm > 0 fixes the blocks per SM instead: the legacy path's two).
-template <DType T, bool kBulk, int kTile, bool kPair = false>
+template <DType T, bool kBulk, int kTile, bool kPair = false, bool kEarly = false>
 void launch_instance(const MatmulArgs& a, const LaunchEnv& env, int n_stages, int seg_rows, int per_sm = 0) {
-  auto* kernel = gemv_quant_kernel<T, kBulk, kTile, kPair>;
+  auto* kernel = gemv_quant_kernel<T, kBulk, kTile, kPair, kEarly>;
   const int nt_alloc = a.n < kTile ? static_cast<int>(a.n) : kTile;
   const SmemLayout l = smem_layout<T>(static_cast<int>(a.cols), nt_alloc, n_stages, seg_rows);
   if (per_sm <= 0) {
@@ -348,8 +356,9 @@ struct QuantPlan {
   int seg_rows = 1;
 };
 
+// chain: for a chain phase, which always pairs (the pair is what lets gate/up join the chain).
 template <DType T>
-QuantPlan plan_typed(const MatmulArgs& a) {
+QuantPlan plan_typed(const MatmulArgs& a, bool chain = false) {
   QuantPlan p;
   if (a.cols % QType<T>::kBlockElems != 0 || a.cols >= (int64_t{1} << 31)) return p;
   if ((a.cols + kStepElems - 1) / kStepElems > kMaxSteps) return p;
@@ -369,10 +378,11 @@ QuantPlan plan_typed(const MatmulArgs& a) {
   // tree), so the choice may depend on n: one activation row takes the single-row tile, whose
   // kernel needs fewer registers (more resident warps) and no per-row predicates.
   p.bulk = bulk_eligible<T>(a);
-  // The per-lane-staged kernel pairs gate and up rows at n = 1 (the elementwise launch it saves
-  // is a sizeable part of a small model's decode layer); the SwiGLU value is the elementwise
-  // kernel's expression on the same two sums, so the bits are the same.
-  p.pair = p.glu && (p.bulk || (a.n == 1 && a.gemv_pair_staged != 2));
+  // The per-lane-staged kernel can pair gate and up rows at n = 1 (no elementwise launch after
+  // it; the SwiGLU value is the elementwise kernel's expression on the same two sums, so the bits
+  // are the same). Opt-in as a launch of its own: on the H200 SmolLM2's decode measured 2% slower
+  // with it (half the blocks, each warp two rows in turn); a chain phase always pairs.
+  p.pair = p.glu && (p.bulk || (a.n == 1 && (chain || a.gemv_pair_staged == 1)));
   p.seg_rows = segment_rows<T>(a);
   // A segmented step is at most a full step, so it fits the stages sized for full steps.
   if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>(), p.seg_rows).total > smem_limit) p.seg_rows = 1;
@@ -393,6 +403,11 @@ QuantPlan plan_typed(const MatmulArgs& a) {
 }
 
 template <DType T>
+constexpr bool has_early() {
+  return T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q8_0;
+}
+
+template <DType T>
 bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
   const QuantPlan p = plan_typed<T>(a);
   if (!p.ok) return false;
@@ -405,7 +420,17 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
     launch_gemv_rows(a, env);
     return true;
   }
-  if (a.n == 1) {
+  // The early-load instances (q4_0 / q4_1 / q8_0: the small models' types) where one block per SM
+  // holds the grid; gemv_norm_preload off keeps the others.
+  const int64_t groups = (p.pair ? a.rows[0] : a.total_rows()) / p.seg_rows;
+  if (has_early<T>() && a.n == 1 && a.gemv_norm_preload != 2 && (groups + kGemvWarps - 1) / kGemvWarps <= a.n_sm) {
+    if constexpr (has_early<T>()) {
+      if (p.bulk && p.pair) launch_instance<T, true, 1, true, true>(a, env, p.n_stages, p.seg_rows);
+      else if (p.bulk) launch_instance<T, true, 1, false, true>(a, env, p.n_stages, p.seg_rows);
+      else if (p.pair) launch_instance<T, false, 1, true, true>(a, env, p.n_stages, p.seg_rows);
+      else launch_instance<T, false, 1, false, true>(a, env, p.n_stages, p.seg_rows);
+    }
+  } else if (a.n == 1) {
     if (p.bulk && p.pair) launch_instance<T, true, 1, true>(a, env, p.n_stages, p.seg_rows);
     else if (p.bulk) launch_instance<T, true, 1>(a, env, p.n_stages, p.seg_rows);
     else if (p.pair) launch_instance<T, false, 1, true>(a, env, p.n_stages, p.seg_rows);
@@ -452,6 +477,7 @@ struct GemvChainArgs {
   int grid_y[kMaxGemvChain];
   unsigned* sync;
   unsigned n_blocks;
+  int mode;  // chain_arrive
 };
 
 __device__ __forceinline__ unsigned chain_load_acquire(const unsigned* p) {
@@ -460,18 +486,36 @@ __device__ __forceinline__ unsigned chain_load_acquire(const unsigned* p) {
   return v;
 }
 
-// Every thread of every block calls it. The block's writes are ordered before thread 0's fence
-// and arrival by the first __syncthreads; thread 0's acquire, then the second __syncthreads,
-// order the block's later reads after every block's arrival (the pattern of a cooperative grid
-// sync).
-__device__ __forceinline__ void chain_barrier(unsigned* sync, unsigned target) {
+__device__ __forceinline__ void chain_red_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// The barrier between phases, in two halves that every thread of every block calls: arrive (the
+// block is done with the previous phase: its writes and its reads of shared memory) and wait
+// (every block has arrived). The first __syncthreads orders the block's writes before thread 0's
+// release (cumulative), thread 0's acquire and the second __syncthreads order the block's later
+// reads after every block's arrival. Between the halves the phase issues its weight copies, so
+// their latency overlaps the barrier's. mode (TERN_CUDA_GEMV_CHAIN_MODE, A/B): 0 release /
+// acquire, 1 fences around a relaxed add and poll (a cooperative grid sync's pattern), 2 the
+// whole barrier in wait (after the copies are issued).
+__device__ __forceinline__ void chain_arrive(unsigned* sync, int mode) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(sync + kChainArrive, 1u);
-    while (chain_load_acquire(sync + kChainArrive) < target) {
+  if (threadIdx.x == 0 && mode != 2) {
+    if (mode == 1) {
+      __threadfence();
+      atomicAdd(sync + kChainArrive, 1u);
+    } else {
+      chain_red_release(sync + kChainArrive, 1u);
     }
-    __threadfence();
+  }
+}
+
+__device__ __forceinline__ void chain_wait(unsigned* sync, unsigned target, int mode) {
+  if (threadIdx.x == 0) {
+    if (mode == 2) chain_red_release(sync + kChainArrive, 1u);
+    while (mode != 3 && chain_load_acquire(sync + kChainArrive) < target) {  // 3: DIAGNOSTIC ONLY, no wait
+    }
+    if (mode == 1) __threadfence();
   }
   __syncthreads();
 }
@@ -479,15 +523,19 @@ __device__ __forceinline__ void chain_barrier(unsigned* sync, unsigned target) {
 template <DType T, int kVar>
 __device__ __forceinline__ void chain_phase(const MatmulArgs& a, const GemvChainArgs& c, int phase) {
   if constexpr (kVar != kVarNone) {
-    if (phase > 0) __syncthreads();  // the previous phase's warps are done with shared memory
+    const unsigned target = static_cast<unsigned>(phase) * c.n_blocks;
+    auto arrive = [&] {
+      if (phase > 0) chain_arrive(c.sync, c.mode);
+    };
     auto wait = [&] {
       if (phase == 0) pdl_enter();
-      else chain_barrier(c.sync, static_cast<unsigned>(phase) * c.n_blocks);
+      else chain_wait(c.sync, target, c.mode);
     };
     if (blockIdx.y < static_cast<unsigned>(c.grid_y[phase])) {
       gemv_quant_body<T, kVar >= kVarBulk, 1, kVar == kVarStagedPair || kVar == kVarBulkPair, true>(
-          a, c.n_stages[phase], c.seg_rows[phase], c.prefetch[phase], 0, blockIdx.y, c.grid_y[phase], wait);
+          a, c.n_stages[phase], c.seg_rows[phase], c.prefetch[phase], 0, blockIdx.y, c.grid_y[phase], arrive, wait);
     } else {
+      arrive();
       wait();
     }
   }
@@ -531,7 +579,7 @@ template <DType T>
 int chain_variant(const MatmulArgs& a, int& n_stages, int& seg_rows, int& smem) {
   if (a.gemv_chain == 2 || a.n != 1 || a.tail_mat != 0 || a.x_once_buf == nullptr || a.total_rows() == 0) return kVarNone;
   if (a.fuse.prologue == GemvPrologue::kSwiglu) return kVarNone;  // its store counts the launch's blocks
-  const QuantPlan p = plan_typed<T>(a);
+  const QuantPlan p = plan_typed<T>(a, true);
   if (!p.ok || p.legacy || p.rows || (p.glu && !p.pair)) return kVarNone;
   n_stages = p.n_stages;
   seg_rows = p.seg_rows;
@@ -547,13 +595,13 @@ int chain_variant_of(const MatmulArgs& a, int& n_stages, int& seg_rows, int& sme
   }
 }
 
-template <DType T, bool kBulk, int kTile, bool kPair = false>
+template <DType T, bool kBulk, int kTile, bool kPair = false, bool kEarly = false>
 void allow_smem_instance(int max_smem_bytes) {
   cudaFuncAttributes attr{};
-  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_quant_kernel<T, kBulk, kTile, kPair>));
+  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_quant_kernel<T, kBulk, kTile, kPair, kEarly>));
   TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
                  "gemv: static shared memory exceeds kFusionStaticSmemBytes");
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<T, kBulk, kTile, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<T, kBulk, kTile, kPair, kEarly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        max_smem_bytes - kFusionStaticSmemBytes));
 }
 
@@ -566,6 +614,12 @@ void allow_smem(int max_smem_bytes) {
   allow_smem_instance<T, true, kGemvMaxXRows, true>(max_smem_bytes);
   allow_smem_instance<T, true, 1, true>(max_smem_bytes);
   allow_smem_instance<T, false, 1, true>(max_smem_bytes);
+  if constexpr (has_early<T>()) {
+    allow_smem_instance<T, false, 1, false, true>(max_smem_bytes);
+    allow_smem_instance<T, false, 1, true, true>(max_smem_bytes);
+    allow_smem_instance<T, true, 1, false, true>(max_smem_bytes);
+    allow_smem_instance<T, true, 1, true, true>(max_smem_bytes);
+  }
 }
 
 }  // namespace
@@ -643,6 +697,11 @@ int launch_gemv_chain(const MatmulArgs* const* recs, int count, const LaunchEnv&
   }
   c.sync = reinterpret_cast<unsigned*>(recs[0]->x_once_buf);
   c.n_blocks = static_cast<unsigned>(grid);
+  static const int mode = [] {
+    const char* e = std::getenv("TERN_CUDA_GEMV_CHAIN_MODE");
+    return e != nullptr ? std::atoi(e) : 0;
+  }();
+  c.mode = mode;
   launch_kernel(env, shape->kernel, dim3(1, static_cast<unsigned>(grid)), kGemvWarps * 32, static_cast<size_t>(total), c);
   return len;
 }
