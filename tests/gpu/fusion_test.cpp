@@ -379,10 +379,9 @@ TEST_F(GpuFusion, WholeModelsEqualSeparateOps) {
 // the next layer's q/k/v as the phases of one kernel, a grid barrier between them) on SmolLM2's
 // layer shape (576 wide, q4_1: the rows are not 16-byte aligned, so q/k/v, o and gate/up take
 // the staged kernel), three layers: a prefill (not chained: n > 1), then greedy decode steps,
-// eager and replayed from a graph, give the same logits bit for bit with the chain (the default;
-// its gate/up phase pairs), the pair alone, neither (the single-row launches with their early
-// loads: gemv_quant.cu kEarly) and none of the three (gemv_norm_preload off). TERN_CUDA_GEMV_CHAIN_MODE picks the
-// barrier's form (gemv_quant.cu chain_arrive; the device runs repeat the test with each).
+// eager and replayed from a graph, give the same logits bit for bit with the chain (opt-in; its
+// gate/up phase pairs), the pair alone (opt-in), neither (the default: the single-row launches
+// with their early loads, gemv_quant.cu kEarly) and none of the three (gemv_norm_preload off).
 TEST_F(GpuFusion, GemvChainEqualsSeparateLaunches) {
   const synth::ModelShape* smol = synth::find_preset("smollm2-135m");
   ASSERT_NE(smol, nullptr);
@@ -392,40 +391,42 @@ TEST_F(GpuFusion, GemvChainEqualsSeparateLaunches) {
   shape.n_vocab = 2048;
   auto file = gputest::synthesized(shape, "q4_1");
   ASSERT_NE(file, nullptr);
-  cuda::CudaBackendOptions pair_only, neither, none;
+  cuda::CudaBackendOptions chain, pair_only, neither, none;
+  chain.gemv_chain = 1;
   pair_only.gemv_chain = 2;
   pair_only.gemv_pair_staged = 1;
   neither.gemv_chain = 2;
   neither.gemv_pair_staged = 2;
   none = neither;
   none.gemv_norm_preload = 2;
-  gputest::Loaded def = gputest::load_on(file, gputest::make_cuda()),
+  gputest::Loaded chained = gputest::load_on(file, gputest::make_cuda(chain)),
                   pair = gputest::load_on(file, gputest::make_cuda(pair_only)),
                   sep = gputest::load_on(file, gputest::make_cuda(neither)),
                   plain = gputest::load_on(file, gputest::make_cuda(none));
-  ASSERT_TRUE(def.model && pair.model && sep.model && plain.model);
-  const int V = def.model->config().n_vocab;
+  ASSERT_TRUE(chained.model && pair.model && sep.model && plain.model);
+  const int V = chained.model->config().n_vocab;
   const auto ids = gputest::prompt_ids(20, V, 11);
   const auto first = gputest::forward(plain, ids);
-  EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(def, ids), first));
+  EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(chained, ids), first));
   EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(pair, ids), first));
   EXPECT_TRUE(gputest::bitwise_equal(gputest::forward(sep, ids), first));
   int32_t next = gputest::argmax(first.data() + (ids.size() - 1) * V, V);
   for (int step = 0; step < 16; ++step) {
-    const auto a = gputest::forward(def, {next}), b = gputest::forward(pair, {next}), c = gputest::forward(sep, {next});
+    const auto a = gputest::forward(chained, {next}), b = gputest::forward(pair, {next}), c = gputest::forward(sep, {next});
     const auto d = gputest::forward(plain, {next});
     ASSERT_TRUE(gputest::bitwise_equal(a, d)) << "step " << step;
     ASSERT_TRUE(gputest::bitwise_equal(b, d)) << "step " << step;
     ASSERT_TRUE(gputest::bitwise_equal(c, d)) << "step " << step;
     next = gputest::argmax(d.data(), V);
   }
-  const cuda::CudaBackendStats sd = cuda::backend_stats(*def.backend);
+  const cuda::CudaBackendStats sd = cuda::backend_stats(*chained.backend);
   // Each decode layer but the last chains 4 products, the last 3 (the head is q8_0).
   EXPECT_GT(sd.gemv_chains, 0);
   EXPECT_GT(sd.gemv_chain_phases, 3 * sd.gemv_chains);
   EXPECT_GT(sd.steps_graph, 0);  // replayed steps ran the captured chains
   EXPECT_EQ(cuda::backend_stats(*pair.backend).gemv_chains, 0);
   EXPECT_EQ(cuda::backend_stats(*sep.backend).gemv_chains, 0);
+  EXPECT_EQ(cuda::backend_stats(*plain.backend).gemv_chains, 0);
 }
 
 // The fused decode attention (attention.h "fused decode": rope and K/V write, and / or the chunk

@@ -150,7 +150,9 @@ struct CudaBackendOptions {
   // The streamed float kernel's two-buffer variant (MatmulArgs::gemv_float_pipe; same bits): 0 =
   // the default, 1 = on, 2 = off; TERN_CUDA_GEMV_FLOAT_PIPE=1 / 0 overrides it. The quantized
   // kernels' norm-weight preload before the PDL wait (MatmulArgs::gemv_norm_preload; same bits),
-  // likewise; TERN_CUDA_GEMV_NORM_PRELOAD=1 / 0.
+  // likewise; TERN_CUDA_GEMV_NORM_PRELOAD=1 / 0. It also picks gemv_quant.cu's early-load
+  // single-row instances (norm weight before the wait, the residual right after it) for products
+  // of at most one block per SM (SmolLM2's: 1.5% faster decode on the H200).
   int float_gemv_pipe = 0;
   int gemv_norm_preload = 0;
   // The multi-row quantized kernel's activation tile formed once per launch by block 0 and copied
@@ -168,11 +170,12 @@ struct CudaBackendOptions {
   // off; TERN_CUDA_GEMV_MIXED=1 / 0 overrides it. Same bits in every setting.
   int gemv_mixed = 0;
   // Batch-1 decode of small models, each 0 = the default, 1 = on, 2 = off; same bits in every
-  // setting. gemv_pair_staged (default off): the SwiGLU epilogue in the per-lane-staged
-  // single-row GEMV (SmolLM2's 576-wide q4_1 gate/up) instead of an elementwise launch after it
-  // (TERN_CUDA_GEMV_PAIR_STAGED=1 / 0). gemv_chain (default on): consecutive single-row products (o, gate/up,
-  // down, the next layer's q/k/v) as the phases of one kernel with a grid-wide barrier between
-  // them (MatmulArgs::gemv_chain; TERN_CUDA_GEMV_CHAIN=1 / 0).
+  // setting, both off by default (measured slower on the H200: gemv_quant.cu). gemv_pair_staged:
+  // the SwiGLU epilogue in the per-lane-staged single-row GEMV (SmolLM2's 576-wide q4_1
+  // gate/up) instead of an elementwise launch after it (TERN_CUDA_GEMV_PAIR_STAGED=1 / 0).
+  // gemv_chain: consecutive single-row products (o, gate/up, down, the next layer's q/k/v) as
+  // the phases of one kernel with a grid-wide barrier between them (MatmulArgs::gemv_chain;
+  // TERN_CUDA_GEMV_CHAIN=1 / 0).
   int gemv_pair_staged = 0;
   int gemv_chain = 0;
   // The SwiGLU epilogue for float gate/up products that the streamed kernel takes (a warp's two

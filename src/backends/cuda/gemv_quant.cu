@@ -17,7 +17,6 @@
 // (src & 15), so the 16-byte cp.async copies stay aligned whatever the row's alignment; the
 // ragged head and tail go through 2-byte copies.
 #include <algorithm>
-#include <cstdlib>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
@@ -458,6 +457,15 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
 // by it too), and a block spins only on blocks that are running or about to be scheduled (the
 // previous kernel's blocks finish without waiting on anything of this kernel).
 //
+// Opt-in (MatmulArgs::gemv_chain = 1): on the H200 it measured SLOWER, SmolLM2 decode 848 against
+// 1,140 tok/s at ctx 128, and not because of the barrier: with the waits taken out (wrong
+// results, timing only) it ran at 856. A phase costs ~7.8 us in the graph against ~4.2 us per
+// launch (ncu, serialized: 44.6 us for four phases against 29.9 us for the five launches they
+// replace). Unprofiled guesses: the four inlined bodies are four times the instruction footprint
+// of the one single-row instance the separate launches share (qkv, o and gate/up run the same
+// code), and a phase's weight copies go out only when the block reaches it, where a launch
+// issues them before its PDL wait while its predecessor still runs.
+//
 // The barrier counts arrivals on a word of the x_once scratch's sync header (kChainArrive: phase p
 // waits for p x blocks), and the last block to exit resets it (kChainExit), so the next chain
 // and every graph replay start from zero. The words are touched only after phase 0's PDL wait,
@@ -477,7 +485,6 @@ struct GemvChainArgs {
   int grid_y[kMaxGemvChain];
   unsigned* sync;
   unsigned n_blocks;
-  int mode;  // chain_arrive
 };
 
 __device__ __forceinline__ unsigned chain_load_acquire(const unsigned* p) {
@@ -493,29 +500,19 @@ __device__ __forceinline__ void chain_red_release(unsigned* p, unsigned v) {
 // The barrier between phases, in two halves that every thread of every block calls: arrive (the
 // block is done with the previous phase: its writes and its reads of shared memory) and wait
 // (every block has arrived). The first __syncthreads orders the block's writes before thread 0's
-// release (cumulative), thread 0's acquire and the second __syncthreads order the block's later
+// release (cumulative); thread 0's acquire and the second __syncthreads order the block's later
 // reads after every block's arrival. Between the halves the phase issues its weight copies, so
-// their latency overlaps the barrier's. mode (TERN_CUDA_GEMV_CHAIN_MODE, A/B): 0 release /
-// acquire, 1 fences around a relaxed add and poll (a cooperative grid sync's pattern), 2 the
-// whole barrier in wait (after the copies are issued).
-__device__ __forceinline__ void chain_arrive(unsigned* sync, int mode) {
+// their latency overlaps the barrier's. (H200, SmolLM2: fences around a relaxed add and poll, a
+// cooperative grid sync's pattern, measured 2% slower; the whole barrier after the copies, 5%.)
+__device__ __forceinline__ void chain_arrive(unsigned* sync) {
   __syncthreads();
-  if (threadIdx.x == 0 && mode != 2) {
-    if (mode == 1) {
-      __threadfence();
-      atomicAdd(sync + kChainArrive, 1u);
-    } else {
-      chain_red_release(sync + kChainArrive, 1u);
-    }
-  }
+  if (threadIdx.x == 0) chain_red_release(sync + kChainArrive, 1u);
 }
 
-__device__ __forceinline__ void chain_wait(unsigned* sync, unsigned target, int mode) {
+__device__ __forceinline__ void chain_wait(unsigned* sync, unsigned target) {
   if (threadIdx.x == 0) {
-    if (mode == 2) chain_red_release(sync + kChainArrive, 1u);
-    while (mode != 3 && chain_load_acquire(sync + kChainArrive) < target) {  // 3: DIAGNOSTIC ONLY, no wait
+    while (chain_load_acquire(sync + kChainArrive) < target) {
     }
-    if (mode == 1) __threadfence();
   }
   __syncthreads();
 }
@@ -525,11 +522,11 @@ __device__ __forceinline__ void chain_phase(const MatmulArgs& a, const GemvChain
   if constexpr (kVar != kVarNone) {
     const unsigned target = static_cast<unsigned>(phase) * c.n_blocks;
     auto arrive = [&] {
-      if (phase > 0) chain_arrive(c.sync, c.mode);
+      if (phase > 0) chain_arrive(c.sync);
     };
     auto wait = [&] {
       if (phase == 0) pdl_enter();
-      else chain_wait(c.sync, target, c.mode);
+      else chain_wait(c.sync, target);
     };
     if (blockIdx.y < static_cast<unsigned>(c.grid_y[phase])) {
       gemv_quant_body<T, kVar >= kVarBulk, 1, kVar == kVarStagedPair || kVar == kVarBulkPair, true>(
@@ -577,7 +574,7 @@ const ChainShape kChainShapes[] = {
 // shared memory.
 template <DType T>
 int chain_variant(const MatmulArgs& a, int& n_stages, int& seg_rows, int& smem) {
-  if (a.gemv_chain == 2 || a.n != 1 || a.tail_mat != 0 || a.x_once_buf == nullptr || a.total_rows() == 0) return kVarNone;
+  if (a.gemv_chain != 1 || a.n != 1 || a.tail_mat != 0 || a.x_once_buf == nullptr || a.total_rows() == 0) return kVarNone;
   if (a.fuse.prologue == GemvPrologue::kSwiglu) return kVarNone;  // its store counts the launch's blocks
   const QuantPlan p = plan_typed<T>(a, true);
   if (!p.ok || p.legacy || p.rows || (p.glu && !p.pair)) return kVarNone;
@@ -697,11 +694,6 @@ int launch_gemv_chain(const MatmulArgs* const* recs, int count, const LaunchEnv&
   }
   c.sync = reinterpret_cast<unsigned*>(recs[0]->x_once_buf);
   c.n_blocks = static_cast<unsigned>(grid);
-  static const int mode = [] {
-    const char* e = std::getenv("TERN_CUDA_GEMV_CHAIN_MODE");
-    return e != nullptr ? std::atoi(e) : 0;
-  }();
-  c.mode = mode;
   launch_kernel(env, shape->kernel, dim3(1, static_cast<unsigned>(grid)), kGemvWarps * 32, static_cast<size_t>(total), c);
   return len;
 }

@@ -260,7 +260,8 @@ struct MatmulArgs {
   // the SwiGLU epilogue in the per-lane-staged single-row kernel too (rows not 16-byte aligned,
   // q4_1 at 576 columns), instead of the elementwise kernel after it; gemv_chain, consecutive
   // products run as the phases of one kernel with a grid-wide barrier between them (StepQueue
-  // launch_all, launch_gemv_chain). 0 = the default (pair off, chain on), 1 = on, 2 = off.
+  // launch_all, launch_gemv_chain). 0 = the default (both off: measured slower on the H200),
+  // 1 = on, 2 = off.
   int gemv_pair_staged;
   int gemv_chain;
   // gemv_rows.cu's activation tile formed once per launch (gemv_x_once.cuh): block 0 forms the
