@@ -461,10 +461,11 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
 // 1,140 tok/s at ctx 128, and not because of the barrier: with the waits taken out (wrong
 // results, timing only) it ran at 856. A phase costs ~7.8 us in the graph against ~4.2 us per
 // launch (ncu, serialized: 44.6 us for four phases against 29.9 us for the five launches they
-// replace). Unprofiled guesses: the four inlined bodies are four times the instruction footprint
-// of the one single-row instance the separate launches share (qkv, o and gate/up run the same
-// code), and a phase's weight copies go out only when the block reaches it, where a launch
-// issues them before its PDL wait while its predecessor still runs.
+// replace). Unprofiled guesses: instruction fetch -- the four inlined bodies are 276 KB of SASS
+// (cubin .text, sm_90a) where the separate launches run 72 KB that qkv, o and gate/up share
+// (the staged single-row instance) and 69 KB for down (bulk) -- and a phase's weight copies go
+// out only when the block reaches it, where a launch issues them before its PDL wait while its
+// predecessor still runs.
 //
 // The barrier counts arrivals on a word of the x_once scratch's sync header (kChainArrive: phase p
 // waits for p x blocks), and the last block to exit resets it (kChainExit), so the next chain
