@@ -239,7 +239,8 @@ TEST_F(BackendSettingsTest, FusedDecodeSwitch) {
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_fused_decode, def);
   const std::pair<const char*, int> env_cases[] = {
       {"0", 0}, {"1", kAttnFusedRope | kAttnFusedMerge}, {"2", kAttnFusedMerge}, {"3", kAttnFusedRope},
-      {"4", def}, {"yes", def}, {"11", def}, {"", def}};
+      {"4", kAttnFusedRope | kAttnFusedMerge | cuda::kAttnFusedLeanMerge}, {"5", kAttnFusedRope | cuda::kAttnFusedLeanMerge},
+      {"6", def}, {"yes", def}, {"11", def}, {"", def}};
   for (const auto& [value, flags] : env_cases) {
     setenv("TERN_CUDA_ATTN_FUSED", value, 1);
     EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_fused_decode, flags) << value;

@@ -110,7 +110,10 @@ int default_chunk_split(int n_split_items, int max_tile_spans, int max_position,
                         int span_kernel);
 
 // The fused decode's flags (AttentionArgs::fused) of a CudaBackendOptions::attention_fused_decode
-// value: 0 none, 1 rope and merge, 2 merge, 3 rope; others as kDefaultFusedDecode.
+// value: 0 none, 1 rope and merge, 2 merge, 3 rope, 4 rope and the lean merge (kAttnFusedLeanMerge:
+// one acq_rel count, the records in one round trip), 5 rope with the chunk merge kernel loading
+// its records in one round trip (kAttnFusedLeanMerge without kAttnFusedMerge); others as
+// kDefaultFusedDecode.
 int fused_decode_flags(int mode);
 
 }  // namespace tern::cuda

@@ -794,6 +794,8 @@ class CudaBackend final : public Backend {
       a.merge_counters = merge_counters(a);
     }
     if (a.fused != 0) ++fused_attentions_;
+    // (the last-block merge's lean form, or the chunk merge kernel's one-round-trip batch)
+    if ((attention_fused_decode_ & kAttnFusedLeanMerge) != 0) a.fused |= kAttnFusedLeanMerge;
   }
 
   void fill_attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, const Tensor& out,

@@ -375,6 +375,11 @@ constexpr int kAttnTcTileTokens = 128;                              // tensor-co
 // AttentionArgs::fused flags.
 constexpr int kAttnFusedRope = 1;
 constexpr int kAttnFusedMerge = 2;
+// With kAttnFusedMerge (attention_fused.cuh merge_if_last, session 8): the block counts itself
+// done with one acq_rel atomic after its barrier (no sequentially consistent fences), and the last
+// block loads every chunk record of its queries in one round trip (16 records per batch took two
+// at a 1k context). Same records, same fold: same bits.
+constexpr int kAttnFusedLeanMerge = 4;
 
 // Bytes of attention partials a split launch needs.
 size_t attention_partials_bytes(const AttentionArgs& a);
