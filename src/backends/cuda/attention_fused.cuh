@@ -130,6 +130,66 @@ __device__ __forceinline__ void write_new_rows(const AttentionArgs& a, const int
   }
 }
 
+// The lean last block's fold (kAttnFusedLeanMerge): chunk_fold::fold_records_at's sequence, the
+// chunk records folded into span partials in chunk order from (-inf, 0, 0), skipping empty
+// chunks, and those into the result in span order, skipping empty spans, with each record's (m,
+// l) read from st ([chunk][m, l] in shared memory, -inf past the token's chunks) and its a values
+// from the records (L2 loads, kBatch records in flight). The first batch's loads are issued
+// before the barrier that publishes st, so both come in one round trip. Every thread of the block
+// calls it (the barrier); n_chunks 0: a thread without a query (no loads, no output).
+template <int kPer, int kBatch>
+__device__ __forceinline__ void fold_staged(const float* rec0, int64_t stride, const float* st, int n_chunks, int hd,
+                                            int d0, int d_step, float* out) {
+  static_assert(kBatch % kAttnSpanChunks == 0, "a batch ends on a span boundary");
+  float M = -INFINITY, L = 0.0f, Ms = -INFINITY, Ls = 0.0f;
+  float A[kPer], As[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) A[k] = As[k] = 0.0f;
+  float av[kBatch][kPer];
+  auto load_batch = [&](int c0) {
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int d = d0 + k * d_step;
+        av[b][k] = c0 + b < n_chunks && d < hd ? __ldcg(rec0 + (c0 + b) * stride + 2 + d) : 0.0f;
+      }
+    }
+  };
+  load_batch(0);
+  __syncthreads();  // st complete
+  for (int c0 = 0; c0 < n_chunks; c0 += kBatch) {
+    if (c0 > 0) load_batch(c0);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (c0 + b >= n_chunks) break;
+      const float m = st[2 * (c0 + b)], l = st[2 * (c0 + b) + 1];
+      if (m != -INFINITY) {
+        const attn::FoldScales f = attn::fold_stats(Ms, Ls, m, l);
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) As[k] = attn::fold_acc(As[k], av[b][k], f);
+      }
+      if ((b + 1) % kAttnSpanChunks == 0 || c0 + b + 1 == n_chunks) {  // the span is complete
+        if (Ms != -INFINITY) {
+          const attn::FoldScales f = attn::fold_stats(M, L, Ms, Ls);
+#pragma unroll
+          for (int k = 0; k < kPer; ++k) A[k] = attn::fold_acc(A[k], As[k], f);
+        }
+        Ms = -INFINITY;
+        Ls = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) As[k] = 0.0f;
+      }
+    }
+  }
+  if (n_chunks == 0) return;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int d = d0 + k * d_step;
+    if (d < hd) out[d] = __fdiv_rn(A[k], L);
+  }
+}
+
 // The end of a fused chunk-split block, after its chunk records are stored (every thread of the
 // block calls it): counts the block done; the last live block of the (tile, y) folds the tile's
 // nt x nh queries from their records into out. Live blocks: those whose first row is at most the
@@ -173,14 +233,27 @@ __device__ __forceinline__ void merge_if_last(const AttentionArgs& a, int tile, 
     return a.partials + (int64_t{tok_partial[qi / nh]} * kAttnSpanChunks * a.n_heads + h0 + qi % nh) * (hd + 2);
   };
   const int n_max = max_pos / kAttnChunkTokens + 1;
-  if (lean && nq * hd <= 4 * kThreads && sizeof(float) * nq * (hd + 2) <= scratch_bytes) {
+  if (lean && nq <= kPass && hd <= 2 * kPerQuery && sizeof(float) * 2 * nq * n_max <= scratch_bytes) {
+    // Every record's (m, l) into shared memory and the thread's first batch of a values into
+    // registers, all issued before one barrier: one round trip below 20 (24) chunks.
     cp_async_wait<0>();  // (the ring held only landed chunks; scratch overlaps it)
-    auto n_chunks_of = [&](int qi) { return tok_pos[qi / nh] / kAttnChunkTokens + 1; };
-    auto out_of = [&](int qi) { return a.out + int64_t{t0 + qi / nh} * a.out_stride + int64_t{h0 + qi % nh} * hd; };
-    if (nq * hd <= 2 * kThreads) {  // (a decode's GQA group at head_dim <= 128: two outputs per thread)
-      chunk_fold::fold_staged<kThreads, 2>(rec0_of, n_chunks_of, out_of, nq, n_max, hd, stride, scratch, scratch_bytes);
+    for (int i = threadIdx.x; i < nq * n_max; i += kThreads) {
+      const int qi = i / n_max, c = i - qi * n_max;
+      const bool valid = c <= tok_pos[qi / nh] / kAttnChunkTokens;  // the token reaches chunk c
+      const float* rec = rec0_of(qi) + c * stride;
+      scratch[2 * i] = valid ? __ldcg(rec) : -INFINITY;
+      scratch[2 * i + 1] = valid ? __ldcg(rec + 1) : 0.0f;
+    }
+    const int qi = static_cast<int>(threadIdx.x) / kPerQuery, d0 = static_cast<int>(threadIdx.x) % kPerQuery;
+    const bool live = qi < nq;
+    const float* rec0 = live ? rec0_of(qi) : a.partials;
+    const int n_chunks = live ? tok_pos[qi / nh] / kAttnChunkTokens + 1 : 0;
+    const float* st = scratch + 2 * (live ? qi : 0) * n_max;
+    float* out = live ? a.out + int64_t{t0 + qi / nh} * a.out_stride + int64_t{h0 + qi % nh} * hd : nullptr;
+    if (hd <= kPerQuery) {
+      fold_staged<1, 24>(rec0, stride, st, n_chunks, hd, d0, kPerQuery, out);
     } else {
-      chunk_fold::fold_staged<kThreads, 4>(rec0_of, n_chunks_of, out_of, nq, n_max, hd, stride, scratch, scratch_bytes);
+      fold_staged<2, 20>(rec0, stride, st, n_chunks, hd, d0, kPerQuery, out);
     }
     return;
   }

@@ -136,6 +136,7 @@ constexpr int kMergePerThread = kAttnMaxHeadDim / kMergeThreads;
 // token reads its chunks up to its own position: record index first * 4 + k is chunk k % 4 of
 // span first + k / 4. One block per (token, head), kChunkMergeBatch records in flight.
 constexpr int kChunkMergeBatch = 16;
+constexpr int kChunkMergeBatchLean = 24;  // with kAttnFusedLeanMerge
 __global__ void __launch_bounds__(kMergeThreads) attention_chunk_merge_kernel(AttentionArgs a) {
   const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim, tid = threadIdx.x;
   const DevicePlan& P = a.plan;
@@ -144,26 +145,16 @@ __global__ void __launch_bounds__(kMergeThreads) attention_chunk_merge_kernel(At
   const float* rec0 = a.partials + (int64_t{P.token_partial_begin[t]} * kAttnSpanChunks * a.n_heads + h) * (hd + 2);
   pdl_enter();
   // (attention_chunk_fold.cuh, shared with the fused decode's last block)
-  chunk_fold::fold_records<kMergePerThread, kChunkMergeBatch, false>(rec0, stride, n_chunks, hd, tid, kMergeThreads,
-                                                                     a.out + t * a.out_stride + int64_t{h} * hd);
-}
-
-// The chunk merge kernel with the compact staged fold (kAttnFusedLeanMerge without
-// kAttnFusedMerge; chunk_fold::fold_staged: the records in shared memory in one round trip per
-// kChunkMergeStagedBytes, a rolled fold loop): the same folds in the same order, the same bits.
-constexpr int kChunkMergeStagedBytes = 16384;
-__global__ void __launch_bounds__(kMergeThreads) attention_chunk_merge_staged_kernel(AttentionArgs a) {
-  extern __shared__ __align__(16) unsigned char sm[];
-  const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
-  const DevicePlan& P = a.plan;
-  const int n_chunks = P.positions[t] / kAttnChunkTokens + 1;
-  const int64_t stride = int64_t{a.n_heads} * (hd + 2);
-  const float* rec0 = a.partials + (int64_t{P.token_partial_begin[t]} * kAttnSpanChunks * a.n_heads + h) * (hd + 2);
   float* out = a.out + t * a.out_stride + int64_t{h} * hd;
-  pdl_enter();
-  chunk_fold::fold_staged<kMergeThreads, kMergePerThread>([&](int) { return rec0; }, [&](int) { return n_chunks; },
-                                                          [&](int) { return out; }, 1, n_chunks, hd, stride,
-                                                          reinterpret_cast<float*>(sm), kChunkMergeStagedBytes);
+  if ((a.fused & kAttnFusedLeanMerge) != 0) {
+    // 24 records per batch: a context below 1536 positions in one round trip (16 took two at
+    // 1k's 17 chunks). The batch only groups loads: the same folds in the same order.
+    chunk_fold::fold_records<kMergePerThread, kChunkMergeBatchLean, false>(rec0, stride, n_chunks, hd, tid,
+                                                                           kMergeThreads, out);
+  } else {
+    chunk_fold::fold_records<kMergePerThread, kChunkMergeBatch, false>(rec0, stride, n_chunks, hd, tid, kMergeThreads,
+                                                                       out);
+  }
 }
 
 inline size_t merge_smem_bytes(int head_dim) {
@@ -310,12 +301,6 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
   }
   if (a.fold_merge) return;  // the span blocks merged (attention_span_merge.cuh)
   if (a.fused & kAttnFusedMerge) return;  // the last chunk block of each KV head merged (attention_fused.cuh)
-  if (a.chunk_split > 0 && (a.fused & kAttnFusedLeanMerge) != 0) {
-    launch_kernel(env, attention_chunk_merge_staged_kernel,
-                  dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads,
-                  kChunkMergeStagedBytes, a);
-    return;
-  }
   if (a.chunk_split > 0) {
     launch_kernel(env, attention_chunk_merge_kernel,
                   dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads, 0, a);
