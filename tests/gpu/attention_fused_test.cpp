@@ -141,7 +141,7 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
     got.push_back(make_fused(fused, chunk_split, cluster, early));
     fuses.push_back(fused != 0);
     clusters.push_back(cluster > 0);
-    earlies.push_back(early > 0 && (fused == 1 || fused == 3 || fused == 4 || fused == 5) && cluster == 0);  // (modes with the rope)
+    earlies.push_back(early > 0 && (fused == 1 || fused == 3 || fused == 4) && cluster == 0);  // (modes with the rope)
   };
   add(1, -1, 0);  // the default chunk split per plan
   add(1, 1, 0);   // one chunk per block everywhere it applies
@@ -154,13 +154,10 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
   add(3, 1, 0, 2);
   add(1, 2, 0, 1);
   add(2, -1, 0, 2);  // (no fused rope: nothing moves)
-  // The lean last-block merge (4: one acq_rel count, the records in one round trip) and the
-  // chunk merge kernel's one-round-trip batch (5), with the default work before the wait.
+  // The lean last-block merge (4: one acq_rel count, the records in one round trip).
   add(4, -1, 0, 2);
   add(4, 1, 0, 2);
   add(4, 2, 0, 0);
-  add(5, -1, 0, 2);
-  add(5, 2, 0, 2);
   if (clusters_available()) {
     add(3, -1, 16);  // clusters with the fused rope (the default mode)
     add(0, -1, 16);  // clusters, the rope launch kept
@@ -252,7 +249,7 @@ TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
   TERN_REQUIRE_GPU();
   const Case c{{32, 8, 128, DType::F16}, {0, false, 1.0f}};
   // (mode, most blocks per cluster, attention_fused_early_kv)
-  std::vector<std::tuple<int, int, int>> configs = {{1, 0, 0}, {3, 0, 0}, {3, 0, 2}, {1, 0, 1}, {4, 0, 2}, {5, 0, 2}};
+  std::vector<std::tuple<int, int, int>> configs = {{1, 0, 0}, {3, 0, 0}, {3, 0, 2}, {1, 0, 1}, {4, 0, 2}};
   // (clusters of 8 blocks: the step's 16 clusters are resident at once, so the launch takes them)
   if (clusters_available()) configs.insert(configs.end(), {{3, 8, 0}, {0, 8, 0}});
   for (const auto& [mode, cluster, early] : configs) {

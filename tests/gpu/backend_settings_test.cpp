@@ -229,8 +229,8 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
 // The float GEMV at n = 1: the register-streamed kernel with its SwiGLU epilogue by default; the
 // previous kernels, a fixed shape or no epilogue on request.
 // The fused decode attention (CudaBackendOptions::attention_fused_decode): the option wins, else
-// TERN_CUDA_ATTN_FUSED=0-3, else the default; the values map to AttentionArgs::fused flags (0
-// none, 1 rope and merge, 2 merge, 3 rope) and others keep the default.
+// TERN_CUDA_ATTN_FUSED=0-4, else the default; the values map to AttentionArgs::fused flags (0
+// none, 1 rope and merge, 2 merge, 3 rope, 4 rope and the lean merge) and others keep the default.
 TEST_F(BackendSettingsTest, FusedDecodeSwitch) {
   using cuda::kAttnFusedMerge;
   using cuda::kAttnFusedRope;
@@ -239,8 +239,7 @@ TEST_F(BackendSettingsTest, FusedDecodeSwitch) {
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_fused_decode, def);
   const std::pair<const char*, int> env_cases[] = {
       {"0", 0}, {"1", kAttnFusedRope | kAttnFusedMerge}, {"2", kAttnFusedMerge}, {"3", kAttnFusedRope},
-      {"4", kAttnFusedRope | kAttnFusedMerge | cuda::kAttnFusedLeanMerge}, {"5", kAttnFusedRope | cuda::kAttnFusedLeanMerge},
-      {"6", def}, {"yes", def}, {"11", def}, {"", def}};
+      {"4", kAttnFusedRope | kAttnFusedMerge | cuda::kAttnFusedLeanMerge}, {"5", def}, {"yes", def}, {"11", def}, {"", def}};
   for (const auto& [value, flags] : env_cases) {
     setenv("TERN_CUDA_ATTN_FUSED", value, 1);
     EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_fused_decode, flags) << value;

@@ -136,7 +136,6 @@ constexpr int kMergePerThread = kAttnMaxHeadDim / kMergeThreads;
 // token reads its chunks up to its own position: record index first * 4 + k is chunk k % 4 of
 // span first + k / 4. One block per (token, head), kChunkMergeBatch records in flight.
 constexpr int kChunkMergeBatch = 16;
-constexpr int kChunkMergeBatchLean = 24;  // with kAttnFusedLeanMerge
 __global__ void __launch_bounds__(kMergeThreads) attention_chunk_merge_kernel(AttentionArgs a) {
   const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim, tid = threadIdx.x;
   const DevicePlan& P = a.plan;
@@ -145,16 +144,8 @@ __global__ void __launch_bounds__(kMergeThreads) attention_chunk_merge_kernel(At
   const float* rec0 = a.partials + (int64_t{P.token_partial_begin[t]} * kAttnSpanChunks * a.n_heads + h) * (hd + 2);
   pdl_enter();
   // (attention_chunk_fold.cuh, shared with the fused decode's last block)
-  float* out = a.out + t * a.out_stride + int64_t{h} * hd;
-  if ((a.fused & kAttnFusedLeanMerge) != 0) {
-    // 24 records per batch: a context below 1536 positions in one round trip (16 took two at
-    // 1k's 17 chunks). The batch only groups loads: the same folds in the same order.
-    chunk_fold::fold_records<kMergePerThread, kChunkMergeBatchLean, false>(rec0, stride, n_chunks, hd, tid,
-                                                                           kMergeThreads, out);
-  } else {
-    chunk_fold::fold_records<kMergePerThread, kChunkMergeBatch, false>(rec0, stride, n_chunks, hd, tid, kMergeThreads,
-                                                                       out);
-  }
+  chunk_fold::fold_records<kMergePerThread, kChunkMergeBatch, false>(rec0, stride, n_chunks, hd, tid, kMergeThreads,
+                                                                     a.out + t * a.out_stride + int64_t{h} * hd);
 }
 
 inline size_t merge_smem_bytes(int head_dim) {

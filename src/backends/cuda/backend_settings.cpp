@@ -216,12 +216,12 @@ int attention_split_ring(const CudaBackendOptions& options) {
   if (std::strcmp(env, "4") == 0) return 4;
   return kDefaultSplitRing;
 }
-// The fused decode attention: the option wins when set (0-5), else TERN_CUDA_ATTN_FUSED (a single
-// digit 0-5), else kDefaultFusedDecode.
+// The fused decode attention: the option wins when set (0-4), else TERN_CUDA_ATTN_FUSED (a single
+// digit 0-4), else kDefaultFusedDecode.
 int attention_fused_decode(const CudaBackendOptions& options) {
   if (options.attention_fused_decode >= 0) return fused_decode_flags(options.attention_fused_decode);
   const char* env = std::getenv("TERN_CUDA_ATTN_FUSED");
-  if (env != nullptr && env[0] >= '0' && env[0] <= '5' && env[1] == '\0') return fused_decode_flags(env[0] - '0');
+  if (env != nullptr && env[0] >= '0' && env[0] <= '4' && env[1] == '\0') return fused_decode_flags(env[0] - '0');
   return fused_decode_flags(kDefaultFusedDecode);
 }
 // The cluster merge: the option wins when set (0-16, larger values 16), else TERN_CUDA_ATTN_CLUSTER
@@ -351,7 +351,6 @@ int fused_decode_flags(int mode) {
     case 2: return kAttnFusedMerge;
     case 3: return kAttnFusedRope;
     case 4: return kAttnFusedRope | kAttnFusedMerge | kAttnFusedLeanMerge;
-    case 5: return kAttnFusedRope | kAttnFusedLeanMerge;
     default: return fused_decode_flags(kDefaultFusedDecode);
   }
 }

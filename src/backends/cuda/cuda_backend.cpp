@@ -790,12 +790,10 @@ class CudaBackend final : public Backend {
       a.early_kv = attention_fused_early_kv_;
     }
     if ((attention_fused_decode_ & kAttnFusedMerge) != 0) {
-      a.fused |= kAttnFusedMerge;
+      a.fused |= kAttnFusedMerge | (attention_fused_decode_ & kAttnFusedLeanMerge);
       a.merge_counters = merge_counters(a);
     }
     if (a.fused != 0) ++fused_attentions_;
-    // (the last-block merge's lean form, or the chunk merge kernel's one-round-trip batch)
-    if ((attention_fused_decode_ & kAttnFusedLeanMerge) != 0) a.fused |= kAttnFusedLeanMerge;
   }
 
   void fill_attention(const Tensor& q, const KvLayerView& kv, const AttentionParams& p, const Tensor& out,
