@@ -160,6 +160,11 @@
 // 32.0 at 4k; the merge by the last block 3 us slower at 1k (the counter, its fence and the
 // reload behind the last block cost more than the merge kernel's PDL hand-off, as in session 4's
 // folded span merge), and in whole-model decode both modes with it lost ~11% (8B Q4_K_M 1k).
+// Its lean form (kAttnFusedLeanMerge, TERN_CUDA_ATTN_FUSED=4, session 8): one acq_rel atomic
+// instead of two membar.sc fences around the count, and the records in one round trip (every
+// (m, l) into shared memory, the a values of up to 20 records in registers, before one barrier):
+// 1 us faster than mode 1 at 1k in the attention bench, still 12% slower in 8B decode; ncu shows
+// the cost as a tail of the merging blocks (bench/RESULTS.md, session 8).
 //
 // Cluster merge (chunk split on sm_90+, AttentionArgs::cluster_blocks; attention_cluster.cu;
 // TERN_CUDA_ATTN_CLUSTER=n / CudaBackendOptions::attention_cluster: at most n blocks per cluster,
