@@ -122,6 +122,7 @@ std::unique_ptr<Backend> make_fused(int fused, int chunk_split, int cluster = 0,
   o.attention_chunk_split = chunk_split;
   o.attention_cluster = cluster;
   o.attention_fused_early_kv = early;
+  o.attention_compact = 0;  // (the compact kernel keeps the rope launch: not what these tests run)
   return gputest::make_cuda(o);
 }
 

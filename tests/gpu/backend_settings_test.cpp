@@ -26,7 +26,8 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
     "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING", "TERN_CUDA_L2_PREFETCH",
     "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD", "TERN_CUDA_ATTN_CLUSTER",
-    "TERN_CUDA_GEMV_X_ONCE", "TERN_CUDA_GEMV_MIXED", "TERN_CUDA_ATTN_FUSED_EARLY_KV"};
+    "TERN_CUDA_GEMV_X_ONCE", "TERN_CUDA_GEMV_MIXED", "TERN_CUDA_ATTN_FUSED_EARLY_KV",
+    "TERN_CUDA_ATTN_COMPACT"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -253,6 +254,25 @@ TEST_F(BackendSettingsTest, FusedDecodeSwitch) {
   EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, kAttnFusedMerge);
   o.attention_fused_decode = 9;
   EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, def);
+}
+
+// The compact decode attention (CudaBackendOptions::attention_compact): the option wins (0 / 1,
+// larger values 1), else TERN_CUDA_ATTN_COMPACT ("0" / "1"), else kDefaultAttnCompact.
+TEST_F(BackendSettingsTest, CompactDecodeSwitch) {
+  const int def = cuda::kDefaultAttnCompact;
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_compact, def);
+  const std::pair<const char*, int> env_cases[] = {{"0", 0}, {"1", 1}, {"2", def}, {"yes", def}, {"", def}};
+  for (const auto& [value, want] : env_cases) {
+    setenv("TERN_CUDA_ATTN_COMPACT", value, 1);
+    EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_compact, want) << value;
+  }
+  CudaBackendOptions o;
+  o.attention_compact = 0;
+  setenv("TERN_CUDA_ATTN_COMPACT", "1", 1);
+  EXPECT_EQ(resolve_settings(o, 9, true).attention_compact, 0);
+  o.attention_compact = 5;
+  setenv("TERN_CUDA_ATTN_COMPACT", "0", 1);
+  EXPECT_EQ(resolve_settings(o, 9, true).attention_compact, 1);
 }
 
 // The fused decode attention's work before its PDL wait (CudaBackendOptions::

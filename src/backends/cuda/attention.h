@@ -188,6 +188,17 @@
 // alone 33 us in ncu at 1k against 25 for the chunk-split kernel + chunk merge; pipelined 14.7 vs
 // 14.5 us/layer with the rope at 1k, 9.4 vs 10.2 at 128, 44 vs 31 at 4k; 8B Q4_K_M 330 vs 364 tok/s.
 //
+// Compact decode (AttentionArgs::span_kernel + kSpanCompact, attention_compact.cu; session 8, issue 7;
+// TERN_CUDA_ATTN_COMPACT=0/1, CudaBackendOptions::attention_compact): in a step of one token per
+// sequence whose attention takes the chunk split, with an f16 cache, head_dim 64 or 128 and GQA
+// groups up to 4, a small kernel (no templates but head_dim, no ring, no fused rope) computes each
+// (token, KV head, chunk) record in its own 128-thread block: V copied to shared memory with
+// cp.async while the K rows load straight into registers, a score pass (chunk_scores' segments and
+// butterfly), a warp per query for the softmax (chunk_softmax), a values pass (chunk_values'
+// chains, unfolded). The records are the two-chunk kernels' chunk-split records, bit for bit, and
+// the chunk merge kernel folds them as before; the rope stays its own launch (the fused rope is
+// not taken). Tests: GpuAttentionCompact.*.
+//
 // Early K/V copies (two-chunk kernels, AttentionArgs::early_kv; opt-in, TERN_CUDA_ATTN_EARLY_KV=1
 // or CudaBackendOptions::attention_early_kv, steps of at most 16 tokens): a block's first K/V
 // chunks are issued before the PDL wait, overlapping the kernel before. Sound because at most
@@ -243,6 +254,14 @@ bool plan_attention_cluster(AttentionArgs& a, int max_blocks, int max_position, 
 void launch_attention_cluster(const AttentionArgs& a, const LaunchEnv& env);
 // Raises the cluster kernels' shared-memory limit and allows 16-block clusters (sm_90+ only).
 void init_attention_cluster(int max_smem_bytes);
+// Compact decode (attention_compact.cu): whether the compact per-chunk kernel can run the
+// chunk-split plan `a` (plan_attention_span done; max_tile_tokens: the plan's largest tile), and
+// its launch (launch_attention_span calls it, then the chunk merge kernel).
+// a.span_kernel & kSpanCompact asks for it (a flag of the span kernel's choice: the op record
+// has no room for another field).
+constexpr int kSpanCompact = 2048;
+bool attention_compact_applies(const AttentionArgs& a, int max_tile_tokens);
+void launch_attention_compact(const AttentionArgs& a, const LaunchEnv& env);
 // Launches of the warp-specialized span kernel (kSpanWarpSpecialized) in this process so far:
 // tests check that it ran, not its fallback.
 int64_t attention_span_ws_launches();

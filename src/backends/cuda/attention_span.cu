@@ -239,6 +239,12 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
     launch_attention_cluster(a, env);
     return;
   }
+  if ((a.span_kernel & kSpanCompact) != 0) {  // the compact per-chunk kernel (attention_compact.cu), then the chunk merge
+    launch_attention_compact(a, env);
+    launch_kernel(env, attention_chunk_merge_kernel,
+                  dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads, 0, a);
+    return;
+  }
   const SpanShape sh = span_shape_of(a);
   const unsigned parts = a.chunk_split > 0 ? static_cast<unsigned>(kAttnSpanChunks / a.chunk_split) : 1u;
   const unsigned n_items = static_cast<unsigned>(a.plan.n_split_items) * parts;

@@ -237,6 +237,14 @@ int attention_cluster(const CudaBackendOptions& options, int cc_major) {
   }
   return kDefaultAttnCluster;
 }
+// The compact decode attention: the option wins when set (0 / 1, larger values 1), else
+// TERN_CUDA_ATTN_COMPACT ("0" / "1"), else kDefaultAttnCompact.
+int attention_compact(const CudaBackendOptions& options) {
+  if (options.attention_compact >= 0) return std::min(options.attention_compact, 1);
+  const char* env = std::getenv("TERN_CUDA_ATTN_COMPACT");
+  if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0)) return std::atoi(env);
+  return kDefaultAttnCompact;
+}
 int attention_fold_max_spans() {
   const char* env = std::getenv("TERN_CUDA_ATTN_FOLD_MAX_SPANS");
   const int n = env != nullptr ? std::atoi(env) : 0;
@@ -325,6 +333,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.attention_split_ring = attention_split_ring(options);
   s.attention_fused_decode = attention_fused_decode(options);
   s.attention_cluster = attention_cluster(options, cc_major);
+  s.attention_compact = attention_compact(options);
   s.fuse_gemv = use_gemv_fusion(options) && s.gemv_path != GemvPath::kLegacy;
   s.fuse_swiglu = s.fuse_gemv && use_swiglu_fusion(options);
   // One SwiGLU fusion or the other: the epilogue, folded first, would leave the prologue nothing.

@@ -96,6 +96,7 @@ class CudaBackend final : public Backend {
         attention_split_ring_(settings.attention_split_ring),
         attention_fused_decode_(settings.attention_fused_decode),
         attention_cluster_(settings.attention_cluster),
+        attention_compact_(settings.attention_compact),
         fuse_gemv_(settings.fuse_gemv),
         fuse_swiglu_(settings.fuse_swiglu),
         fuse_swiglu_epilogue_(settings.fuse_swiglu_epilogue),
@@ -150,6 +151,7 @@ class CudaBackend final : public Backend {
     s.fused_kv_writes = fused_kv_writes_;
     s.fused_attentions = fused_attentions_;
     s.cluster_attentions = cluster_attentions_;
+    s.compact_attentions = compact_attentions_;
     s.fused_early_kv = fused_early_kv_;
     s.attention_cluster = attention_cluster_;
     s.gemv_path = static_cast<int>(gemv_path_);
@@ -498,10 +500,18 @@ class CudaBackend final : public Backend {
       if (a.chunk_split > 0) ++chunk_splits_;
       // Early K/V copies compare each row's slot with the step's kv_slots: small steps only.
       a.early_kv = attention_early_kv_ && plan_.n_tokens <= 16 ? 1 : 0;
-      if (a.chunk_split > 0 && attention_fused_decode_ != 0) fuse_decode(a);
+      // The compact decode kernel (attention_compact.cu): the same records, the rope as its own
+      // launch, so neither the fused decode nor the cluster merge.
+      if (attention_compact_ != 0 && attention_compact_applies(a, layout_.max_tile_tokens)) {
+        a.span_kernel |= kSpanCompact;
+        a.early_kv = 0;
+        ++compact_attentions_;
+      }
+      const bool compact = (a.span_kernel & kSpanCompact) != 0;
+      if (a.chunk_split > 0 && !compact && attention_fused_decode_ != 0) fuse_decode(a);
       // The cluster merge (attention_cluster.cu): the chunk records folded on chip in the same
       // launch; it replaces the chunk merge kernel and the last-block merge alike (same bits).
-      if (a.chunk_split > 0 && attention_cluster_ > 0 &&
+      if (a.chunk_split > 0 && !compact && attention_cluster_ > 0 &&
           plan_attention_cluster(a, attention_cluster_, layout_.max_position, max_smem_bytes_)) {
         a.fused &= ~kAttnFusedMerge;
         ++cluster_attentions_;
@@ -857,6 +867,8 @@ class CudaBackend final : public Backend {
   int attention_split_ring_ = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING / option
   int attention_fused_decode_ = 0;  // AttentionArgs::fused flags (TERN_CUDA_ATTN_FUSED / option)
   int attention_cluster_ = 0;       // most blocks per cluster of the cluster merge, 0 off (TERN_CUDA_ATTN_CLUSTER)
+  int attention_compact_ = 0;       // the compact decode kernel, 0 off (TERN_CUDA_ATTN_COMPACT)
+  int64_t compact_attentions_ = 0;
   int64_t cluster_attentions_ = 0;
   int64_t fused_early_kv_ = 0;  // fused attention ops with their first K/V copies before the PDL wait
   int64_t folded_merges_ = 0;

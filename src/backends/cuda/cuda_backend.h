@@ -116,6 +116,11 @@ struct CudaBackendOptions {
   // TERN_CUDA_ATTN_CLUSTER (0-16) or else backend_settings.h kDefaultAttnCluster (0: measured
   // slower on the H200, bench/RESULTS.md).
   int attention_cluster = -1;
+  // Compact decode (attention.h; same bits): a chunk-split attention in a step of one token per
+  // sequence (f16 cache, head_dim 64 / 128, GQA groups up to 4) runs the compact per-chunk kernel
+  // (attention_compact.cu) and the chunk merge kernel, with the rope as its own launch; 0 = off,
+  // 1 = on; -1 = TERN_CUDA_ATTN_COMPACT (0 / 1) or else backend_settings.h kDefaultAttnCompact.
+  int attention_compact = -1;
   // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; not on GemvPath kLegacy):
   // an RMSNorm or SwiGLU producing its activations, and the residual add of its output. Same
   // bits as the separate ops; false, or TERN_CUDA_FUSE=0, keeps them separate (A/B, tests).
@@ -219,6 +224,7 @@ struct CudaBackendStats {
   int64_t fused_kv_writes = 0;   // kv_write ops that joined the preceding rope's launch
   int64_t fused_attentions = 0;  // attention ops that took their rope launch and merge in (fused decode)
   int64_t cluster_attentions = 0;  // chunk-split attention ops run as clusters (the merge on chip)
+  int64_t compact_attentions = 0;  // chunk-split attention ops run by the compact kernel
   int64_t fused_early_kv = 0;  // fused decode attention ops that copied K/V before the PDL wait
   int attention_cluster = 0;       // the resolved cluster merge setting (0: off, always before sm_90)
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
