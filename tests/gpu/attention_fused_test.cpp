@@ -116,13 +116,15 @@ std::vector<float> caches_of(Backend& b, Cache& cache) {
 
 // early: CudaBackendOptions::attention_fused_early_kv (0 none, 1 the first K/V copies before the
 // PDL wait, 2 those and the rope's rotation factors).
-std::unique_ptr<Backend> make_fused(int fused, int chunk_split, int cluster = 0, int early = 0) {
+// compact: CudaBackendOptions::attention_compact (0 off; 1 / 2 the compact decode kernel with the
+// rope launch kept / taken in, where it applies: f16 caches, head_dim 64 / 128, groups up to 4).
+std::unique_ptr<Backend> make_fused(int fused, int chunk_split, int cluster = 0, int early = 0, int compact = 0) {
   cuda::CudaBackendOptions o;
   o.attention_fused_decode = fused;
   o.attention_chunk_split = chunk_split;
   o.attention_cluster = cluster;
   o.attention_fused_early_kv = early;
-  o.attention_compact = 0;  // (the compact kernel keeps the rope launch: not what these tests run)
+  o.attention_compact = compact;
   return gputest::make_cuda(o);
 }
 
@@ -137,10 +139,11 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
   auto want = make_fused(0, -1);
   ASSERT_TRUE(want != nullptr);
   std::vector<std::unique_ptr<Backend>> got;
-  std::vector<bool> fuses, clusters, earlies;
-  auto add = [&](int fused, int chunk_split, int cluster, int early = 0) {
-    got.push_back(make_fused(fused, chunk_split, cluster, early));
-    fuses.push_back(fused != 0);
+  std::vector<bool> fuses, clusters, earlies, compacts;
+  auto add = [&](int fused, int chunk_split, int cluster, int early = 0, int compact = 0) {
+    got.push_back(make_fused(fused, chunk_split, cluster, early, compact));
+    compacts.push_back(compact != 0);
+    fuses.push_back(fused != 0 && compact == 0);
     clusters.push_back(cluster > 0);
     earlies.push_back(early > 0 && (fused == 1 || fused == 3 || fused == 4) && cluster == 0);  // (modes with the rope)
   };
@@ -159,6 +162,12 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
   add(4, -1, 0, 2);
   add(4, 1, 0, 2);
   add(4, 2, 0, 0);
+  // The compact decode kernel (attention_compact.cu), the rope launch kept (1) or taken in (2),
+  // where it applies (the other shapes run the fused decode of `fused`).
+  add(3, -1, 0, 2, 1);
+  add(3, 1, 0, 0, 2);
+  add(3, 2, 0, 2, 2);
+  add(0, -1, 0, 0, 2);
   if (clusters_available()) {
     add(3, -1, 16);  // clusters with the fused rope (the default mode)
     add(0, -1, 16);  // clusters, the rope launch kept
@@ -195,7 +204,8 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
     plans.emplace_back();  // a verify tile next to a decode: not fused
     add_sequence(plans.back(), 700, 3, take(703));
     add_sequence(plans.back(), 300, 1, take(301));
-    std::vector<int64_t> before, before_clusters, before_early;
+    std::vector<int64_t> before, before_clusters, before_early, before_compact;
+    for (const auto& b : got) before_compact.push_back(cuda::backend_stats(*b).compact_attentions);
     for (const auto& b : got) before.push_back(cuda::backend_stats(*b).fused_attentions);
     for (const auto& b : got) before_early.push_back(cuda::backend_stats(*b).fused_early_kv);
     for (const auto& b : got) before_clusters.push_back(cuda::backend_stats(*b).cluster_attentions);
@@ -225,7 +235,14 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
         if (fuses[i]) {
           EXPECT_GT(st.fused_attentions, before[i] + 5) << "backend " << i;
         }
-        if (earlies[i]) {
+        const bool compact_applies = c.s.cache == DType::F16 && (c.s.head_dim == 64 || c.s.head_dim == 128) &&
+                                     c.s.n_heads <= 4 * c.s.n_kv_heads;
+        if (compacts[i] && compact_applies) {
+          EXPECT_GT(st.compact_attentions, before_compact[i] + 5) << "backend " << i;
+        } else {
+          EXPECT_EQ(st.compact_attentions, before_compact[i]) << "backend " << i;
+        }
+        if (earlies[i] && !(compacts[i] && compact_applies)) {
           EXPECT_GT(st.fused_early_kv, before_early[i] + 5) << "backend " << i;
         } else {
           EXPECT_EQ(st.fused_early_kv, before_early[i]) << "backend " << i;
@@ -249,15 +266,16 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
 TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
   TERN_REQUIRE_GPU();
   const Case c{{32, 8, 128, DType::F16}, {0, false, 1.0f}};
-  // (mode, most blocks per cluster, attention_fused_early_kv)
-  std::vector<std::tuple<int, int, int>> configs = {{1, 0, 0}, {3, 0, 0}, {3, 0, 2}, {1, 0, 1}, {4, 0, 2}};
+  // (mode, most blocks per cluster, attention_fused_early_kv, attention_compact)
+  std::vector<std::tuple<int, int, int, int>> configs = {{1, 0, 0, 0}, {3, 0, 0, 0}, {3, 0, 2, 0}, {1, 0, 1, 0},
+                                                         {4, 0, 2, 0}, {3, 0, 2, 1}, {0, 0, 0, 2}};
   // (clusters of 8 blocks: the step's 16 clusters are resident at once, so the launch takes them)
-  if (clusters_available()) configs.insert(configs.end(), {{3, 8, 0}, {0, 8, 0}});
-  for (const auto& [mode, cluster, early] : configs) {
+  if (clusters_available()) configs.insert(configs.end(), {{3, 8, 0, 0}, {0, 8, 0, 0}});
+  for (const auto& [mode, cluster, early, compact] : configs) {
     SCOPED_TRACE("mode " + std::to_string(mode) + " cluster " + std::to_string(cluster) + " early " +
-                 std::to_string(early));
+                 std::to_string(early) + " compact " + std::to_string(compact));
     auto want = make_fused(0, -1);
-    auto got = make_fused(mode, -1, cluster, early);
+    auto got = make_fused(mode, -1, cluster, early, compact);
     ASSERT_TRUE(want != nullptr && got != nullptr);
     Cache want_cache(*want, c.s, 300, 4700), got_cache(*got, c.s, 300, 4700);
     BatchPlan plan;
@@ -293,13 +311,16 @@ TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
     const auto outs = run_steps(*got, got_cache, 5);
     expect_steps_equal(outs, want_outs, "layer");
     EXPECT_GE(cuda::backend_stats(*got).steps_graph, graphs_before + 2) << "the steps were not replayed as graphs";
-    if (mode != 0) {
+    if (compact != 0) {
+      EXPECT_GE(cuda::backend_stats(*got).compact_attentions, 10);
+      EXPECT_EQ(cuda::backend_stats(*got).fused_attentions, compact == 2 ? cuda::backend_stats(*got).compact_attentions : 0);
+    } else if (mode != 0) {
       EXPECT_GE(cuda::backend_stats(*got).fused_attentions, 10);
     }
     if (cluster > 0) {
       EXPECT_GE(cuda::backend_stats(*got).cluster_attentions, 10);
     }
-    if (early > 0) {
+    if (early > 0 && compact == 0) {
       EXPECT_GE(cuda::backend_stats(*got).fused_early_kv, 10);
     }
   }

@@ -256,12 +256,12 @@ TEST_F(BackendSettingsTest, FusedDecodeSwitch) {
   EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, def);
 }
 
-// The compact decode attention (CudaBackendOptions::attention_compact): the option wins (0 / 1,
-// larger values 1), else TERN_CUDA_ATTN_COMPACT ("0" / "1"), else kDefaultAttnCompact.
+// The compact decode attention (CudaBackendOptions::attention_compact): the option wins (0-2,
+// larger values 2), else TERN_CUDA_ATTN_COMPACT ("0" / "1" / "2"), else kDefaultAttnCompact.
 TEST_F(BackendSettingsTest, CompactDecodeSwitch) {
   const int def = cuda::kDefaultAttnCompact;
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_compact, def);
-  const std::pair<const char*, int> env_cases[] = {{"0", 0}, {"1", 1}, {"2", def}, {"yes", def}, {"", def}};
+  const std::pair<const char*, int> env_cases[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", def}, {"yes", def}, {"", def}};
   for (const auto& [value, want] : env_cases) {
     setenv("TERN_CUDA_ATTN_COMPACT", value, 1);
     EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_compact, want) << value;
@@ -272,7 +272,7 @@ TEST_F(BackendSettingsTest, CompactDecodeSwitch) {
   EXPECT_EQ(resolve_settings(o, 9, true).attention_compact, 0);
   o.attention_compact = 5;
   setenv("TERN_CUDA_ATTN_COMPACT", "0", 1);
-  EXPECT_EQ(resolve_settings(o, 9, true).attention_compact, 1);
+  EXPECT_EQ(resolve_settings(o, 9, true).attention_compact, 2);
 }
 
 // The fused decode attention's work before its PDL wait (CudaBackendOptions::

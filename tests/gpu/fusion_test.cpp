@@ -446,9 +446,10 @@ TEST_F(GpuFusion, FusedDecodeAttentionEqualsSeparateLaunches) {
     SCOPED_TRACE(std::string(c.preset) + " " + c.mix + " " + std::string(dtype_name(c.kv)));
     auto file = gputest::synthesized(c.preset, c.mix);
     ASSERT_NE(file, nullptr);
-    cuda::CudaBackendOptions on, rope, off, clu, clu4, lean, cmp;
+    cuda::CudaBackendOptions on, rope, off, clu, clu4, lean, cmp, cmp_rope;
     for (cuda::CudaBackendOptions* o : {&on, &rope, &off, &clu, &clu4, &lean}) o->attention_compact = 0;
     cmp.attention_compact = 1;  // the compact decode kernel (attention_compact.cu), rope launch separate
+    cmp_rope.attention_compact = 2;  // the compact kernel with the rope taken in
     on.attention_fused_decode = 1;
     lean.attention_fused_decode = 4;  // the lean last-block merge
     rope.attention_fused_decode = 3;
@@ -464,8 +465,9 @@ TEST_F(GpuFusion, FusedDecodeAttentionEqualsSeparateLaunches) {
                     k = gputest::load_on(file, gputest::make_cuda(clu), 1024, c.kv),
                     k4 = gputest::load_on(file, gputest::make_cuda(clu4), 1024, c.kv),
                     ln = gputest::load_on(file, gputest::make_cuda(lean), 1024, c.kv),
-                    cp = gputest::load_on(file, gputest::make_cuda(cmp), 1024, c.kv);
-    ASSERT_TRUE(f.model && r.model && s.model && k.model && k4.model && ln.model && cp.model);
+                    cp = gputest::load_on(file, gputest::make_cuda(cmp), 1024, c.kv),
+                    cr = gputest::load_on(file, gputest::make_cuda(cmp_rope), 1024, c.kv);
+    ASSERT_TRUE(f.model && r.model && s.model && k.model && k4.model && ln.model && cp.model && cr.model);
     const int V = f.model->config().n_vocab;
     const auto ids = gputest::prompt_ids(150, V, 9);
     std::vector<float> last;
@@ -478,6 +480,7 @@ TEST_F(GpuFusion, FusedDecodeAttentionEqualsSeparateLaunches) {
       ASSERT_TRUE(gputest::bitwise_equal(gputest::forward(k4, part), last)) << "prefill from " << b;
       ASSERT_TRUE(gputest::bitwise_equal(gputest::forward(ln, part), last)) << "prefill from " << b;
       ASSERT_TRUE(gputest::bitwise_equal(gputest::forward(cp, part), last)) << "prefill from " << b;
+      ASSERT_TRUE(gputest::bitwise_equal(gputest::forward(cr, part), last)) << "prefill from " << b;
     }
     int32_t next = gputest::argmax(last.data() + (last.size() / V - 1) * V, V);
     for (int step = 0; step < 10; ++step) {
@@ -488,6 +491,7 @@ TEST_F(GpuFusion, FusedDecodeAttentionEqualsSeparateLaunches) {
       ASSERT_TRUE(gputest::bitwise_equal(gputest::forward(k4, {next}), b)) << "step " << step << " (clusters of 2)";
       ASSERT_TRUE(gputest::bitwise_equal(gputest::forward(ln, {next}), b)) << "step " << step << " (lean merge)";
       ASSERT_TRUE(gputest::bitwise_equal(gputest::forward(cp, {next}), b)) << "step " << step << " (compact)";
+      ASSERT_TRUE(gputest::bitwise_equal(gputest::forward(cr, {next}), b)) << "step " << step << " (compact, rope)";
       next = gputest::argmax(a.data(), V);
     }
     if (cuda::backend_stats(*k.backend).attention_cluster > 0) {
@@ -499,7 +503,11 @@ TEST_F(GpuFusion, FusedDecodeAttentionEqualsSeparateLaunches) {
     EXPECT_GT(cuda::backend_stats(*r.backend).fused_attentions, 0);
     EXPECT_GT(cuda::backend_stats(*ln.backend).fused_attentions, 0);
     EXPECT_EQ(cuda::backend_stats(*s.backend).fused_attentions, 0);
-    if (c.kv == DType::F16) EXPECT_GT(cuda::backend_stats(*cp.backend).compact_attentions, 0);
+    if (c.kv == DType::F16) {
+      EXPECT_GT(cuda::backend_stats(*cp.backend).compact_attentions, 0);
+      EXPECT_GT(cuda::backend_stats(*cr.backend).compact_attentions, 0);
+      EXPECT_GT(cuda::backend_stats(*cr.backend).fused_attentions, 0);  // the rope taken in
+    }
     EXPECT_EQ(cuda::backend_stats(*cp.backend).fused_attentions, 0);
     EXPECT_EQ(cuda::backend_stats(*r.backend).compact_attentions, 0);
   }

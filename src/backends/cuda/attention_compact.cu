@@ -21,6 +21,7 @@
 #include "backends/cuda/async_copy.cuh"
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_chunk.cuh"
+#include "backends/cuda/attention_fused.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/launch.cuh"
 
@@ -43,9 +44,14 @@ __global__ void __launch_bounds__(kThreads) attention_compact_kernel(AttentionAr
   constexpr int kVPieces = C * kHd / 8;                  // 16-byte pieces of the chunk's V rows
   static_assert(kSegLanes * kSeg == kHd && (kSegLanes & (kSegLanes - 1)) == 0, "whole segments, a power of two");
   static_assert(kMaxQ * kHd / kDims == kThreads, "one values item per thread at a full group");
-  __shared__ __align__(16) __half v_s[C * kHd];
+  // [K][V] rows of the chunk, fused::write_new_rows' ring of one stage: V rows by cp.async, the
+  // K half holds only the step's own row when the rope is fused (other K rows go to registers).
+  __shared__ __align__(16) __half kv_s[2 * C * kHd];
+  __shared__ __align__(16) float q_s[kMaxQ * kHd];  // rotated q (fused rope)
   __shared__ float p_s[kMaxQ][C];
   __shared__ int slot_s[C];
+  __shared__ int pos_s;
+  __half* v_s = kv_s + C * kHd;
 
   const DevicePlan& P = a.plan;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -65,11 +71,18 @@ __global__ void __launch_bounds__(kThreads) attention_compact_kernel(AttentionAr
   const int first = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
   const int jb = max(0, first - j0), je = min(C, pos - j0 + 1);  // the valid rows [jb, je)
   const int nq = a.n_heads / a.n_kv_heads, h0 = kvh * nq;
+  // Fused rope: q is un-rotated in its buffer and the step's own K/V row (position pos) is
+  // computed here by the block whose chunk holds it, not copied (nobody has written it yet).
+  const bool rope = (a.fused & kAttnFusedRope) != 0;
+  const int new_row = rope ? pos - j0 : -1;  // < C: this block's chunk is the token's last
   if (tid < C) {
     const int32_t* blocks = P.block_ids + P.block_offsets[P.seq_index[t]];
     const int j = j0 + tid;
-    slot_s[tid] = tid >= jb && tid < je ? blocks[j / a.block_tokens] * a.block_tokens + j % a.block_tokens : -1;
+    slot_s[tid] = tid >= jb && tid < je && tid != new_row
+                      ? blocks[j / a.block_tokens] * a.block_tokens + j % a.block_tokens
+                      : -1;
   }
+  if (tid == 0) pos_s = pos;
   const int64_t rec0 = (int64_t{P.token_partial_begin[t] + span} * kAttnSpanChunks + cis) * a.n_heads + h0;
   __syncthreads();
   pdl_enter();  // q and the step's K/V row come from the rope launch right before
@@ -92,11 +105,25 @@ __global__ void __launch_bounds__(kThreads) attention_compact_kernel(AttentionAr
     const int slot = slot_s[key0 + ps * kKeysPerPass];
     kraw[ps] = slot >= 0 ? *reinterpret_cast<const uint4*>(kc + int64_t{slot} * a.k_cache_stride) : make_uint4(0, 0, 0, 0);
   }
+  if (rope) {  // (uniform over the block) the fused decode's own steps (attention_fused.cuh)
+    fused::load_q<kThreads>(a, q_s, &pos_s, t, h0, nq, nq, kHd);
+    fused::write_new_rows<__half, kThreads>(a, &pos_s, t, 1, kvh, true, j0, C, kv_s, 1);
+    __syncthreads();
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ++ps) {
+      const int jj = key0 + ps * kKeysPerPass;
+      if (jj == new_row) kraw[ps] = *reinterpret_cast<const uint4*>(kv_s + jj * kHd + seg * kSeg);
+    }
+  }
   float qr[kMaxQ][kSeg];
 #pragma unroll
   for (int qq = 0; qq < kMaxQ; ++qq) {
     if (qq < nq) {
-      attn::load8(a.q + int64_t{t} * a.q_stride + int64_t{h0 + qq} * kHd + seg * kSeg, qr[qq]);
+      if (rope) {
+        attn::load8(q_s + qq * kHd + seg * kSeg, qr[qq]);
+      } else {
+        attn::load8(a.q + int64_t{t} * a.q_stride + int64_t{h0 + qq} * kHd + seg * kSeg, qr[qq]);
+      }
     } else {
 #pragma unroll
       for (int e = 0; e < kSeg; ++e) qr[qq][e] = 0.0f;

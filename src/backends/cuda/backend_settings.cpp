@@ -237,12 +237,14 @@ int attention_cluster(const CudaBackendOptions& options, int cc_major) {
   }
   return kDefaultAttnCluster;
 }
-// The compact decode attention: the option wins when set (0 / 1, larger values 1), else
-// TERN_CUDA_ATTN_COMPACT ("0" / "1"), else kDefaultAttnCompact.
+// The compact decode attention: the option wins when set (0-2, larger values 2), else
+// TERN_CUDA_ATTN_COMPACT ("0" / "1" / "2"), else kDefaultAttnCompact.
 int attention_compact(const CudaBackendOptions& options) {
-  if (options.attention_compact >= 0) return std::min(options.attention_compact, 1);
+  if (options.attention_compact >= 0) return std::min(options.attention_compact, 2);
   const char* env = std::getenv("TERN_CUDA_ATTN_COMPACT");
-  if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0)) return std::atoi(env);
+  if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0 || std::strcmp(env, "2") == 0)) {
+    return std::atoi(env);
+  }
   return kDefaultAttnCompact;
 }
 int attention_fold_max_spans() {

@@ -50,7 +50,8 @@ constexpr int kDefaultFusedDecode = 3;
 // 330 against 364 tok/s and SmolLM2 2-5% slower; only ctx 128 attention was faster (10.2 -> 9.4 us).
 constexpr int kDefaultAttnCluster = 0;
 
-// The compact decode attention's default (CudaBackendOptions::attention_compact: 0 off, 1 on).
+// The compact decode attention's default (CudaBackendOptions::attention_compact: 0 off, 1 on
+// with the rope launch kept, 2 on with the rope taken into it).
 constexpr int kDefaultAttnCompact = 0;
 
 struct BackendSettings {
@@ -74,7 +75,7 @@ struct BackendSettings {
   // TERN_CUDA_ATTN_FUSED (0-4) as AttentionArgs::fused flags (kAttnFusedRope | kAttnFusedMerge ...)
   int attention_fused_decode = kAttnFusedRope;
   int attention_cluster = 0;  // TERN_CUDA_ATTN_CLUSTER (0-16): most blocks per cluster; 0 before sm_90
-  int attention_compact = kDefaultAttnCompact;  // TERN_CUDA_ATTN_COMPACT (0 / 1): attention_compact.cu
+  int attention_compact = kDefaultAttnCompact;  // TERN_CUDA_ATTN_COMPACT (0-2): attention_compact.cu
   bool fuse_gemv = false;           // GEMV fusion, not on GemvPath::kLegacy (TERN_CUDA_FUSE=0 off)
   bool fuse_swiglu = false;         // its SwiGLU prologue (TERN_CUDA_FUSE=swiglu / noswiglu)
   bool fuse_swiglu_epilogue = false;  // its SwiGLU epilogue (TERN_CUDA_FUSE=swiglu-epilogue)

@@ -506,6 +506,8 @@ class CudaBackend final : public Backend {
         a.span_kernel |= kSpanCompact;
         a.early_kv = 0;
         ++compact_attentions_;
+        // 2: with the layer's rope launch taken in (the fused decode's rope, attention_fused.cuh).
+        if (attention_compact_ == 2 && take_rope_into_attention(*queue_, plan_, a)) ++fused_attentions_;
       }
       const bool compact = (a.span_kernel & kSpanCompact) != 0;
       if (a.chunk_split > 0 && !compact && attention_fused_decode_ != 0) fuse_decode(a);

@@ -118,8 +118,10 @@ struct CudaBackendOptions {
   int attention_cluster = -1;
   // Compact decode (attention.h; same bits): a chunk-split attention in a step of one token per
   // sequence (f16 cache, head_dim 64 / 128, GQA groups up to 4) runs the compact per-chunk kernel
-  // (attention_compact.cu) and the chunk merge kernel, with the rope as its own launch; 0 = off,
-  // 1 = on; -1 = TERN_CUDA_ATTN_COMPACT (0 / 1) or else backend_settings.h kDefaultAttnCompact.
+  // (attention_compact.cu) and the chunk merge kernel; 0 = off, 1 = on with the rope as its own
+  // launch, 2 = on with the rope launch taken in (rotated q, the step's K/V row computed and
+  // written by the block that holds it); -1 = TERN_CUDA_ATTN_COMPACT (0-2) or else
+  // backend_settings.h kDefaultAttnCompact.
   int attention_compact = -1;
   // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; not on GemvPath kLegacy):
   // an RMSNorm or SwiGLU producing its activations, and the residual add of its output. Same
