@@ -500,9 +500,10 @@ class CudaBackend final : public Backend {
       if (a.chunk_split > 0) ++chunk_splits_;
       // Early K/V copies compare each row's slot with the step's kv_slots: small steps only.
       a.early_kv = attention_early_kv_ && plan_.n_tokens <= 16 ? 1 : 0;
-      // The compact decode kernel (attention_compact.cu): the same records, the rope as its own
-      // launch, so neither the fused decode nor the cluster merge.
-      if (attention_compact_ != 0 && attention_compact_applies(a, layout_.max_tile_tokens)) {
+      // The compact decode kernel (attention_compact.cu): the same records; not for a kernel
+      // picked explicitly (TERN_CUDA_ATTN_SPAN: it runs as asked), and neither the cluster merge
+      // nor the fused decode's last-block merge with it.
+      if (attention_compact_ != 0 && attention_span_ < 0 && attention_compact_applies(a, layout_.max_tile_tokens)) {
         a.span_kernel |= kSpanCompact;
         a.early_kv = 0;
         ++compact_attentions_;
