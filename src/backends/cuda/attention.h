@@ -189,15 +189,18 @@
 // 14.5 us/layer with the rope at 1k, 9.4 vs 10.2 at 128, 44 vs 31 at 4k; 8B Q4_K_M 330 vs 364 tok/s.
 //
 // Compact decode (AttentionArgs::span_kernel + kSpanCompact, attention_compact.cu; session 8, issue 7;
-// TERN_CUDA_ATTN_COMPACT=0/1, CudaBackendOptions::attention_compact): in a step of one token per
+// TERN_CUDA_ATTN_COMPACT=0/1/2, CudaBackendOptions::attention_compact): in a step of one token per
 // sequence whose attention takes the chunk split, with an f16 cache, head_dim 64 or 128 and GQA
 // groups up to 4, a small kernel (no templates but head_dim, no ring, no fused rope) computes each
 // (token, KV head, chunk) record in its own 128-thread block: V copied to shared memory with
 // cp.async while the K rows load straight into registers, a score pass (chunk_scores' segments and
 // butterfly), a warp per query for the softmax (chunk_softmax), a values pass (chunk_values'
 // chains, unfolded). The records are the two-chunk kernels' chunk-split records, bit for bit, and
-// the chunk merge kernel folds them as before; the rope stays its own launch (the fused rope is
-// not taken). Tests: GpuAttentionCompact.*.
+// the chunk merge kernel folds them as before. 1 keeps the rope launch; 2 takes it in as the fused
+// decode does (attention_fused.cuh load_q, write_new_rows by the block whose chunk holds the
+// token's position). Tests: GpuAttentionCompact.*, GpuAttentionFused.*. H200 (bench/RESULTS.md,
+// session 8): rope + attention at 1k 13.2 -> 12.3 us/layer (8B), 10.0 -> 8.4 (SmolLM2); SmolLM2
+// Q4_1 decode +10-12%; off by default until its device tests are confirmed.
 //
 // Early K/V copies (two-chunk kernels, AttentionArgs::early_kv; opt-in, TERN_CUDA_ATTN_EARLY_KV=1
 // or CudaBackendOptions::attention_early_kv, steps of at most 16 tokens): a block's first K/V

@@ -8,9 +8,11 @@
 // decode layer's attention is latency, and the general kernel (K/V rings, persistent spans, the
 // fused rope, early copies) is over 200 KB of machine code that spills and stalls on instruction
 // fetch for a block that runs one or two chunks (bench/RESULTS.md, session 8). This one has no
-// ring and no fusion: V goes to shared memory with cp.async while the K rows come straight into
-// registers (every load of the block in flight at once), then one score pass, one softmax per
-// query (a warp each) and one values pass.
+// ring and no merge of its own: V goes to shared memory with cp.async while the K rows come
+// straight into registers (every load of the block in flight at once), then one score pass, one
+// softmax per query (a warp each) and one values pass. With the rope taken in
+// (TERN_CUDA_ATTN_COMPACT=2, a.fused & kAttnFusedRope) it rotates its q heads and computes the
+// step's own K/V row with the fused decode's functions (attention_fused.cuh), so the same bits.
 //
 // Same floats as every other kernel (attention.h): per key, a lane per 8-dimension segment, fmaf
 // in d order from 0, the butterfly over the power of two >= head_dim / 8 lanes (chunk_scores);
