@@ -202,8 +202,6 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
       if (take("one:")) args.gemv_float_pipe = 2;
       if (take("pre:")) args.gemv_norm_preload = 1;
       if (take("nopre:")) args.gemv_norm_preload = 2;
-      if (take("once:")) args.gemv_x_once = 1;
-      if (take("oncesp:")) args.gemv_x_once = 3;
     }
     return norm;
   };
@@ -211,25 +209,6 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     args.fuse = cuda::GemvFusion{};
     args.gemv_float_pipe = 0;
     args.gemv_norm_preload = 0;
-    args.gemv_x_once = 0;
-  };
-  // The multi-row kernel's activation-tile scratch (the "once:" / "oncesp:" prefixes,
-  // MatmulArgs::gemv_x_once), zeroed as the backend's; its diagnostic words (gemv_x_once.cuh:
-  // blocks that copied the tile, blocks that formed their own after the wait) are reported per
-  // entry.
-  void* once_mem = nullptr;
-  BENCH_CUDA(cudaMalloc(&once_mem, cuda::kGemvXOnceBytes));
-  BENCH_CUDA(cudaMemset(once_mem, 0, cuda::kGemvXOnceBytes));
-  unsigned once_seen[2] = {0, 0};
-  auto report_once = [&]() -> bool {
-    unsigned w[4] = {};
-    BENCH_CUDA(cudaMemcpy(w, once_mem, sizeof(w), cudaMemcpyDeviceToHost));
-    std::printf("gemv       -> x-once: %u blocks copied the tile, %u formed their own (late); flag %u, counter %u\n",
-                w[2] - once_seen[0], w[3] - once_seen[1], w[0], w[1]);
-    once_seen[0] = w[2];
-    once_seen[1] = w[3];
-    // A launch leaves flag and counter at zero (gemv_x_once.cuh); anything else is a bug.
-    return w[0] == 0 && w[1] == 0;
   };
   std::vector<float> norm_y;  // the first "norm:" entry's outputs
   auto check = [&](bool norm, const Timing& t, const std::vector<float>& ref, double ref_us) {
@@ -251,7 +230,6 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
   a.n = n;
   a.max_smem_bytes = static_cast<int>(prop.sharedMemPerBlockOptin);
   a.n_sm = prop.multiProcessorCount;
-  a.x_once_buf = static_cast<uint8_t*>(once_mem);
   for (int m = 0; m < a.n_mats; ++m) {
     a.w_stride_bytes[m] = rb;
     a.rows[m] = s.rows[m];
@@ -327,15 +305,10 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     }
     Timing rows;
     ok = time_path(a, copies, iters, stream, rows);
-    const bool once = a.gemv_x_once != 0;
     clear_prefixes(a);
     a.stage_bytes_per_warp = 0;
     if (!ok) break;
     line(("rows/" + shape).c_str(), rows);
-    if (once && !report_once()) {
-      std::printf("gemv       -> x-once: flag / counter not reset (bug)\n");
-      ok = false;
-    }
     if (!check(norm, rows, default_y, fresh.us)) ok = false;
   }
   // The float kernels at n = 1: the previous ones and the streamed kernel's shapes.

@@ -3,7 +3,7 @@
 //   gpu_bench [--model FILE | --preset NAME --mix MIX] [--ctx 1024,32768] [--decode-steps 64]
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
 //             [--tc-prefill] [--append 30720+2048] [--full-logits] [--gemm-peak]
-//             [--l2-prefetch "off;o;o+ffn:16,last"] [--small-gemv "default;once;once-spread;carry"]
+//             [--small-gemv "default;off;pipe;pre"] [--split-ring "3;4"]
 //   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
 //             [--attn-shape 32/8/128] [--attn-batch 1,8] [--attn-reps 10] [--attn-env "A=1;A=0,B=2"]
 //             [--attn-rounds 2]
@@ -26,15 +26,12 @@
 //   append   time to first token of N new tokens on C cached ones (--append C+N): the N tokens in
 //            --chunk-token forwards on a sequence already holding C, median of 3 (an agent's turn)
 //   batch    tok/s of B sequences decoding together (each at --batch-ctx tokens of context)
-//            --l2-prefetch: decode and batch rows once per L2 prefetch setting (TERN_CUDA_L2_PREFETCH
-//            syntax, ';'-separated, e.g. "off;o;o+ffn:16,last"), on the same model and context: two
-//            rounds (the second in reverse order), each setting's median over both, with the bytes
-//            its steps asked the L2 for; --small-gemv likewise per setting of the small-GEMV switches
-//            (cuda::set_small_gemv): off / on (both), pipe (the float kernel's two buffers only), pre
-//            (the quantized norm-weight preload only), default, once / once-spread (the default with
-//            the multi-row kernel's activation tile formed once per launch, packed / every-SM grid),
-//            carry / carry-spread (those with the tile carried from q+k to v); --split-ring likewise
-//            per TERN_CUDA_ATTN_SPLIT_RING value (cuda::set_attention_split_ring), e.g. "3;4"
+//            --small-gemv: decode and batch rows once per setting of the small-GEMV switches
+//            (cuda::set_small_gemv; ';'-separated): off / on (both), pipe (the float kernel's two
+//            buffers only), pre (the quantized norm-weight preload only), default; on the same model
+//            and context: two rounds (the second in reverse order), each setting's median over both;
+//            --split-ring likewise per TERN_CUDA_ATTN_SPLIT_RING value (cuda::set_attention_split_ring),
+//            e.g. "3;4"
 //   gemv     (--gemv, instead of the model) each GEMV kernel alone per type and shape: us, GB/s,
 //            % of copy bandwidth, previous vs default kernels, then the multi-row / split-row
 //            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape, the float kernels per
@@ -86,7 +83,7 @@ struct Options {
   GemvBenchOptions gemv_options;
   bool sampling = false;
   SamplingBenchOptions sampling_options;
-  std::vector<std::string> l2_prefetch;  // --l2-prefetch settings (empty: the backend's own)
+  std::vector<std::string> ab;  // --small-gemv "sg:NAME" / --split-ring "sr:N" settings (empty: the backend's own)
 };
 
 std::vector<int> parse_list(const char* s) {
@@ -168,27 +165,19 @@ bool parse(int argc, char** argv, Options& o) {
       }
     }
     else if (a == "--gemv") o.gemv = true;
-    else if (a == "--l2-prefetch") {
-      o.l2_prefetch.clear();
+    else if (a == "--small-gemv") {  // entries join the A/B list as "sg:NAME"
+      o.ab.clear();
       for (std::string rest = next(); !rest.empty();) {
         const size_t semi = rest.find(';');
-        if (semi != 0) o.l2_prefetch.push_back(rest.substr(0, semi));
+        if (semi != 0) o.ab.push_back("sg:" + rest.substr(0, semi));
         rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
       }
     }
-    else if (a == "--small-gemv") {  // entries join the --l2-prefetch list as "sg:NAME"
-      o.l2_prefetch.clear();
+    else if (a == "--split-ring") {  // entries join the A/B list as "sr:N"
+      o.ab.clear();
       for (std::string rest = next(); !rest.empty();) {
         const size_t semi = rest.find(';');
-        if (semi != 0) o.l2_prefetch.push_back("sg:" + rest.substr(0, semi));
-        rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
-      }
-    }
-    else if (a == "--split-ring") {  // entries join the --l2-prefetch list as "sr:N"
-      o.l2_prefetch.clear();
-      for (std::string rest = next(); !rest.empty();) {
-        const size_t semi = rest.find(';');
-        if (semi != 0) o.l2_prefetch.push_back("sr:" + rest.substr(0, semi));
+        if (semi != 0) o.ab.push_back("sr:" + rest.substr(0, semi));
         rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
       }
     }
@@ -383,88 +372,59 @@ int run(const Options& o) {
     if (peak_tflops > 0.0) std::printf(" = %.1f%% of the bf16 GEMM rate", 100.0 * (proj_tflops + attn_tflops) / peak_tflops);
     std::printf("\n");
   }
-  // The L2 prefetch settings to compare (--l2-prefetch); one empty entry: the backend's own.
-  const std::vector<std::string> l2 = o.l2_prefetch.empty() ? std::vector<std::string>{""} : o.l2_prefetch;
-  const int rounds = o.l2_prefetch.empty() ? 1 : 2;
-  auto use_l2 = [&](const std::string& spec) {
+  // The settings to compare (--small-gemv / --split-ring); one empty entry: the backend's own.
+  const std::vector<std::string> ab = o.ab.empty() ? std::vector<std::string>{""} : o.ab;
+  const int rounds = o.ab.empty() ? 1 : 2;
+  auto use_setting = [&](const std::string& spec) {
     if (spec.empty()) return;
     if (spec.rfind("sr:", 0) == 0) {
       cuda::set_attention_split_ring(*e.backend, std::atoi(spec.c_str() + 3));
       return;
     }
-    if (spec.rfind("sg:", 0) == 0) {
-      const std::string v = spec.substr(3);
-      // once / once-spread / carry / carry-spread: the default with the activation tile formed once
-      // per launch (CudaBackendOptions::gemv_x_once 1 / 3 / 5 / 6); every other entry has it off.
-      const bool once = v == "once" || v == "once-spread" || v == "carry" || v == "carry-spread";
-      const int pipe = v == "on" || v == "pipe" ? 1 : (v == "default" || once ? 0 : 2);
-      const int pre = v == "on" || v == "pre" ? 1 : (v == "default" || once ? 0 : 2);
-      const int x_once = v == "once" ? 1 : v == "once-spread" ? 3 : v == "carry" ? 5 : v == "carry-spread" ? 6 : 2;
-      if (v != "on" && v != "off" && v != "pipe" && v != "pre" && v != "default" && !once) {
-        std::fprintf(stderr, "gpu_bench: --small-gemv: expected off / on / pipe / pre / default / once / once-spread / carry / carry-spread, found '%s'\n",
-                     v.c_str());
-        std::exit(2);
-      }
-      cuda::set_small_gemv(*e.backend, pipe, pre, x_once);
-      return;
-    }
-    const Status st = cuda::set_l2_prefetch(*e.backend, spec);
-    if (!st.is_ok()) {
-      std::fprintf(stderr, "gpu_bench: %s\n", st.message().c_str());
+    // "sg:NAME" (the only other kind of entry)
+    const std::string v = spec.substr(3);
+    const int pipe = v == "on" || v == "pipe" ? 1 : (v == "default" ? 0 : 2);
+    const int pre = v == "on" || v == "pre" ? 1 : (v == "default" ? 0 : 2);
+    if (v != "on" && v != "off" && v != "pipe" && v != "pre" && v != "default") {
+      std::fprintf(stderr, "gpu_bench: --small-gemv: expected off / on / pipe / pre / default, found '%s'\n", v.c_str());
       std::exit(2);
     }
+    cuda::set_small_gemv(*e.backend, pipe, pre);
   };
-  auto l2_label = [](const std::string& spec) {
+  auto setting_label = [](const std::string& spec) {
     if (spec.rfind("sg:", 0) == 0) return " [small-gemv " + spec.substr(3) + "]";
     if (spec.rfind("sr:", 0) == 0) return " [split-ring " + spec.substr(3) + "]";
-    return spec.empty() ? std::string() : " [l2 " + spec + "]";
+    return std::string();
   };
   for (int ctx : o.ctx) {
     KvSequence seq(*e.kv);
     fill(e, seq, ctx, o.chunk, rng);
     const std::vector<KvSequence*> seqs = {&seq};
-    std::vector<std::vector<double>> times(l2.size());
-    std::vector<double> l2_mb(l2.size(), 0.0);
+    std::vector<std::vector<double>> times(ab.size());
     for (int round = 0; round < rounds; ++round) {
-      for (size_t k = 0; k < l2.size(); ++k) {
-        const size_t v = round == 0 ? k : l2.size() - 1 - k;
-        use_l2(l2[v]);
+      for (size_t k = 0; k < ab.size(); ++k) {
+        const size_t v = round == 0 ? k : ab.size() - 1 - k;
+        use_setting(ab[v]);
         int32_t next = 1;
         for (int w = 0; w < 4; ++w) forward(e, seqs, {{next}}, logits);  // graph capture happens here
         const int steps = o.decode_steps / rounds;
-        const cuda::CudaBackendStats st0 = cuda::backend_stats(*e.backend);
-        const int64_t bytes0 = st0.l2_prefetch_bytes;
         for (int s = 0; s < steps; ++s) {
           const double t0 = now_s();
           forward(e, seqs, {{next}}, logits);
           times[v].push_back(now_s() - t0);
           next = e.argmax[0];
         }
-        const cuda::CudaBackendStats st1 = cuda::backend_stats(*e.backend);
-        l2_mb[v] = (st1.l2_prefetch_bytes - bytes0) / double(steps) / double(1 << 20);
-        // The activation tile once per launch (small-gemv once / carry): blocks per step that
-        // copied block 0's tile, formed their own after the wait, took the previous launch's.
-        const int64_t copies = st1.x_once_copies - st0.x_once_copies, late = st1.x_once_late - st0.x_once_late,
-                      carried = st1.x_once_carried - st0.x_once_carried;
-        if (copies + late + carried > 0) {
-          std::printf("x-once   ctx %6d%s: per step %.1f blocks copied the tile, %.1f formed their own, %.1f took the kept one\n",
-                      ctx, l2_label(l2[v]).c_str(), double(copies) / steps, double(late) / steps, double(carried) / steps);
-        }
         seq.truncate(ctx);  // every setting decodes from the same context
       }
     }
-    for (size_t v = 0; v < l2.size(); ++v) {
+    for (size_t v = 0; v < ab.size(); ++v) {
       std::sort(times[v].begin(), times[v].end());
       const double median = times[v][times[v].size() / 2];
       const double kv_gb = static_cast<double>(e.kv->bytes_per_token()) * (ctx + o.decode_steps / (2 * rounds)) * 1e-9;
       const double gbs = (weight_gb + kv_gb) / median;
-      std::printf("decode   ctx %6d%s: %7.3f ms/token, %8.1f tok/s; %.3f GB read/token -> %6.0f GB/s = %4.1f%% of copy bw",
-                  ctx, l2_label(l2[v]).c_str(), median * 1e3, 1.0 / median, weight_gb + kv_gb, gbs,
+      std::printf("decode   ctx %6d%s: %7.3f ms/token, %8.1f tok/s; %.3f GB read/token -> %6.0f GB/s = %4.1f%% of copy bw\n",
+                  ctx, setting_label(ab[v]).c_str(), median * 1e3, 1.0 / median, weight_gb + kv_gb, gbs,
                   copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
-      if (!l2[v].empty() && l2[v].rfind("sg:", 0) != 0 && l2[v].rfind("sr:", 0) != 0) {
-        std::printf("; L2 prefetch %.1f MB/step", l2_mb[v]);
-      }
-      std::printf("\n");
     }
   }
   for (const auto& [cached, n] : o.append) {
@@ -492,15 +452,15 @@ int run(const Options& o) {
       fill(e, *seqs.back(), o.batch_ctx, o.chunk, rng);
     }
     std::vector<std::vector<int32_t>> ids(b, std::vector<int32_t>{1});
-    for (const std::string& spec : l2) {
-      use_l2(spec);
+    for (const std::string& spec : ab) {
+      use_setting(spec);
       for (int w = 0; w < 4; ++w) forward(e, seqs, ids, logits);
       const int steps = std::max(8, o.decode_steps / 2);
       const double t0 = now_s();
       for (int s = 0; s < steps; ++s) forward(e, seqs, ids, logits);
       const double t = (now_s() - t0) / steps;
       std::printf("batch    %3d sequences at ctx %d%s: %7.3f ms/step, %8.1f tok/s total\n", b, o.batch_ctx,
-                  l2_label(spec).c_str(), t * 1e3, b / t);
+                  setting_label(spec).c_str(), t * 1e3, b / t);
       for (KvSequence* q : seqs) q->truncate(o.batch_ctx);
     }
   }

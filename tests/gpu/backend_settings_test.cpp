@@ -24,10 +24,9 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_GEMV_PARTS",  "TERN_CUDA_GEMV_STAGE_BYTES", "TERN_CUDA_ATTN_SPAN",       "TERN_CUDA_ATTN_SPAN_STAGES",
     "TERN_CUDA_ATTN_FOLD_MERGE", "TERN_CUDA_ATTN_FOLD_MAX_SPANS", "TERN_CUDA_ATTN_CHUNK_SPLIT",
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
-    "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING", "TERN_CUDA_L2_PREFETCH",
+    "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING",
     "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD", "TERN_CUDA_ATTN_CLUSTER",
-    "TERN_CUDA_GEMV_X_ONCE", "TERN_CUDA_GEMV_MIXED", "TERN_CUDA_ATTN_FUSED_EARLY_KV",
-    "TERN_CUDA_ATTN_COMPACT"};
+    "TERN_CUDA_GEMV_MIXED", "TERN_CUDA_ATTN_FUSED_EARLY_KV", "TERN_CUDA_ATTN_COMPACT"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -72,53 +71,6 @@ TEST_F(BackendSettingsTest, DefaultsOnHopper) {
   EXPECT_EQ(s.gemv_stage_bytes, 0);
   EXPECT_EQ(s.attention_tc_variant, 0);
   EXPECT_FALSE(s.attention_row_copy);
-  EXPECT_EQ(s.l2_prefetch.mb, cuda::kDefaultL2PrefetchMb);
-  EXPECT_FALSE(s.l2_prefetch.evict_last);
-  EXPECT_FALSE(s.l2_prefetch.any);
-}
-
-TEST_F(BackendSettingsTest, L2PrefetchSpecs) {
-  cuda::L2PrefetchSetting s;
-  ASSERT_TRUE(cuda::parse_l2_prefetch("o", s));
-  EXPECT_EQ(s.mb, 0);
-  ASSERT_TRUE(cuda::parse_l2_prefetch("o+ffn:24,last", s));
-  EXPECT_EQ(s.mb, 24);
-  EXPECT_TRUE(s.evict_last);
-  EXPECT_FALSE(s.any);
-  ASSERT_TRUE(cuda::parse_l2_prefetch("o+ffn:8,any,last", s));
-  EXPECT_EQ(s.mb, 8);
-  EXPECT_TRUE(s.evict_last && s.any);
-  ASSERT_TRUE(cuda::parse_l2_prefetch("off", s));
-  EXPECT_EQ(s.mb, -1);
-  EXPECT_FALSE(s.evict_last);
-  ASSERT_TRUE(cuda::parse_l2_prefetch("0", s));
-  EXPECT_EQ(s.mb, -1);
-  ASSERT_TRUE(cuda::parse_l2_prefetch("o+ffn:4,lsu32", s));
-  EXPECT_EQ(s.issue, 3);
-  ASSERT_TRUE(cuda::parse_l2_prefetch("o,spread", s));
-  EXPECT_EQ(s.issue, 1);
-  EXPECT_EQ(s.mb, 0);
-  s.mb = 5;
-  for (const char* bad : {"", "o+ffn:", "o+ffn:0", "o+ffn:-3", "o+ffn:12x", "o+ffn:99999", "o,", "o,first", "ffn:8", "O", "on"}) {
-    EXPECT_FALSE(cuda::parse_l2_prefetch(bad, s)) << bad;
-    EXPECT_EQ(s.mb, 5) << bad;  // untouched
-  }
-  // The environment when the option leaves it open; the option when set; off before sm_90.
-  setenv("TERN_CUDA_L2_PREFETCH", "o+ffn:8,last,lsu", 1);
-  BackendSettings b = resolve_settings(CudaBackendOptions{}, 9, true);
-  EXPECT_EQ(b.l2_prefetch.mb, 8);
-  EXPECT_TRUE(b.l2_prefetch.evict_last);
-  EXPECT_EQ(b.l2_prefetch.issue, 2);
-  CudaBackendOptions o;
-  o.l2_prefetch_mb = 0;
-  b = resolve_settings(o, 9, true);
-  EXPECT_EQ(b.l2_prefetch.mb, 0);
-  EXPECT_FALSE(b.l2_prefetch.evict_last);
-  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 8, true).l2_prefetch.mb, -1);
-  setenv("TERN_CUDA_L2_PREFETCH", "off", 1);
-  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).l2_prefetch.mb, -1);
-  setenv("TERN_CUDA_L2_PREFETCH", "nonsense", 1);  // ignored: the default
-  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).l2_prefetch.mb, cuda::kDefaultL2PrefetchMb);
 }
 
 // Ampere / Ada, or a build whose bulk-copy kernels were not compiled for the GPU: no programmatic
@@ -385,9 +337,6 @@ TEST_F(BackendSettingsTest, SmallGemvSwitches) {
   EXPECT_EQ(s.gemv_norm_preload, 1);
 }
 
-// The activation tile once per launch (MatmulArgs::gemv_x_once): off by default (not yet run on a
-// device); the options' 1-6 pass through, other values give the default; the environment's 1 / 0
-// / spread / carry / carry-spread win over the options, anything else leaves them.
 TEST_F(BackendSettingsTest, GemvMixedSwitch) {
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_mixed, 0);
   CudaBackendOptions o;
@@ -397,33 +346,6 @@ TEST_F(BackendSettingsTest, GemvMixedSwitch) {
   EXPECT_EQ(resolve_settings(o, 9, true).gemv_mixed, 2);
   setenv("TERN_CUDA_GEMV_MIXED", "1", 1);
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_mixed, 1);
-}
-
-TEST_F(BackendSettingsTest, GemvXOnceSwitch) {
-  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_x_once, 0);
-  CudaBackendOptions o;
-  for (int v : {1, 2, 3, 4, 5, 6}) {
-    o.gemv_x_once = v;
-    EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, v);
-  }
-  o.gemv_x_once = 7;
-  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 0);
-  o.gemv_x_once = -1;
-  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 0);
-  o.gemv_x_once = 3;
-  setenv("TERN_CUDA_GEMV_X_ONCE", "1", 1);
-  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 1);
-  setenv("TERN_CUDA_GEMV_X_ONCE", "0", 1);
-  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 2);
-  setenv("TERN_CUDA_GEMV_X_ONCE", "spread", 1);
-  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_x_once, 3);
-  setenv("TERN_CUDA_GEMV_X_ONCE", "carry", 1);
-  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 5);
-  setenv("TERN_CUDA_GEMV_X_ONCE", "carry-spread", 1);
-  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 6);
-  setenv("TERN_CUDA_GEMV_X_ONCE", "yes", 1);  // unparsed: the option
-  EXPECT_EQ(resolve_settings(o, 9, true).gemv_x_once, 3);
-  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_x_once, 0);
 }
 
 TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {

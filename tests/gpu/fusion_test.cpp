@@ -45,17 +45,6 @@ class GpuFusion : public ::testing::Test {
       rows_.push_back(gputest::make_cuda(o));
       ASSERT_NE(rows_.back(), nullptr);
     }
-    // And with the activation tile formed once per launch (gemv_x_once.cuh): on, on with the
-    // every-SM grid, on without waiting for block 0 (blocks copy its tile or form their own), and
-    // carried from the first launch of the norm to the second (the third weight's launch).
-    for (int once : {1, 3, 4, 5}) {
-      cuda::CudaBackendOptions o;
-      o.rows_gemv = true;
-      o.gemv_x_once = once;
-      o.gemv_mixed = 2;
-      rows_.push_back(gputest::make_cuda(o));
-      ASSERT_NE(rows_.back(), nullptr);
-    }
   }
   std::unique_ptr<Backend> fused_, epilogue_, plain_;
   std::vector<std::unique_ptr<Backend>> rows_;
@@ -135,17 +124,15 @@ TEST_F(GpuFusion, NormPrologueEqualsSeparateOps) {
 // Mixed-type launches (CudaBackendOptions::gemv_mixed, MatmulArgs::tail_mat): Q4_K_M's q6_k v
 // joins the q4_k q+k launch of the same activations (with the RMSNorm prologue the q+k launch
 // took, or without one), and one multi-row kernel computes both types' rows: the same bits as
-// separate ops, on the default and the multi-row paths and beside the activation tile formed
-// once (which a mixed launch leaves off). Rows of 4096 and 14336 (four steps of the two types'
+// separate ops, on the default and the multi-row paths. Rows of 4096 and 14336 (four steps of the two types'
 // lengths, the last a half step). Not joined: several activation rows, an odd q4_k row count
 // (two-row sets would straddle the types), q6_k rows that are not whole bulk copies (2304).
 TEST_F(GpuFusion, MixedTypeLaunchEqualsSeparateOps) {
   std::vector<std::unique_ptr<Backend>> mixed;
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < 3; ++variant) {
     cuda::CudaBackendOptions o;
-    o.gemv_mixed = variant == 3 ? 0 : 1;  // 3: the default options (on)
+    o.gemv_mixed = variant == 2 ? 0 : 1;  // 2: the default options (on)
     o.rows_gemv = variant == 1;
-    o.gemv_x_once = variant == 2 ? 1 : 0;
     mixed.push_back(gputest::make_cuda(o));
     ASSERT_NE(mixed.back(), nullptr);
   }

@@ -250,17 +250,6 @@ TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
     fresh.push_back(gputest::make_cuda(options));
     ASSERT_NE(fresh.back(), nullptr);
   }
-  // The activation tile formed once per launch (CudaBackendOptions::gemv_x_once, gemv_x_once.cuh)
-  // on the default path (every-SM grid) and on the multi-row one (packed; without waiting for
-  // block 0, so blocks copy its tile or form their own in one launch).
-  for (const auto& [once, budget] : {std::pair{3, "0"}, std::pair{1, "1000000"}, std::pair{4, "0"}}) {
-    setenv("TERN_CUDA_GEMV_STAGE_BYTES", budget, 1);
-    cuda::CudaBackendOptions options;
-    options.gemv_x_once = once;
-    options.rows_gemv = once != 3;
-    fresh.push_back(gputest::make_cuda(options));
-    ASSERT_NE(fresh.back(), nullptr);
-  }
   unsetenv("TERN_CUDA_GEMV_STAGE_BYTES");
   // The single-row kernels alone (the default takes the multi-row kernel for some n = 1 shapes).
   cuda::CudaBackendOptions single_options;

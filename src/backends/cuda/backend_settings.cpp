@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 
 #include "backends/cuda/attention_tc.h"
 
@@ -82,18 +81,6 @@ int on_off_default(const char* name, int option) {
   if (env != nullptr && std::strcmp(env, "1") == 0) return 1;
   if (env != nullptr && std::strcmp(env, "0") == 0) return 2;
   return option == 1 || option == 2 ? option : 0;
-}
-// MatmulArgs::gemv_x_once: TERN_CUDA_GEMV_X_ONCE=1 on, =0 off, =spread on with the grid over
-// every resident block, =carry / =carry-spread those two with the tile carried to the next launch
-// of the same RMSNorm; anything else (or unset) leaves the option (0-6, else the default).
-int gemv_x_once(const CudaBackendOptions& options) {
-  const char* env = std::getenv("TERN_CUDA_GEMV_X_ONCE");
-  if (env != nullptr && std::strcmp(env, "1") == 0) return 1;
-  if (env != nullptr && std::strcmp(env, "0") == 0) return 2;
-  if (env != nullptr && std::strcmp(env, "spread") == 0) return 3;
-  if (env != nullptr && std::strcmp(env, "carry") == 0) return 5;
-  if (env != nullptr && std::strcmp(env, "carry-spread") == 0) return 6;
-  return options.gemv_x_once >= 1 && options.gemv_x_once <= 6 ? options.gemv_x_once : 0;
 }
 bool use_float_swiglu_epilogue(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_GEMV_FLOAT_GLU");
@@ -253,66 +240,7 @@ int attention_fold_max_spans() {
   return n >= 1 ? n : 1;
 }
 
-// The L2 prefetch: the option wins when set (>= -1), else TERN_CUDA_L2_PREFETCH when it parses,
-// else kDefaultL2PrefetchMb; off before sm_90, where the kernel has no bulk prefetch to issue.
-L2PrefetchSetting l2_prefetch(const CudaBackendOptions& options, int cc_major) {
-  L2PrefetchSetting s;
-  s.mb = kDefaultL2PrefetchMb;
-  if (options.l2_prefetch_mb >= -1) {
-    s.mb = options.l2_prefetch_mb;
-    s.evict_last = options.l2_prefetch_evict_last;
-    s.any = options.l2_prefetch_any;
-    s.issue = options.l2_prefetch_issue;
-  } else if (const char* env = std::getenv("TERN_CUDA_L2_PREFETCH"); env != nullptr && *env) {
-    L2PrefetchSetting parsed;
-    if (parse_l2_prefetch(env, parsed)) s = parsed;
-  }
-  if (cc_major < 9) s = L2PrefetchSetting{};
-  return s;
-}
-
 }  // namespace
-
-bool parse_l2_prefetch(const char* spec, L2PrefetchSetting& out) {
-  if (spec == nullptr) return false;
-  const char* comma = std::strchr(spec, ',');
-  const std::string head(spec, comma != nullptr ? static_cast<size_t>(comma - spec) : std::strlen(spec));
-  L2PrefetchSetting s;
-  if (head == "off" || head == "0") {
-    s.mb = -1;
-  } else if (head == "o") {
-    s.mb = 0;
-  } else if (head.rfind("o+ffn:", 0) == 0) {
-    const std::string n = head.substr(6);
-    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos) return false;
-    s.mb = std::atoi(n.c_str());
-    if (s.mb < 1 || s.mb > 1024) return false;
-  } else {
-    return false;
-  }
-  for (const char* p = comma; p != nullptr;) {
-    const char* next = std::strchr(p + 1, ',');
-    const std::string flag(p + 1, next != nullptr ? static_cast<size_t>(next - p - 1) : std::strlen(p + 1));
-    if (flag == "last") {
-      s.evict_last = true;
-    } else if (flag == "any") {
-      s.any = true;
-    } else if (flag == "spread") {
-      s.issue = 1;
-    } else if (flag == "lsu") {
-      s.issue = 2;
-    } else if (flag == "lsu32") {
-      s.issue = 3;
-    } else if (flag == "dry") {
-      s.issue = 4;
-    } else {
-      return false;
-    }
-    p = next;
-  }
-  out = s;
-  return true;
-}
 
 BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major, bool bulk_compiled) {
   BackendSettings s;
@@ -346,12 +274,10 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.gemv_float_dynamic = s.gemv_float_kernel == 0 && use_float_gemv_dynamic(options);
   s.gemv_float_pipe = on_off_default("TERN_CUDA_GEMV_FLOAT_PIPE", options.float_gemv_pipe);
   s.gemv_norm_preload = on_off_default("TERN_CUDA_GEMV_NORM_PRELOAD", options.gemv_norm_preload);
-  s.gemv_x_once = gemv_x_once(options);
   s.gemv_mixed = on_off_default("TERN_CUDA_GEMV_MIXED", options.gemv_mixed);
   s.gemv_pair_staged = on_off_default("TERN_CUDA_GEMV_PAIR_STAGED", options.gemv_pair_staged);
   s.gemv_chain = on_off_default("TERN_CUDA_GEMV_CHAIN", options.gemv_chain);
   s.fuse_float_swiglu_epilogue = s.fuse_gemv && s.gemv_float_kernel == 0 && use_float_swiglu_epilogue(options);
-  s.l2_prefetch = l2_prefetch(options, cc_major);
   return s;
 }
 

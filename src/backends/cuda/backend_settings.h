@@ -20,22 +20,6 @@ constexpr int kDefaultSplitRing = 4;
 // 380 -> 395 tok/s, SmolLM2 Q4_1 +2-3%.
 constexpr int kDefaultFusedEarlyKv = 2;
 
-// The L2 prefetch when neither the option nor TERN_CUDA_L2_PREFETCH sets it (CudaBackendOptions::
-// l2_prefetch_mb: -1 off, 0 the o projection, N also N MB of gate / up).
-constexpr int kDefaultL2PrefetchMb = -1;
-
-// What TERN_CUDA_L2_PREFETCH (and set_l2_prefetch) say: "off" or "0" (mb = -1), "o" (0),
-// "o+ffn:N" (N MB, 1..1024), each optionally followed by flags: ",last" (evict_last priority),
-// ",any" (whatever the K/V bytes), and how the kernel asks (L2PrefetchArgs::issue): ",spread",
-// ",lsu", ",lsu32", ",dry". False, outputs untouched, otherwise.
-struct L2PrefetchSetting {
-  int mb = -1;
-  bool evict_last = false;
-  bool any = false;
-  int issue = 0;  // L2PrefetchArgs::issue
-};
-bool parse_l2_prefetch(const char* spec, L2PrefetchSetting& out);
-
 // The fused decode attention's default (CudaBackendOptions::attention_fused_decode values): 3, the
 // rope alone. On the H200 (bench/RESULTS.md, session 6) it took a decode layer's rope + attention
 // from 16.6 to 14.9 us at 1k (8B shape; SmolLM2's 13.2 -> 10.7) and SmolLM2 Q4_1 from 1,061 to
@@ -87,9 +71,6 @@ struct BackendSettings {
   bool gemv_float_dynamic = false;  // TERN_CUDA_GEMV_FLOAT_DYNAMIC=1 / 0
   int gemv_float_pipe = 0;          // 0 default, 1 on, 2 off (TERN_CUDA_GEMV_FLOAT_PIPE=1 / 0)
   int gemv_norm_preload = 0;        // 0 default, 1 on, 2 off (TERN_CUDA_GEMV_NORM_PRELOAD=1 / 0)
-  // 0 default (off), 1 on, 2 off, 3 on + spread grid, 4 on without waiting, 5 / 6 = 1 / 3 + carry
-  // (TERN_CUDA_GEMV_X_ONCE=1 / 0 / spread / carry / carry-spread)
-  int gemv_x_once = 0;
   // Q4_K_M's q6_k v joins its q4_k q+k launch (one multi-row kernel, MatmulArgs::tail_mat): 0
   // default (on), 1 on, 2 off (TERN_CUDA_GEMV_MIXED=1 / 0).
   int gemv_mixed = 0;
@@ -97,7 +78,6 @@ struct BackendSettings {
   int gemv_pair_staged = 0;
   int gemv_chain = 0;
   bool fuse_float_swiglu_epilogue = false;  // with fuse_gemv (TERN_CUDA_GEMV_FLOAT_GLU=0 / 1)
-  L2PrefetchSetting l2_prefetch;    // TERN_CUDA_L2_PREFETCH; off before sm_90 (no bulk prefetch)
 };
 
 // cc_major: the device's compute capability; bulk_compiled: gemv_bulk_compiled() (bulk-copy GEMVs

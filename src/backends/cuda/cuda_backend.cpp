@@ -21,23 +21,12 @@
 #include "backends/cuda/host_staging.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kv_transfer.h"
-#include "backends/cuda/l2_prefetch.h"
 #include "backends/cuda/matmul_tc.h"
 #include "backends/cuda/step_queue.h"
 #include "backends/cuda/tc_gemm.h"
 
 namespace tern::cuda {
 namespace {
-
-// FNV-1a over a record's bytes (records are zero-filled, padding included), never 0: the tag
-// under which a launch keeps its activation tile for the launch carrying its norm
-// (MatmulArgs::x_once_tag). Stable across steps, so captured graphs still replay.
-uint64_t record_tag(const MatmulArgs& a) {
-  const auto* p = reinterpret_cast<const unsigned char*>(&a);
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < sizeof(a); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h | 1;
-}
 
 // Device memory. Freeing first flushes the queue: pending (not yet launched) records may still
 // point into this allocation.
@@ -107,19 +96,13 @@ class CudaBackend final : public Backend {
         gemv_float_blocks_(settings.gemv_float_blocks),
         gemv_float_pipe_(settings.gemv_float_pipe),
         gemv_norm_preload_(settings.gemv_norm_preload),
-        gemv_x_once_(settings.gemv_x_once),
         gemv_pair_staged_(settings.gemv_pair_staged),
         gemv_chain_(settings.gemv_chain),
-        gemv_mixed_(settings.gemv_mixed != 2 && prop.major >= 9),
-        l2_prefetch_(settings.l2_prefetch),
-        l2_bytes_(static_cast<uint64_t>(std::max(prop.l2CacheSize, 0))),
-        cc_major_(prop.major) {
+        gemv_mixed_(settings.gemv_mixed != 2 && prop.major >= 9) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
     if (settings.gemv_float_dynamic) gemv_float_counter_ = alloc(64);  // MatmulArgs::gemv_float_counter
-    // MatmulArgs::x_once_buf, zero-filled; allocated whatever the switch says (set_small_gemv may
-    // turn it on later), 256 KiB.
-    if (cc_major_ >= 9) x_once_buf_ = alloc(kGemvXOnceBytes);
+    if (prop.major >= 9) x_once_buf_ = alloc(kGemvXOnceSyncBytes);  // MatmulArgs::x_once_buf, zero-filled
   }
   ~CudaBackend() override {
     queue_->flush();
@@ -155,15 +138,6 @@ class CudaBackend final : public Backend {
     s.fused_early_kv = fused_early_kv_;
     s.attention_cluster = attention_cluster_;
     s.gemv_path = static_cast<int>(gemv_path_);
-    if (x_once_buf_ != nullptr && gemv_x_once_ != 0 && gemv_x_once_ != 2) {
-      queue_->flush();
-      unsigned words[5] = {};
-      TERN_CUDA_CHECK(cudaMemcpyAsync(words, x_once_buf_->data(), sizeof(words), cudaMemcpyDeviceToHost, stream_));
-      TERN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      s.x_once_copies = words[2];  // gemv_x_once.cuh kXOnceCopied / kXOnceLate / kXOnceCarried
-      s.x_once_late = words[3];
-      s.x_once_carried = words[4];
-    }
     return s;
   }
 
@@ -262,19 +236,6 @@ class CudaBackend final : public Backend {
     p.n_partials = layout_.n_partials;
     p.max_tile_tokens = layout_.max_tile_tokens;
     p.n_tc_tiles = layout_.n_tc_tiles;
-    // Context positions the step's attention reads, per sequence rounded up to a span so the
-    // figure (and the prefetch records it sizes) changes no more often than the attention's own
-    // records do.
-    std::vector<int32_t>& last = seq_last_position_;
-    last.assign(static_cast<size_t>(plan.n_seqs()), -1);
-    for (int t = 0; t < plan.n_tokens(); ++t) {
-      int32_t& m = last[static_cast<size_t>(plan.seq_index[t])];
-      m = std::max(m, plan.positions[t]);
-    }
-    plan_kv_positions_ = 0;
-    for (int32_t m : last) {
-      if (m >= 0) plan_kv_positions_ += (static_cast<uint64_t>(m) / kAttnSpanTokens + 1) * kAttnSpanTokens;
-    }
     have_plan_ = true;
   }
 
@@ -355,7 +316,7 @@ class CudaBackend final : public Backend {
         gemv_mixed_ && prev != nullptr && prev->n_mats < kMaxFusedMatmuls && prev->tail_mat == 0 &&
         prev->dtype == DType::Q4_K && w.dtype == DType::Q6_K && prev->cols == w.cols && prev->x == x.f32() &&
         prev->n == 1 && x.rows == 1 && prev->fuse.residual == nullptr && prev->fuse.glu_out == nullptr &&
-        prev->fuse.concurrent == 0 && prev->x_once_tag == 0 && prev->y[0] != out.f32() &&
+        prev->fuse.concurrent == 0 && prev->y[0] != out.f32() &&
         (prev->n_mats < 2 || prev->y[1] != out.f32()) &&
         (prev->gemv_path == static_cast<int32_t>(GemvPath::kAuto) ||
          prev->gemv_path == static_cast<int32_t>(GemvPath::kRows)) &&
@@ -371,19 +332,9 @@ class CudaBackend final : public Backend {
       }
     }
     GemvFusion fuse{};
-    uint64_t carry_tag = 0;
     if (fuse_gemv_) {
       fuse = take_gemv_prologue(*queue_, w, x, out, fuse_swiglu_ ? static_cast<int*>(fusion_counter_->data()) : nullptr);
       if (fuse.prologue != GemvPrologue::kNone) ++gemv_fusions_;
-      // A norm carried from the previous product (write_x 0): that launch, still the last record,
-      // keeps its activation tile for this one under a tag of its (now final) bytes
-      // (MatmulArgs::x_once_tag, gemv_x_once 5 / 6).
-      if (fuse.prologue == GemvPrologue::kRmsNorm && fuse.write_x == 0) {
-        MatmulArgs* prev = queue_->last_if<MatmulArgs>(OpKind::kMatmul);
-        TERN_CHECK_MSG(prev != nullptr, "matmul: a carried norm without its first launch");
-        if (prev->x_once_tag == 0) prev->x_once_tag = record_tag(*prev);
-        carry_tag = prev->x_once_tag;
-      }
     }
     MatmulArgs& a = queue_->push<MatmulArgs>(OpKind::kMatmul);
     a.fuse = fuse;
@@ -403,11 +354,9 @@ class CudaBackend final : public Backend {
     a.gemv_float_blocks = gemv_float_blocks_;
     a.gemv_float_pipe = gemv_float_pipe_;
     a.gemv_norm_preload = gemv_norm_preload_;
-    a.gemv_x_once = gemv_x_once_;
     a.gemv_pair_staged = gemv_pair_staged_;
     a.gemv_chain = gemv_chain_;
     a.x_once_buf = x_once_buf_ != nullptr ? static_cast<uint8_t*>(x_once_buf_->data()) : nullptr;
-    a.x_once_carry_tag = carry_tag;
     a.gemv_float_counter = gemv_float_counter_ != nullptr ? static_cast<int*>(gemv_float_counter_->data()) : nullptr;
     add_matrix(a, w, out);
   }
@@ -521,17 +470,14 @@ class CudaBackend final : public Backend {
       }
       if ((a.fused & kAttnFusedRope) != 0 && a.early_kv != 0 && a.cluster_blocks == 0) ++fused_early_kv_;
     }
-    push_l2_prefetch(p, kv);
     AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
     std::memcpy(&rec, &a, sizeof(a));
   }
 
-  void set_l2_prefetch(const L2PrefetchSetting& s) { l2_prefetch_ = cc_major_ >= 9 ? s : L2PrefetchSetting{}; }
   void set_attention_split_ring(int split_ring) { attention_split_ring_ = std::clamp(split_ring, 0, 4); }
-  void set_small_gemv(int float_pipe, int norm_preload, int x_once) {
+  void set_small_gemv(int float_pipe, int norm_preload) {
     gemv_float_pipe_ = float_pipe;
     gemv_norm_preload_ = norm_preload;
-    if (x_once >= 0) gemv_x_once_ = x_once;
   }
 
   // Greedy sampling on the device (argmax.cu): two small kernels reduce the rows to one 64-bit key
@@ -638,26 +584,6 @@ class CudaBackend final : public Backend {
 
  private:
   void require_plan(const char* op) const { TERN_CHECK_MSG(have_plan_, op); }
-
-  // The L2 prefetch record before a decode-sized step's attention (l2_prefetch.h): its ranges
-  // are filled at flush from the products that follow. None when the attention's K/V alone
-  // would fill the budget: it streams through the L2 after the prefetch and would evict it.
-  void push_l2_prefetch(const AttentionParams& p, const KvLayerView& kv) {
-    constexpr int kMaxTokens = 32;                // decode and small batches (the GEMV products)
-    constexpr uint64_t kMinRoom = uint64_t{1} << 20;
-    if (l2_prefetch_.mb < 0 || plan_.n_tokens > kMaxTokens) return;
-    const uint64_t elem = kv.k.dtype == DType::F16 ? 2 : 4;
-    const uint64_t kv_bytes = 2 * plan_kv_positions_ * static_cast<uint64_t>(p.n_kv_heads) * p.head_dim * elem;
-    const uint64_t budget = l2_bytes_ / 4 * 3;
-    const uint64_t used = l2_prefetch_.any ? 0 : kv_bytes;
-    if (used + kMinRoom > budget) return;
-    L2PrefetchArgs& a = queue_->push<L2PrefetchArgs>(OpKind::kL2Prefetch);
-    a.n_sm = n_sm_;
-    a.evict_last = l2_prefetch_.evict_last ? 1 : 0;
-    a.issue = l2_prefetch_.issue;
-    a.room = budget - used;
-    a.second_bytes = static_cast<uint64_t>(l2_prefetch_.mb) << 20;
-  }
 
   // Assigns field by field: `a` is a zero-filled record, whose padding must stay zero.
   void fill_kv_write(const Tensor& k, const Tensor& v, const KvLayerView& kv, KvWriteArgs& a) const {
@@ -886,23 +812,17 @@ class CudaBackend final : public Backend {
   int gemv_float_blocks_ = 0;
   int gemv_float_pipe_ = 0;     // MatmulArgs::gemv_float_pipe / gemv_norm_preload
   int gemv_norm_preload_ = 0;
-  int gemv_x_once_ = 0;         // MatmulArgs::gemv_x_once, with the scratch below
   int gemv_pair_staged_ = 0;    // MatmulArgs::gemv_pair_staged / gemv_chain
   int gemv_chain_ = 0;
   bool gemv_mixed_ = false;     // CudaBackendOptions::gemv_mixed (mixed-type launches)
   int64_t gemv_mixed_joins_ = 0;
-  L2PrefetchSetting l2_prefetch_;  // BackendSettings::l2_prefetch (set_l2_prefetch changes it)
-  uint64_t l2_bytes_ = 0;          // the device's L2
-  int cc_major_ = 0;
   std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks
-  std::unique_ptr<Buffer> x_once_buf_;      // MatmulArgs::x_once_buf (sm_90+: gemv_rows.cu)
+  std::unique_ptr<Buffer> x_once_buf_;      // MatmulArgs::x_once_buf (sm_90+: the chained GEMV's barrier)
   std::unique_ptr<Buffer> gemv_float_counter_;  // MatmulArgs::gemv_float_counter (dynamic units)
   int64_t gemv_fusions_ = 0;
   PackedPlanLayout layout_;
   DevicePlan plan_{};
   bool have_plan_ = false;
-  uint64_t plan_kv_positions_ = 0;            // begin_step: K/V positions the attention reads
-  std::vector<int32_t> seq_last_position_;    // begin_step scratch
   KvTransfer kv_transfer_{stream_};  // copy_from_host_n / copy_to_host_n (after stream_)
 };
 
@@ -951,19 +871,10 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options, settings, prop, stream, std::move(tc_gemm)));
 }
 
-Status set_l2_prefetch(Backend& backend, const std::string& spec) {
-  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
-  TERN_CHECK_MSG(cuda != nullptr, "set_l2_prefetch: not a CUDA backend");
-  L2PrefetchSetting s;
-  if (!parse_l2_prefetch(spec.c_str(), s)) return error("cuda: cannot parse L2 prefetch '" + spec + "'");
-  cuda->set_l2_prefetch(s);
-  return {};
-}
-
-void set_small_gemv(Backend& backend, int float_pipe, int norm_preload, int x_once) {
+void set_small_gemv(Backend& backend, int float_pipe, int norm_preload) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   TERN_CHECK_MSG(cuda != nullptr, "set_small_gemv: not a CUDA backend");
-  cuda->set_small_gemv(float_pipe, norm_preload, x_once);
+  cuda->set_small_gemv(float_pipe, norm_preload);
 }
 
 void set_attention_split_ring(Backend& backend, int split_ring) {

@@ -162,14 +162,6 @@ struct CudaBackendOptions {
   // of at most one block per SM (SmolLM2's: 1.5% faster decode on the H200).
   int float_gemv_pipe = 0;
   int gemv_norm_preload = 0;
-  // The multi-row quantized kernel's activation tile formed once per launch by block 0 and copied
-  // by the others (MatmulArgs::gemv_x_once, gemv_rows.cu / gemv_x_once.cuh; same bits): 0 = the
-  // default (off: not yet run on a device), 1 = on, 2 = off, 3 = on with the grid spread over
-  // every resident block, 4 = on without waiting for block 0's tile (tests: blocks copy it or
-  // form their own, both in one launch), 5 / 6 = 1 / 3 with the tile carried from a launch with
-  // an RMSNorm prologue to the next launch of the same norm (v after q+k forms nothing);
-  // TERN_CUDA_GEMV_X_ONCE=1 / 0 / spread / carry / carry-spread overrides it.
-  int gemv_x_once = 0;
   // Mixed-type launches (MatmulArgs::tail_mat; gemv_rows.cu, sm_90, one activation row): a q6_k
   // product of the same activations right after a q4_k launch (Q4_K_M's v after q+k) joins it,
   // so one kernel reads both and forms the RMSNorm prologue's tile once (H200, 8B Q4_K_M decode
@@ -190,21 +182,6 @@ struct CudaBackendOptions {
   // On: it saves the elementwise launch without repeating work (H200, 8B F16 decode with the first
   // version of the kernel: 168.8 tok/s with it, 161.1 without).
   bool fuse_float_swiglu_epilogue = true;
-  // L2 prefetch of upcoming weights (l2_prefetch.h; a hint, same bits): in decode-sized steps (at
-  // most 32 tokens) a small kernel before each attention asks the L2 for the weights of the
-  // products after it while the latency-bound rope and attention leave HBM idle. -1 = off, 0 = the
-  // o projection (the first GEMV launch after the attention), N > 0 = also the first N MB of the
-  // launch after that (gate / up, split over its matrices); -2 = TERN_CUDA_L2_PREFETCH
-  // (off | o | o+ffn:N, optionally followed by flags; backend_settings.h) or else the default
-  // (kDefaultL2PrefetchMb: off, it measured slower on the H200, bench/RESULTS.md). A step
-  // prefetches only while the attention's K/V and the prefetched bytes fit three quarters of the
-  // L2 (the K/V streamed through it would evict them); l2_prefetch_any drops that rule,
-  // l2_prefetch_evict_last gives the lines evict_last priority, l2_prefetch_issue picks how the
-  // kernel asks (l2_prefetch.h L2PrefetchArgs::issue).
-  int l2_prefetch_mb = -2;
-  bool l2_prefetch_evict_last = false;
-  bool l2_prefetch_any = false;
-  int l2_prefetch_issue = 0;
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).
@@ -233,25 +210,14 @@ struct CudaBackendStats {
   int64_t gemv_mixed = 0;        // products that joined a launch of another weight type (gemv_mixed)
   int64_t gemv_chains = 0;       // chained GEMV launches run eagerly or captured (gemv_chain)
   int64_t gemv_chain_phases = 0; // the products they ran
-  int64_t l2_prefetches = 0;     // L2 prefetch launches run (l2_prefetch.h; steps replayed count too)
-  int64_t l2_prefetch_bytes = 0; // the bytes their ranges cover (dry launches too: l2_prefetch.h)
-  // With gemv_x_once on (sm_90): blocks of the multi-row kernel that copied block 0's tile, and
-  // that formed their own after the wait (read from the device: the call waits for the stream).
-  int64_t x_once_copies = 0;
-  int64_t x_once_late = 0;
-  int64_t x_once_carried = 0;    // blocks that took the previous launch's kept tile (gemv_x_once 5 / 6)
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
                                  // 0 default, 1 legacy, 2 multi-row / split-row, 3 single-row)
 };
 CudaBackendStats backend_stats(const Backend& backend);
-// Benchmarks: changes the L2 prefetch (CudaBackendOptions::l2_prefetch_mb) of a live backend, as
-// TERN_CUDA_L2_PREFETCH would set it (off | o | o+ffn:N [,flags]), so one process can A/B
-// it on one loaded model. Error for a spec it cannot parse. Steps recorded after the call use it.
-Status set_l2_prefetch(Backend& backend, const std::string& spec);
 // Sets the small-GEMV switches of a CUDA backend from now on (A/B timing in one process; every
 // setting gives the same bits): CudaBackendOptions::float_gemv_pipe and gemv_norm_preload values
-// (0 default, 1 on, 2 off), and gemv_x_once (0-6; -1 leaves it as it is).
-void set_small_gemv(Backend& backend, int float_pipe, int norm_preload, int x_once = -1);
+// (0 default, 1 on, 2 off).
+void set_small_gemv(Backend& backend, int float_pipe, int norm_preload);
 // Sets the default long-decode attention form of a CUDA backend from now on
 // (CudaBackendOptions::attention_split_ring, 0-4; A/B timing in one process, same bits).
 void set_attention_split_ring(Backend& backend, int split_ring);

@@ -27,8 +27,7 @@
 // The grid is balanced rather than maximal: with W resident warps and S row sets, every group
 // takes ceil(S / groups) sets, and the number of groups is cut to what that needs, so no warp
 // streams two sets while others idle (dealing the sets over every resident block instead,
-// TERN_CUDA_GEMV_SPREAD=1, measured slower; with the activation tile formed once per launch,
-// gemv_x_once.cuh, TERN_CUDA_GEMV_X_ONCE=spread spreads it again: not yet measured).
+// TERN_CUDA_GEMV_SPREAD=1, measured slower).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -42,7 +41,6 @@
 #include "backends/cuda/gemv_bulk.cuh"
 #include "backends/cuda/gemv_items.cuh"
 #include "backends/cuda/gemv_tile.cuh"
-#include "backends/cuda/gemv_x_once.cuh"
 #include "backends/cuda/launch.cuh"
 #include "core/check.h"
 
@@ -131,8 +129,7 @@ __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
 // others T's; the activation tile carries what both read. Each row's arithmetic is its type's.
 template <DType T, int kRows, int kParts, DType T2 = T>
 __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
-    gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch, int spread, int norm_preload,
-                     int x_once_wait_ns, int x_once_flags) {
+    gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch, int spread, int norm_preload) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) uint8_t smem[];
   using W = typename WItemOf<T, true>::type;
@@ -271,28 +268,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   NormPreload pre;
   if (kRows >= 2 && norm_preload) preload_norm16(a, 1, pre);
   if (!concurrent) pdl_enter();
-  // The tile formed once per launch (gemv_x_once.cuh; the launcher passes the scratch only when
-  // on): the other blocks copy block 0's, or form their own if it is late.
-  // With carry, block 0 too takes the previous launch's kept tile when it is this launch's.
-  uint8_t* const once = a.x_once_buf;
-  const int tile_bytes = l.stage_off - l.x_off;
-  const bool carry = (x_once_flags & kXOnceCarry) != 0;
-  const bool copied = once != nullptr && (blockIdx.x != 0 || carry) &&
-                      x_once_acquire(once, xq, tile_bytes, x_once_wait_ns, carry, x_once_key(a, a.x_once_carry_tag));
-  if (!copied) {
-    // An RMSNorm prologue (the only one gemv_rows_supports takes): block 0 stores the normed rows.
-    if (a.fuse.prologue != GemvPrologue::kNone) {
-      quantize_tile_fused(a, 0, 1, l, xq, xd, xs, xh, blockIdx.x == 0, pre);
-    } else {
-      quantize_tile_halves<kRows >= 2 ? 4 : 1>(a, l, xq, xd, xs, xh);
-    }
-    __syncthreads();
-    if (once != nullptr && blockIdx.x == 0) x_once_publish(once, xq, tile_bytes);
+  // An RMSNorm prologue (the only one gemv_rows_supports takes): block 0 stores the normed rows.
+  if (a.fuse.prologue != GemvPrologue::kNone) {
+    quantize_tile_fused(a, 0, 1, l, xq, xd, xs, xh, blockIdx.x == 0, pre);
+  } else {
+    quantize_tile_halves<kRows >= 2 ? 4 : 1>(a, l, xq, xd, xs, xh);
   }
-  // The block counts itself in (its reads of the scratch are long done) only as it exits, so that
-  // the counter's round trip stays off warp 0's path to its first dot product.
+  __syncthreads();
   if (my_sets == 0) {  // the whole group: its parts share the sets
-    if (a.x_once_buf != nullptr) x_once_count_in(a.x_once_buf, x_once_flags & kXOnceKeep, x_once_key(a, a.x_once_tag));
     if (concurrent) pdl_enter();
     return;
   }
@@ -395,7 +378,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
     advance(out, false);
     __syncwarp();  // every lane is done with this stage before lane 0 refills it
   }
-  if (a.x_once_buf != nullptr) x_once_count_in(a.x_once_buf, x_once_flags & kXOnceKeep, x_once_key(a, a.x_once_tag));
   if (concurrent) pdl_enter();  // completes after the predecessor: the stream's order
 #else
   __trap();  // launch_gemv_rows runs only on sm_90+ (bulk copies)
@@ -421,8 +403,7 @@ bool run_concurrent() {
 // instead of packing them into the fewest blocks: off, TERN_CUDA_GEMV_SPREAD=1 turns it on (A/B;
 // read once per process). Measured slower on the H200 (8B q4_k q+k 6.94 -> 7.75 us, q6_k v 4.32
 // -> 5.37, Q4_K_M decode 336.0 -> 330.3 tok/s): more blocks repeat the activation prologue, and a
-// product's sets on fewer SMs leave the rest to the next launch's early start. gemv_x_once 3
-// (the tile formed once, so extra blocks no longer repeat the prologue) spreads too.
+// product's sets on fewer SMs leave the rest to the next launch's early start.
 bool spread_sets() {
   static const bool spread = [] {
     const char* e = std::getenv("TERN_CUDA_GEMV_SPREAD");
@@ -453,31 +434,16 @@ bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_st
   const int64_t groups = (n_sets + sets_per_group - 1) / sets_per_group;
   MatmulArgs args = a;
   if (!run_concurrent()) args.fuse.concurrent = 0;
-  if constexpr (T2 != T) args.x_once_buf = nullptr;  // the tile once per launch: one type's launches only
-  // The tile once per launch (gemv_x_once.cuh): not beside a running predecessor (the scratch is
-  // shared by the backend's launches, which touch it only after their PDL wait), and only when
-  // the tile fits the scratch. 3 also spreads the grid: with the tile formed once, more blocks
-  // no longer repeat it, and a small product (q4_k q+k: 80 of 132 SMs packed) reaches every SM.
-  const bool once = args.x_once_buf != nullptr && a.gemv_x_once != 0 && a.gemv_x_once != 2 && !args.fuse.concurrent &&
-                    l.stage_off - l.x_off <= kGemvXOnceBytes - kGemvXOnceSyncBytes;
-  if (!once) args.x_once_buf = nullptr;
-  // 5 / 6 also carry the tile between launches of one RMSNorm (gemv_x_once.cuh): a launch whose
-  // norm the next record carries keeps its tile, and the one that carries it (and does not store
-  // the norm's output: block 0 may form nothing) takes its predecessor's.
-  const bool carry_mode = once && (a.gemv_x_once == 5 || a.gemv_x_once == 6) && a.fuse.prologue == GemvPrologue::kRmsNorm;
-  const int x_once_flags = (carry_mode && a.x_once_tag != 0 ? kXOnceKeep : 0) |
-                           (carry_mode && a.x_once_carry_tag != 0 && a.fuse.write_x == 0 ? kXOnceCarry : 0);
   // Packed: the fewest blocks that hold the groups. Spread: every resident block (at most one per
   // group that has a set), the sets dealt out across blocks first; no group takes more than
   // sets_per_group either way, so the longest warp's work is the same.
-  const bool spread = spread_sets() || (once && (a.gemv_x_once == 3 || a.gemv_x_once == 6));
+  const bool spread = spread_sets();
   const int64_t max_blocks = int64_t{std::max(per_sm, 1)} * a.n_sm;
   const int64_t wanted = spread ? std::min(max_blocks, groups)
                                 : (groups + kGemvWarps / kParts - 1) / (kGemvWarps / kParts);
   const int64_t blocks = std::min<int64_t>(wanted, 65535);
   launch_kernel(env, kernel, dim3(static_cast<unsigned>(blocks)), kGemvWarps * 32, static_cast<size_t>(l.total), args,
-                n_stages, part_steps, prefetch_steps(n_stages, true), spread ? 1 : 0, a.gemv_norm_preload != 2 ? 1 : 0,
-                a.gemv_x_once == 4 ? 0 : kXOnceWaitNs, x_once_flags);
+                n_stages, part_steps, prefetch_steps(n_stages, true), spread ? 1 : 0, a.gemv_norm_preload != 2 ? 1 : 0);
   return true;
 }
 

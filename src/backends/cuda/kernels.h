@@ -192,10 +192,10 @@ enum class GemvPath : int32_t {
 // kSwiglu x = swiglu(gate src, up src2). The residual epilogue adds each output to residual (the
 // add that followed the product). Kernels without a prologue of their own run the op's kernel
 // first (matmul.cu), so every GEMV path accepts a fused record.
-// MatmulArgs::x_once_buf: 128 bytes of flag / counters, then the tile (the bytes the quantized
-// kernels keep in shared memory for one activation row: at most the opt-in shared memory).
+// MatmulArgs::x_once_buf: the backend's sync words for GEMV launches, zero between launches (the
+// chained launch's grid barrier, gemv_quant.cu). The name is that of the activation tile once
+// per launch, which kept its flag here and was removed in session 8 (measured slower).
 constexpr int kGemvXOnceSyncBytes = 128;
-constexpr int kGemvXOnceBytes = kGemvXOnceSyncBytes + 256 * 1024;
 
 enum class GemvPrologue : int32_t { kNone = 0, kRmsNorm = 1, kSwiglu = 2 };
 struct GemvFusion {
@@ -264,32 +264,13 @@ struct MatmulArgs {
   // 1 = on, 2 = off.
   int gemv_pair_staged;
   int gemv_chain;
-  // gemv_rows.cu's activation tile formed once per launch (gemv_x_once.cuh): block 0 forms the
-  // quantized tile (with its prologue) and publishes it in x_once_buf, the other blocks copy it
-  // instead of forming it again (or form it themselves if it is late). 0 = the default (off),
-  // 1 = on, 2 = off, 3 = on with the grid spread over every resident block (every SM), 4 = on
-  // without waiting for block 0 (tests: both paths in one launch), 5 / 6 = 1 / 3 and the tile
-  // carried from a launch with an RMSNorm prologue to the next launch of that norm (v after q+k:
-  // it forms nothing). Not yet run on a device (session 6). Same bits in every setting.
-  int gemv_x_once;
-  int x_once_pad;  // zero: the record has no padding bytes before the pointer (records compare bytewise)
   // A mixed-type launch (CudaBackendOptions::gemv_mixed; Q4_K_M's q4_k q+k with its q6_k v):
   // matrices tail_mat .. n_mats - 1 hold tail_dtype rows, the others dtype; 0 = one type. Only
   // gemv_rows.cu runs such a launch in one kernel (gemv_rows_mixed_supports); launch_matmul runs
   // any other as its two parts, the tail part forming its activations as a carried norm does.
   int32_t tail_mat;
   DType tail_dtype;
-  // The backend's scratch for it (kGemvXOnceBytes, zero-filled; its flag and counter are zero
-  // again after every launch), nullptr: off whatever gemv_x_once says.
-  uint8_t* x_once_buf;
-  // gemv_x_once 5 / 6 (gemv_x_once.cuh): x_once_tag, nonzero on a record whose RMSNorm the next
-  // record carries: a hash of the record's bytes (cuda_backend.cpp record_tag), which keys the
-  // tile its launch keeps; x_once_carry_tag, on that next record: the same value, the key of the
-  // tile it may take. A hash of the whole record, not an address: a tile kept by another record
-  // whose buffers happen to sit at the same addresses does not match, and identical records
-  // (every step of a replayed graph) take the same kernel path, so either keep or do not.
-  uint64_t x_once_tag;
-  uint64_t x_once_carry_tag;
+  uint8_t* x_once_buf;  // kGemvXOnceSyncBytes of the backend's sync words (above); nullptr before sm_90
   const void* w[kMaxFusedMatmuls];
   size_t w_stride_bytes[kMaxFusedMatmuls];
   int64_t rows[kMaxFusedMatmuls];

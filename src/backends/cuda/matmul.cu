@@ -196,9 +196,6 @@ void launch_matmul(const MatmulArgs& fused, const LaunchEnv& env) {
       head.y[m] = nullptr;
     }
     tail.fuse.write_x = 0;
-    tail.x_once_tag = 0;
-    tail.x_once_carry_tag = 0;
-    head.x_once_tag = 0;
     launch_matmul(head, env);
     launch_matmul(tail, env);
     return;

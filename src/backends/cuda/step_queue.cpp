@@ -4,7 +4,6 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gemv.h"
-#include "backends/cuda/l2_prefetch.h"
 #include "backends/cuda/matmul_tc.h"
 #include "core/check.h"
 
@@ -51,48 +50,11 @@ void launch_one(const OpRecord& r, const LaunchEnv& s) {
     case OpKind::kMatmulTc: launch_matmul_tc(args_of<TcMatmulArgs>(r), s); return;
     case OpKind::kArgmaxRows: launch_argmax_rows(args_of<ArgmaxArgs>(r), s); return;
     case OpKind::kTopCandidates: launch_top_candidates(args_of<TopCandidatesArgs>(r), s); return;
-    case OpKind::kL2Prefetch: launch_l2_prefetch(args_of<L2PrefetchArgs>(r), s); return;
   }
   TERN_CHECK_MSG(false, "unknown op record");
 }
 
-// Adds the first `want` bytes of [p, p + size) to the record's ranges, within its room; returns
-// the bytes added. Starts and lengths stay 16-byte aligned (the bulk prefetch's rule).
-uint64_t add_range(L2PrefetchArgs& a, const void* p, uint64_t size, uint64_t want, uint64_t& room) {
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t{15};
-  const uint64_t skip = begin - reinterpret_cast<uintptr_t>(p);
-  if (size <= skip || a.n_ranges == L2PrefetchArgs::kMaxRanges) return 0;
-  const uint64_t bytes = std::min({size - skip, want, room}) & ~uint64_t{15};
-  if (bytes == 0) return 0;
-  a.ptr[a.n_ranges] = reinterpret_cast<const void*>(begin);
-  a.bytes[a.n_ranges] = bytes;
-  ++a.n_ranges;
-  room -= bytes;
-  return bytes;
-}
-
 }  // namespace
-
-void resolve_l2_prefetches(std::vector<OpRecord>& ops) {
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].kind != OpKind::kL2Prefetch) continue;
-    auto& a = *reinterpret_cast<L2PrefetchArgs*>(ops[i].args);
-    a.n_ranges = 0;
-    uint64_t room = a.room;
-    int launches = 0;
-    for (size_t j = i + 1; j < ops.size() && launches < 2; ++j) {
-      const OpKind k = ops[j].kind;
-      if (k == OpKind::kL2Prefetch || k == OpKind::kMatmulTc || k == OpKind::kRope || k == OpKind::kKvWrite) break;
-      if (k != OpKind::kMatmul) continue;  // the attention, norms, adds
-      const MatmulArgs& m = args_of<MatmulArgs>(ops[j]);
-      for (int w = 0; w < m.n_mats; ++w) {
-        const uint64_t size = m.w_stride_bytes[w] * static_cast<uint64_t>(m.rows[w]);
-        add_range(a, m.w[w], size, launches == 0 ? size : a.second_bytes / m.n_mats, room);
-      }
-      ++launches;
-    }
-  }
-}
 
 StepQueue::~StepQueue() {
   for (CachedGraph& g : graphs_) cudaGraphExecDestroy(g.exec);  // best effort at teardown
@@ -157,14 +119,6 @@ StepQueue::CachedGraph& StepQueue::capture(const std::vector<OpRecord>& ops) {
 
 void StepQueue::flush() {
   if (pending_.empty()) return;
-  resolve_l2_prefetches(pending_);
-  for (const OpRecord& r : pending_) {
-    if (r.kind != OpKind::kL2Prefetch) continue;
-    const auto& a = args_of<L2PrefetchArgs>(r);
-    if (a.n_ranges == 0) continue;
-    ++stats_.l2_prefetches;
-    for (int k = 0; k < a.n_ranges; ++k) stats_.l2_prefetch_bytes += static_cast<int64_t>(a.bytes[k]);
-  }
   CachedGraph* hit = nullptr;
   if (use_graphs_) {
     for (CachedGraph& g : graphs_) {

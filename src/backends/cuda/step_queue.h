@@ -7,8 +7,6 @@
 //   - a list equal to the previous flush's list (seen twice in a row: a decode loop) is captured
 //     into a graph, cached, and replayed from then on;
 //   - anything else is launched op by op.
-// Before that, the L2 prefetch records get their ranges from the products after them
-// (l2_prefetch.h resolve_l2_prefetches): only then are those records final.
 // Replays are exact: the records hold every launch argument, so equal lists are equal launches.
 // Data that changes between equal steps (the plan, activations) lives in device buffers whose
 // addresses stay fixed; the backend refreshes them with stream-ordered copies before flushing.
@@ -27,7 +25,7 @@ namespace tern::cuda {
 
 enum class OpKind : uint32_t {
   kEmbed, kRmsNorm, kElementwise, kRope, kKvWrite, kGatherRows, kMatmul, kAttention, kMatmulTc, kArgmaxRows,
-  kTopCandidates, kL2Prefetch
+  kTopCandidates
 };
 
 struct OpRecord {
