@@ -471,8 +471,6 @@ int run(const Options& o) {
               static_cast<long long>(st.chunk_splits), static_cast<long long>(st.fused_attentions),
               static_cast<long long>(st.fused_early_kv), static_cast<long long>(st.cluster_attentions),
               st.attention_cluster);
-  std::printf("gemv     %lld chained launches (%lld products; TERN_CUDA_GEMV_CHAIN=0 off)\n",
-              static_cast<long long>(st.gemv_chains), static_cast<long long>(st.gemv_chain_phases));
   return 0;
 }
 

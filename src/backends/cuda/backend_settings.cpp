@@ -275,8 +275,6 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.gemv_float_pipe = on_off_default("TERN_CUDA_GEMV_FLOAT_PIPE", options.float_gemv_pipe);
   s.gemv_norm_preload = on_off_default("TERN_CUDA_GEMV_NORM_PRELOAD", options.gemv_norm_preload);
   s.gemv_mixed = on_off_default("TERN_CUDA_GEMV_MIXED", options.gemv_mixed);
-  s.gemv_pair_staged = on_off_default("TERN_CUDA_GEMV_PAIR_STAGED", options.gemv_pair_staged);
-  s.gemv_chain = on_off_default("TERN_CUDA_GEMV_CHAIN", options.gemv_chain);
   s.fuse_float_swiglu_epilogue = s.fuse_gemv && s.gemv_float_kernel == 0 && use_float_swiglu_epilogue(options);
   return s;
 }

@@ -74,9 +74,6 @@ struct BackendSettings {
   // Q4_K_M's q6_k v joins its q4_k q+k launch (one multi-row kernel, MatmulArgs::tail_mat): 0
   // default (on), 1 on, 2 off (TERN_CUDA_GEMV_MIXED=1 / 0).
   int gemv_mixed = 0;
-  // 0 default (both off), 1 on, 2 off (TERN_CUDA_GEMV_PAIR_STAGED / _CHAIN=1 / 0).
-  int gemv_pair_staged = 0;
-  int gemv_chain = 0;
   bool fuse_float_swiglu_epilogue = false;  // with fuse_gemv (TERN_CUDA_GEMV_FLOAT_GLU=0 / 1)
 };
 

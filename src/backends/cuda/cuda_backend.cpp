@@ -96,13 +96,10 @@ class CudaBackend final : public Backend {
         gemv_float_blocks_(settings.gemv_float_blocks),
         gemv_float_pipe_(settings.gemv_float_pipe),
         gemv_norm_preload_(settings.gemv_norm_preload),
-        gemv_pair_staged_(settings.gemv_pair_staged),
-        gemv_chain_(settings.gemv_chain),
         gemv_mixed_(settings.gemv_mixed != 2 && prop.major >= 9) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
     if (settings.gemv_float_dynamic) gemv_float_counter_ = alloc(64);  // MatmulArgs::gemv_float_counter
-    if (prop.major >= 9) x_once_buf_ = alloc(kGemvXOnceSyncBytes);  // MatmulArgs::x_once_buf, zero-filled
   }
   ~CudaBackend() override {
     queue_->flush();
@@ -111,7 +108,6 @@ class CudaBackend final : public Backend {
     partials_.reset();
     merge_counters_.reset();
     fusion_counter_.reset();
-    x_once_buf_.reset();
     gemv_float_counter_.reset();
     tc_x16_.reset();
     tc_w16_.reset();
@@ -354,9 +350,6 @@ class CudaBackend final : public Backend {
     a.gemv_float_blocks = gemv_float_blocks_;
     a.gemv_float_pipe = gemv_float_pipe_;
     a.gemv_norm_preload = gemv_norm_preload_;
-    a.gemv_pair_staged = gemv_pair_staged_;
-    a.gemv_chain = gemv_chain_;
-    a.x_once_buf = x_once_buf_ != nullptr ? static_cast<uint8_t*>(x_once_buf_->data()) : nullptr;
     a.gemv_float_counter = gemv_float_counter_ != nullptr ? static_cast<int*>(gemv_float_counter_->data()) : nullptr;
     add_matrix(a, w, out);
   }
@@ -812,12 +805,9 @@ class CudaBackend final : public Backend {
   int gemv_float_blocks_ = 0;
   int gemv_float_pipe_ = 0;     // MatmulArgs::gemv_float_pipe / gemv_norm_preload
   int gemv_norm_preload_ = 0;
-  int gemv_pair_staged_ = 0;    // MatmulArgs::gemv_pair_staged / gemv_chain
-  int gemv_chain_ = 0;
   bool gemv_mixed_ = false;     // CudaBackendOptions::gemv_mixed (mixed-type launches)
   int64_t gemv_mixed_joins_ = 0;
   std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks
-  std::unique_ptr<Buffer> x_once_buf_;      // MatmulArgs::x_once_buf (sm_90+: the chained GEMV's barrier)
   std::unique_ptr<Buffer> gemv_float_counter_;  // MatmulArgs::gemv_float_counter (dynamic units)
   int64_t gemv_fusions_ = 0;
   PackedPlanLayout layout_;

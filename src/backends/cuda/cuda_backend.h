@@ -168,15 +168,6 @@ struct CudaBackendOptions {
   // at 1k: 376.7 -> 389.4 tok/s, bench/RESULTS.md session 7). 0 = the default (on), 1 = on, 2 =
   // off; TERN_CUDA_GEMV_MIXED=1 / 0 overrides it. Same bits in every setting.
   int gemv_mixed = 0;
-  // Batch-1 decode of small models, each 0 = the default, 1 = on, 2 = off; same bits in every
-  // setting, both off by default (measured slower on the H200: gemv_quant.cu). gemv_pair_staged:
-  // the SwiGLU epilogue in the per-lane-staged single-row GEMV (SmolLM2's 576-wide q4_1
-  // gate/up) instead of an elementwise launch after it (TERN_CUDA_GEMV_PAIR_STAGED=1 / 0).
-  // gemv_chain: consecutive single-row products (o, gate/up, down, the next layer's q/k/v) as
-  // the phases of one kernel with a grid-wide barrier between them (MatmulArgs::gemv_chain;
-  // TERN_CUDA_GEMV_CHAIN=1 / 0).
-  int gemv_pair_staged = 0;
-  int gemv_chain = 0;
   // The SwiGLU epilogue for float gate/up products that the streamed kernel takes (a warp's two
   // rows are gate row r and up row r), with fuse_gemv; TERN_CUDA_GEMV_FLOAT_GLU=0 / 1 overrides.
   // On: it saves the elementwise launch without repeating work (H200, 8B F16 decode with the first
@@ -208,8 +199,6 @@ struct CudaBackendStats {
   int attention_cluster = 0;       // the resolved cluster merge setting (0: off, always before sm_90)
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int64_t gemv_mixed = 0;        // products that joined a launch of another weight type (gemv_mixed)
-  int64_t gemv_chains = 0;       // chained GEMV launches run eagerly or captured (gemv_chain)
-  int64_t gemv_chain_phases = 0; // the products they ran
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
                                  // 0 default, 1 legacy, 2 multi-row / split-row, 3 single-row)
 };

@@ -106,13 +106,6 @@ void launch_gemv_float_stream(const MatmulArgs& a, const LaunchEnv& env);
 void init_gemv_float_stream(int max_smem_bytes);
 // Sets the quantized kernels' dynamic shared-memory limit (once per device).
 void init_gemv_quant(int max_smem_bytes);
-// Runs the longest prefix of recs[0 .. count) that gemv_quant.cu can chain (consecutive
-// single-row products of one quantized type run as the phases of one kernel, a grid-wide
-// barrier between them; MatmulArgs::gemv_chain) as one launch, and returns its length; 0 when
-// fewer than two records chain (the caller launches them one by one). Same bits as separate
-// launches: each phase is its product's kernel body.
-constexpr int kMaxGemvChain = 4;
-int launch_gemv_chain(const MatmulArgs* const* recs, int count, const LaunchEnv& env);
 // The n = 1 multi-row / split-row kernel (gemv_rows.cu, GemvPath::kRows): whether it takes the
 // product (q8_0 / q4_k / q5_k / q6_k rows of more than 2048 elements, bulk-copy eligible, no
 // prologue or an RMSNorm one, no SwiGLU epilogue), whether GemvPath::kAuto sends the product to

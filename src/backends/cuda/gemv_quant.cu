@@ -123,23 +123,14 @@ constexpr int min_blocks_per_sm() {
   else return T == DType::Q8_0 || T == DType::Q6_K || !kBulk ? 3 : 4;
 }
 
-// kPair: the SwiGLU epilogue's instance (bulk-staged, and per-lane-staged at n = 1 unless
-// MatmulArgs::gemv_pair_staged is off; others leave it to the elementwise kernel), a separate
-// instance so the others keep their registers.
-//
-// The kernel's body, for one launch (gemv_quant_kernel) or one phase of a chained launch
-// (gemv_chain_kernel): block_x / block_y / grid_y stand for blockIdx.x / blockIdx.y /
-// gridDim.y, and wait() for the PDL wait (every thread calls it once, after the first weight
-// steps are issued: in a chain, the grid barrier after the previous phase). arrive() runs first,
-// before anything is issued (a chain phase's arrival at that barrier: none of this phase's loads
-// can then delay it).
-// kEarly (chain phases, which have the registers for it: the standalone single-row instances are
-// held to 64-80): loads that do not depend on the kernel before go out early, see below.
-template <DType T, bool kBulk, int kTile, bool kPair, bool kEarly, typename Arrive, typename Wait>
-__device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stages, int seg_rows, int prefetch,
-                                                unsigned block_x, unsigned block_y, unsigned grid_y, Arrive&& arrive,
-                                                Wait&& wait) {
-  arrive();
+// kPair: the SwiGLU epilogue's instance (bulk-staged only; others leave it to the elementwise
+// kernel), a separate instance so the others keep their registers.
+// kEarly: loads that do not depend on the kernel before go out early (see below).
+// The kernel's body (gemv_quant_kernel below) is a function of its own: so inlined, it compiles to
+// the sm_90a code that session 8 measured; written into the kernel, the single-row instances'
+// register assignment and scheduling shift (same instructions, same bits, but not the same SASS).
+template <DType T, bool kBulk, int kTile, bool kPair, bool kEarly>
+__device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stages, int seg_rows, int prefetch) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int kBlockElems = QType<T>::kBlockElems, kBlockBytes = QType<T>::kBlockBytes;
   constexpr int kFullStepBytes = step_bytes<T>();
@@ -148,7 +139,7 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
   const int cols = static_cast<int>(a.cols);
   const int n_units = cols / 32;
   const int nt_alloc = a.n < kTile ? static_cast<int>(a.n) : kTile;
-  const int64_t x0 = int64_t{block_x} * kTile;
+  const int64_t x0 = int64_t{blockIdx.x} * kTile;
   const int nt = static_cast<int>(a.n - x0 < kTile ? a.n - x0 : kTile);
   const SmemLayout l = smem_layout<T>(cols, nt_alloc, n_stages, seg_rows);
   uint8_t* xq = smem + l.x_off;
@@ -162,8 +153,8 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
   // step, so the row's canonical tree is unchanged (see the segment butterfly below).
   const int seg_lanes = 32 / seg_rows;
   const int seg = lane / seg_lanes, seg_lane = lane % seg_lanes;
-  const int64_t row_stride = int64_t{grid_y} * kGemvWarps;
-  const int64_t first_row = int64_t{block_y} * kGemvWarps + warp;  // first group in segmented mode
+  const int64_t row_stride = int64_t{gridDim.y} * kGemvWarps;
+  const int64_t first_row = int64_t{blockIdx.y} * kGemvWarps + warp;  // first group in segmented mode
   // A SwiGLU epilogue pairs the two matrices' rows: the warp's k-th unit is group pair
   // first_row + (k / 2) * row_stride, gate's group for even k and up's for odd k, so one lane
   // holds both sums of a row r. Only which warp computes a row changes, never how.
@@ -225,7 +216,7 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
   // takes an L2 round trip off the path after it (MatmulArgs::gemv_norm_preload; same values).
   NormPreload pre;
   if (kEarly && a.gemv_norm_preload != 2) preload_norm16(a, nt, pre);
-  wait();  // x is the previous kernel's output
+  pdl_enter();  // x is the previous kernel's output
   // The residual epilogue's old value of the warp's first row (single-row tile), loaded now, so
   // its round trip overlaps the tile and the dot product instead of following them: only this
   // lane writes that element, and the writer before the wait has completed. Same add, same bits.
@@ -234,7 +225,7 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
                          seg_lane == 0;
   if (res_early) res_first = a.fuse.residual[x0 * a.fuse.residual_stride + mat_row(a, group_row(0) + seg).r];
   if (a.fuse.prologue != GemvPrologue::kNone) {
-    quantize_tile_fused(a, x0, nt, l, xq, xd, xs, xh, block_y == 0, pre);
+    quantize_tile_fused(a, x0, nt, l, xq, xd, xs, xh, blockIdx.y == 0, pre);
   } else {
     quantize_tile(a, x0, nt, l, xq, xd, xs, xh);
   }
@@ -311,14 +302,13 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
   }
 }
 
-// kEarly: the early loads (gemv_quant_body) at two blocks per SM (128 registers), for the
-// single-row products whose grid is at most one block per SM (launch_typed), where residency
-// does not limit the grid.
+// kEarly: the early loads at two blocks per SM (128 registers) where the other single-row
+// instances are held to 64-80, for the single-row products whose grid is at most one block per SM
+// (launch_typed), where residency does not limit the grid.
 template <DType T, bool kBulk, int kTile, bool kPair = false, bool kEarly = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, kEarly ? 2 : min_blocks_per_sm<T, kBulk, kTile>())
     gemv_quant_kernel(MatmulArgs a, int n_stages, int seg_rows, int prefetch) {
-  gemv_quant_body<T, kBulk, kTile, kPair, kEarly>(a, n_stages, seg_rows, prefetch, blockIdx.x, blockIdx.y, gridDim.y,
-                                                 [] {}, [] { pdl_enter(); });
+  gemv_quant_body<T, kBulk, kTile, kPair, kEarly>(a, n_stages, seg_rows, prefetch);
 }
 
 // Launches one instance with a grid of as many blocks as can be resident (occupancy of this
@@ -355,9 +345,8 @@ struct QuantPlan {
   int seg_rows = 1;
 };
 
-// chain: for a chain phase, which always pairs (the pair is what lets gate/up join the chain).
 template <DType T>
-QuantPlan plan_typed(const MatmulArgs& a, bool chain = false) {
+QuantPlan plan_typed(const MatmulArgs& a) {
   QuantPlan p;
   if (a.cols % QType<T>::kBlockElems != 0 || a.cols >= (int64_t{1} << 31)) return p;
   if ((a.cols + kStepElems - 1) / kStepElems > kMaxSteps) return p;
@@ -377,11 +366,10 @@ QuantPlan plan_typed(const MatmulArgs& a, bool chain = false) {
   // tree), so the choice may depend on n: one activation row takes the single-row tile, whose
   // kernel needs fewer registers (more resident warps) and no per-row predicates.
   p.bulk = bulk_eligible<T>(a);
-  // The per-lane-staged kernel can pair gate and up rows at n = 1 (no elementwise launch after
-  // it; the SwiGLU value is the elementwise kernel's expression on the same two sums, so the bits
-  // are the same). Opt-in as a launch of its own: on the H200 SmolLM2's decode measured 2% slower
-  // with it (half the blocks, each warp two rows in turn); a chain phase always pairs.
-  p.pair = p.glu && (p.bulk || (a.n == 1 && (chain || a.gemv_pair_staged == 1)));
+  // The bulk-staged kernels pair gate and up rows; the per-lane-staged ones leave the SwiGLU to
+  // the elementwise kernel (pairing them at n = 1 measured 1-2% slower on the H200, SmolLM2
+  // decode: half the blocks, each warp two rows in turn; bench/RESULTS.md session 8).
+  p.pair = p.glu && p.bulk;
   p.seg_rows = segment_rows<T>(a);
   // A segmented step is at most a full step, so it fits the stages sized for full steps.
   if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>(), p.seg_rows).total > smem_limit) p.seg_rows = 1;
@@ -426,13 +414,11 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
     if constexpr (has_early<T>()) {
       if (p.bulk && p.pair) launch_instance<T, true, 1, true, true>(a, env, p.n_stages, p.seg_rows);
       else if (p.bulk) launch_instance<T, true, 1, false, true>(a, env, p.n_stages, p.seg_rows);
-      else if (p.pair) launch_instance<T, false, 1, true, true>(a, env, p.n_stages, p.seg_rows);
       else launch_instance<T, false, 1, false, true>(a, env, p.n_stages, p.seg_rows);
     }
   } else if (a.n == 1) {
     if (p.bulk && p.pair) launch_instance<T, true, 1, true>(a, env, p.n_stages, p.seg_rows);
     else if (p.bulk) launch_instance<T, true, 1>(a, env, p.n_stages, p.seg_rows);
-    else if (p.pair) launch_instance<T, false, 1, true>(a, env, p.n_stages, p.seg_rows);
     else launch_instance<T, false, 1>(a, env, p.n_stages, p.seg_rows);
   } else {
     if (p.bulk && p.pair) launch_instance<T, true, kGemvMaxXRows, true>(a, env, p.n_stages, p.seg_rows);
@@ -441,156 +427,6 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
   }
   if (p.glu && !p.pair) launch_glu_after(a, env);
   return true;
-}
-
-// --- chained launches (batch-1 decode of small models) ------------------------------------------
-//
-// A small model's decode layer is a handful of products of a few hundred KB each (SmolLM2-135M:
-// o, gate/up, down, then the next layer's q/k/v), each a launch whose time is mostly latency:
-// the launch, the PDL wait for the previous kernel to drain, the activation tile's round trips.
-// A chain runs up to kMaxGemvChain consecutive single-row products as the phases of one kernel:
-// each phase is the body of the kernel its product would launch (same instance, same grid rows
-// per block, same per-row arithmetic: the same bits), and the phases meet at a grid-wide barrier
-// instead of a kernel boundary. The next phase's first weight steps are issued before the
-// barrier (weights depend on nothing). Every block of the grid must be resident at once for the
-// barrier: the grid is at most the kernel's occupancy times the SMs (the phases' grids are sized
-// by it too), and a block spins only on blocks that are running or about to be scheduled (the
-// previous kernel's blocks finish without waiting on anything of this kernel).
-//
-// Opt-in (MatmulArgs::gemv_chain = 1): on the H200 it measured SLOWER, SmolLM2 decode 848 against
-// 1,140 tok/s at ctx 128, and not because of the barrier: with the waits taken out (wrong
-// results, timing only) it ran at 856. A phase costs ~7.8 us in the graph against ~4.2 us per
-// launch (ncu, serialized: 44.6 us for four phases against 29.9 us for the five launches they
-// replace). Unprofiled guesses: instruction fetch -- the four inlined bodies are 276 KB of SASS
-// (cubin .text, sm_90a) where the separate launches run 72 KB that qkv, o and gate/up share
-// (the staged single-row instance) and 69 KB for down (bulk) -- and a phase's weight copies go
-// out only when the block reaches it, where a launch issues them before its PDL wait while its
-// predecessor still runs.
-//
-// The barrier counts arrivals on a word of the x_once scratch's sync header (kChainArrive: phase p
-// waits for p x blocks), and the last block to exit resets it (kChainExit), so the next chain
-// and every graph replay start from zero. The words are touched only after phase 0's PDL wait,
-// so the previous chain of the stream has completed.
-constexpr int kChainArrive = 28, kChainExit = 29;  // words of the sync header (gemv_x_once.cuh uses 0-13)
-static_assert(kChainExit * 4 + 4 <= kGemvXOnceSyncBytes);
-
-// Which kernel instance a chain phase runs: 0 none (the chain is shorter), 1 per-lane staged,
-// 2 per-lane staged with the SwiGLU pair, 3 bulk, 4 bulk with the pair. Single-row tiles only.
-constexpr int kVarNone = 0, kVarStaged = 1, kVarStagedPair = 2, kVarBulk = 3, kVarBulkPair = 4;
-
-struct GemvChainArgs {
-  MatmulArgs m0, m1, m2, m3;  // named, not an array: a runtime index would copy them to local memory
-  int n_stages[kMaxGemvChain];
-  int seg_rows[kMaxGemvChain];
-  int prefetch[kMaxGemvChain];
-  int grid_y[kMaxGemvChain];
-  unsigned* sync;
-  unsigned n_blocks;
-};
-
-__device__ __forceinline__ unsigned chain_load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void chain_red_release(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-// The barrier between phases, in two halves that every thread of every block calls: arrive (the
-// block is done with the previous phase: its writes and its reads of shared memory) and wait
-// (every block has arrived). The first __syncthreads orders the block's writes before thread 0's
-// release (cumulative); thread 0's acquire and the second __syncthreads order the block's later
-// reads after every block's arrival. Between the halves the phase issues its weight copies, so
-// their latency overlaps the barrier's. (H200, SmolLM2: fences around a relaxed add and poll, a
-// cooperative grid sync's pattern, measured 2% slower; the whole barrier after the copies, 5%.)
-__device__ __forceinline__ void chain_arrive(unsigned* sync) {
-  __syncthreads();
-  if (threadIdx.x == 0) chain_red_release(sync + kChainArrive, 1u);
-}
-
-__device__ __forceinline__ void chain_wait(unsigned* sync, unsigned target) {
-  if (threadIdx.x == 0) {
-    while (chain_load_acquire(sync + kChainArrive) < target) {
-    }
-  }
-  __syncthreads();
-}
-
-template <DType T, int kVar>
-__device__ __forceinline__ void chain_phase(const MatmulArgs& a, const GemvChainArgs& c, int phase) {
-  if constexpr (kVar != kVarNone) {
-    const unsigned target = static_cast<unsigned>(phase) * c.n_blocks;
-    auto arrive = [&] {
-      if (phase > 0) chain_arrive(c.sync);
-    };
-    auto wait = [&] {
-      if (phase == 0) pdl_enter();
-      else chain_wait(c.sync, target);
-    };
-    if (blockIdx.y < static_cast<unsigned>(c.grid_y[phase])) {
-      gemv_quant_body<T, kVar >= kVarBulk, 1, kVar == kVarStagedPair || kVar == kVarBulkPair, true>(
-          a, c.n_stages[phase], c.seg_rows[phase], c.prefetch[phase], 0, blockIdx.y, c.grid_y[phase], arrive, wait);
-    } else {
-      arrive();
-      wait();
-    }
-  }
-}
-
-// Two blocks per SM (128 registers): a chain's grid is one phase's rows (SmolLM2: at most 48
-// blocks), and at the standalone kernels' 80 the phases' bodies spilled ~1 KB.
-template <DType T, int kV0, int kV1, int kV2, int kV3>
-__global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_chain_kernel(GemvChainArgs c) {
-  chain_phase<T, kV0>(c.m0, c, 0);
-  chain_phase<T, kV1>(c.m1, c, 1);
-  chain_phase<T, kV2>(c.m2, c, 2);
-  chain_phase<T, kV3>(c.m3, c, 3);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    // Every block counted here has passed its last barrier: the last one may reset the words.
-    if (atomicAdd(c.sync + kChainExit, 1u) == c.n_blocks - 1) {
-      atomicExch(c.sync + kChainArrive, 0u);
-      atomicExch(c.sync + kChainExit, 0u);
-    }
-  }
-}
-
-// The instantiated chains: SmolLM2's layer (o, gate/up with the SwiGLU pair, down, the next
-// layer's q/k/v) and the last layer's (no q/k/v after it), q4_1 at 576 columns.
-struct ChainShape {
-  DType dtype;
-  int var[kMaxGemvChain];
-  void (*kernel)(GemvChainArgs);
-};
-const ChainShape kChainShapes[] = {
-    {DType::Q4_1, {kVarStaged, kVarStagedPair, kVarBulk, kVarStaged},
-     gemv_chain_kernel<DType::Q4_1, kVarStaged, kVarStagedPair, kVarBulk, kVarStaged>},
-    {DType::Q4_1, {kVarStaged, kVarStagedPair, kVarBulk, kVarNone},
-     gemv_chain_kernel<DType::Q4_1, kVarStaged, kVarStagedPair, kVarBulk, kVarNone>},
-};
-
-// The chain phase a record can be (kVarNone: it cannot), with its stages, segment rows and
-// shared memory.
-template <DType T>
-int chain_variant(const MatmulArgs& a, int& n_stages, int& seg_rows, int& smem) {
-  if (a.gemv_chain != 1 || a.n != 1 || a.tail_mat != 0 || a.x_once_buf == nullptr || a.total_rows() == 0) return kVarNone;
-  if (a.fuse.prologue == GemvPrologue::kSwiglu) return kVarNone;  // its store counts the launch's blocks
-  const QuantPlan p = plan_typed<T>(a, true);
-  if (!p.ok || p.legacy || p.rows || (p.glu && !p.pair)) return kVarNone;
-  n_stages = p.n_stages;
-  seg_rows = p.seg_rows;
-  smem = smem_layout<T>(static_cast<int>(a.cols), 1, n_stages, seg_rows).total;
-  if (p.bulk) return p.pair ? kVarBulkPair : kVarBulk;
-  return p.pair ? kVarStagedPair : kVarStaged;
-}
-
-int chain_variant_of(const MatmulArgs& a, int& n_stages, int& seg_rows, int& smem) {
-  switch (a.dtype) {
-    case DType::Q4_1: return chain_variant<DType::Q4_1>(a, n_stages, seg_rows, smem);
-    default: return kVarNone;
-  }
 }
 
 template <DType T, bool kBulk, int kTile, bool kPair = false, bool kEarly = false>
@@ -611,10 +447,8 @@ void allow_smem(int max_smem_bytes) {
   allow_smem_instance<T, true, 1>(max_smem_bytes);
   allow_smem_instance<T, true, kGemvMaxXRows, true>(max_smem_bytes);
   allow_smem_instance<T, true, 1, true>(max_smem_bytes);
-  allow_smem_instance<T, false, 1, true>(max_smem_bytes);
   if constexpr (has_early<T>()) {
     allow_smem_instance<T, false, 1, false, true>(max_smem_bytes);
-    allow_smem_instance<T, false, 1, true, true>(max_smem_bytes);
     allow_smem_instance<T, true, 1, false, true>(max_smem_bytes);
     allow_smem_instance<T, true, 1, true, true>(max_smem_bytes);
   }
@@ -643,67 +477,7 @@ bool gemv_bulk_compiled() {
   return attr.ptxVersion >= 90;
 }
 
-int launch_gemv_chain(const MatmulArgs* const* recs, int count, const LaunchEnv& env) {
-  if (count < 2) return 0;
-  count = std::min(count, kMaxGemvChain);
-  int var[kMaxGemvChain] = {}, n_stages[kMaxGemvChain] = {}, seg_rows[kMaxGemvChain] = {}, smem[kMaxGemvChain] = {};
-  int eligible = 0;
-  for (; eligible < count; ++eligible) {
-    const MatmulArgs& a = *recs[eligible];
-    if (eligible > 0 && (a.dtype != recs[0]->dtype || a.x_once_buf != recs[0]->x_once_buf)) break;
-    var[eligible] = chain_variant_of(a, n_stages[eligible], seg_rows[eligible], smem[eligible]);
-    if (var[eligible] == kVarNone) break;
-  }
-  // The longest instantiated chain that is a prefix of the eligible records.
-  const ChainShape* shape = nullptr;
-  int len = 0;
-  for (const ChainShape& c : kChainShapes) {
-    int n = 0;
-    while (n < kMaxGemvChain && c.var[n] != kVarNone) ++n;
-    if (c.dtype != recs[0]->dtype || n > eligible || n <= len) continue;
-    bool match = true;
-    for (int k = 0; k < n; ++k) match = match && c.var[k] == var[k];
-    if (match) {
-      shape = &c;
-      len = n;
-    }
-  }
-  if (shape == nullptr) return 0;
-  GemvChainArgs c{};
-  MatmulArgs* m[kMaxGemvChain] = {&c.m0, &c.m1, &c.m2, &c.m3};
-  int total = 0;
-  for (int k = 0; k < len; ++k) {
-    *m[k] = *recs[k];
-    total = std::max(total, smem[k]);
-  }
-  int per_sm = 0;
-  TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, shape->kernel, kGemvWarps * 32, total));
-  if (per_sm < 1) return 0;
-  const int64_t resident = int64_t{per_sm} * recs[0]->n_sm;
-  int64_t grid = 1;
-  for (int k = 0; k < len; ++k) {
-    const MatmulArgs& a = *recs[k];
-    const bool pair = var[k] == kVarStagedPair || var[k] == kVarBulkPair;
-    const int64_t groups = (pair ? a.rows[0] : a.total_rows()) / seg_rows[k];
-    // The standalone launch's rows per block, within the blocks that are resident at once.
-    const int64_t blocks = std::min<int64_t>((groups + kGemvWarps - 1) / kGemvWarps, std::min<int64_t>(resident, 65535));
-    c.grid_y[k] = static_cast<int>(blocks);
-    c.n_stages[k] = n_stages[k];
-    c.seg_rows[k] = seg_rows[k];
-    c.prefetch[k] = prefetch_steps(n_stages[k], false);
-    grid = std::max(grid, blocks);
-  }
-  c.sync = reinterpret_cast<unsigned*>(recs[0]->x_once_buf);
-  c.n_blocks = static_cast<unsigned>(grid);
-  launch_kernel(env, shape->kernel, dim3(1, static_cast<unsigned>(grid)), kGemvWarps * 32, static_cast<size_t>(total), c);
-  return len;
-}
-
 void init_gemv_quant(int max_smem_bytes) {
-  for (const ChainShape& c : kChainShapes) {
-    TERN_CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         max_smem_bytes - kFusionStaticSmemBytes));
-  }
   allow_smem<DType::Q4_0>(max_smem_bytes);
   allow_smem<DType::Q4_1>(max_smem_bytes);
   allow_smem<DType::Q8_0>(max_smem_bytes);

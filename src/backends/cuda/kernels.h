@@ -192,11 +192,6 @@ enum class GemvPath : int32_t {
 // kSwiglu x = swiglu(gate src, up src2). The residual epilogue adds each output to residual (the
 // add that followed the product). Kernels without a prologue of their own run the op's kernel
 // first (matmul.cu), so every GEMV path accepts a fused record.
-// MatmulArgs::x_once_buf: the backend's sync words for GEMV launches, zero between launches (the
-// chained launch's grid barrier, gemv_quant.cu). The name is that of the activation tile once
-// per launch, which kept its flag here and was removed in session 8 (measured slower).
-constexpr int kGemvXOnceSyncBytes = 128;
-
 enum class GemvPrologue : int32_t { kNone = 0, kRmsNorm = 1, kSwiglu = 2 };
 struct GemvFusion {
   GemvPrologue prologue;
@@ -252,25 +247,16 @@ struct MatmulArgs {
   int gemv_float_pipe;
   // The quantized kernels' RMSNorm prologue (gemv_tile.cuh quantize_tile_fused): each thread's
   // norm-weight values are loaded before the PDL wait (the weight is constant), which takes an
-  // L2 round trip off the path after it (gemv_rows.cu, and gemv_quant.cu's chain phases, which
-  // also load the residual epilogue's old value right after the wait). 0 = the default, 1 = on,
-  // 2 = off (A/B timing, tests).
+  // L2 round trip off the path after it (gemv_rows.cu, and gemv_quant.cu's early-load single-row
+  // instances, which also load the residual epilogue's old value right after the wait). 0 = the
+  // default, 1 = on, 2 = off (A/B timing, tests).
   int gemv_norm_preload;
-  // Batch-1 decode of small models (gemv_quant.cu; same bits in every setting): gemv_pair_staged,
-  // the SwiGLU epilogue in the per-lane-staged single-row kernel too (rows not 16-byte aligned,
-  // q4_1 at 576 columns), instead of the elementwise kernel after it; gemv_chain, consecutive
-  // products run as the phases of one kernel with a grid-wide barrier between them (StepQueue
-  // launch_all, launch_gemv_chain). 0 = the default (both off: measured slower on the H200),
-  // 1 = on, 2 = off.
-  int gemv_pair_staged;
-  int gemv_chain;
   // A mixed-type launch (CudaBackendOptions::gemv_mixed; Q4_K_M's q4_k q+k with its q6_k v):
   // matrices tail_mat .. n_mats - 1 hold tail_dtype rows, the others dtype; 0 = one type. Only
   // gemv_rows.cu runs such a launch in one kernel (gemv_rows_mixed_supports); launch_matmul runs
   // any other as its two parts, the tail part forming its activations as a carried norm does.
   int32_t tail_mat;
   DType tail_dtype;
-  uint8_t* x_once_buf;  // kGemvXOnceSyncBytes of the backend's sync words (above); nullptr before sm_90
   const void* w[kMaxFusedMatmuls];
   size_t w_stride_bytes[kMaxFusedMatmuls];
   int64_t rows[kMaxFusedMatmuls];

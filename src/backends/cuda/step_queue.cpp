@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/gemv.h"
 #include "backends/cuda/matmul_tc.h"
 #include "core/check.h"
 
@@ -62,23 +61,7 @@ StepQueue::~StepQueue() {
 
 void StepQueue::launch_all(const std::vector<OpRecord>& ops) {
   const LaunchEnv env{stream_, pdl_};
-  for (size_t i = 0; i < ops.size();) {
-    // Consecutive products may run as one chained launch (gemv.h launch_gemv_chain).
-    const MatmulArgs* run[kMaxGemvChain];
-    int n = 0;
-    while (n < kMaxGemvChain && i + n < ops.size() && ops[i + n].kind == OpKind::kMatmul) {
-      run[n] = &args_of<MatmulArgs>(ops[i + n]);
-      ++n;
-    }
-    if (const int taken = n >= 2 ? launch_gemv_chain(run, n, env) : 0; taken > 0) {
-      ++stats_.gemv_chains;
-      stats_.gemv_chain_phases += taken;
-      i += static_cast<size_t>(taken);
-      continue;
-    }
-    launch_one(ops[i], env);
-    ++i;
-  }
+  for (const OpRecord& r : ops) launch_one(r, env);
 }
 
 StepQueue::CachedGraph& StepQueue::capture(const std::vector<OpRecord>& ops) {
