@@ -117,7 +117,8 @@ std::vector<float> caches_of(Backend& b, Cache& cache) {
 // early: CudaBackendOptions::attention_fused_early_kv (0 none, 1 the first K/V copies before the
 // PDL wait, 2 those and the rope's rotation factors).
 // compact: CudaBackendOptions::attention_compact (0 off; 1 / 2 the compact decode kernel with the
-// rope launch kept / taken in, where it applies: f16 caches, head_dim 64 / 128, groups up to 4).
+// rope launch kept / taken in, where it applies: f16 caches, head_dim 64 / 128, groups up to 4;
+// 3 takes it in at head_dim <= 64 only, the default).
 std::unique_ptr<Backend> make_fused(int fused, int chunk_split, int cluster = 0, int early = 0, int compact = 0) {
   cuda::CudaBackendOptions o;
   o.attention_fused_decode = fused;
@@ -168,6 +169,7 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
   add(3, 1, 0, 0, 2);
   add(3, 2, 0, 2, 2);
   add(0, -1, 0, 0, 2);
+  add(3, -1, 0, 2, 3);  // the default: taken in at head_dim 64, kept at 128
   if (clusters_available()) {
     add(3, -1, 16);  // clusters with the fused rope (the default mode)
     add(0, -1, 16);  // clusters, the rope launch kept
@@ -268,7 +270,7 @@ TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
   const Case c{{32, 8, 128, DType::F16}, {0, false, 1.0f}};
   // (mode, most blocks per cluster, attention_fused_early_kv, attention_compact)
   std::vector<std::tuple<int, int, int, int>> configs = {{1, 0, 0, 0}, {3, 0, 0, 0}, {3, 0, 2, 0}, {1, 0, 1, 0},
-                                                         {4, 0, 2, 0}, {3, 0, 2, 1}, {0, 0, 0, 2}};
+                                                         {4, 0, 2, 0}, {3, 0, 2, 1}, {0, 0, 0, 2}, {3, 0, 2, 3}};
   // (clusters of 8 blocks: the step's 16 clusters are resident at once, so the launch takes them)
   if (clusters_available()) configs.insert(configs.end(), {{3, 8, 0, 0}, {0, 8, 0, 0}});
   for (const auto& [mode, cluster, early, compact] : configs) {
@@ -313,7 +315,8 @@ TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
     EXPECT_GE(cuda::backend_stats(*got).steps_graph, graphs_before + 2) << "the steps were not replayed as graphs";
     if (compact != 0) {
       EXPECT_GE(cuda::backend_stats(*got).compact_attentions, 10);
-      EXPECT_EQ(cuda::backend_stats(*got).fused_attentions, compact == 2 ? cuda::backend_stats(*got).compact_attentions : 0);
+      const bool rope_in = compact == 2 || (compact == 3 && c.s.head_dim <= 64);
+      EXPECT_EQ(cuda::backend_stats(*got).fused_attentions, rope_in ? cuda::backend_stats(*got).compact_attentions : 0);
     } else if (mode != 0) {
       EXPECT_GE(cuda::backend_stats(*got).fused_attentions, 10);
     }

@@ -213,7 +213,7 @@ TEST_F(BackendSettingsTest, FusedDecodeSwitch) {
 TEST_F(BackendSettingsTest, CompactDecodeSwitch) {
   const int def = cuda::kDefaultAttnCompact;
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_compact, def);
-  const std::pair<const char*, int> env_cases[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", def}, {"yes", def}, {"", def}};
+  const std::pair<const char*, int> env_cases[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}, {"4", def}, {"33", def}, {"yes", def}, {"", def}};
   for (const auto& [value, want] : env_cases) {
     setenv("TERN_CUDA_ATTN_COMPACT", value, 1);
     EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_compact, want) << value;
@@ -224,7 +224,7 @@ TEST_F(BackendSettingsTest, CompactDecodeSwitch) {
   EXPECT_EQ(resolve_settings(o, 9, true).attention_compact, 0);
   o.attention_compact = 5;
   setenv("TERN_CUDA_ATTN_COMPACT", "0", 1);
-  EXPECT_EQ(resolve_settings(o, 9, true).attention_compact, 2);
+  EXPECT_EQ(resolve_settings(o, 9, true).attention_compact, 3);
 }
 
 // The fused decode attention's work before its PDL wait (CudaBackendOptions::

@@ -200,7 +200,7 @@
 // decode does (attention_fused.cuh load_q, write_new_rows by the block whose chunk holds the
 // token's position). Tests: GpuAttentionCompact.*, GpuAttentionFused.*. H200 (bench/RESULTS.md,
 // session 8): rope + attention at 1k 13.2 -> 12.3 us/layer (8B), 10.0 -> 8.4 (SmolLM2); SmolLM2
-// Q4_1 decode +10-12%; the default (mode 2) since session 8.
+// Q4_1 decode +10-12%. The default since session 8 is mode 3: 2 at head_dim <= 64, 1 above.
 //
 // Early K/V copies (two-chunk kernels, AttentionArgs::early_kv; opt-in, TERN_CUDA_ATTN_EARLY_KV=1
 // or CudaBackendOptions::attention_early_kv, steps of at most 16 tokens): a block's first K/V

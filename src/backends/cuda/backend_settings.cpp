@@ -224,14 +224,12 @@ int attention_cluster(const CudaBackendOptions& options, int cc_major) {
   }
   return kDefaultAttnCluster;
 }
-// The compact decode attention: the option wins when set (0-2, larger values 2), else
-// TERN_CUDA_ATTN_COMPACT ("0" / "1" / "2"), else kDefaultAttnCompact.
+// The compact decode attention: the option wins when set (0-3, larger values 3), else
+// TERN_CUDA_ATTN_COMPACT ("0" to "3"), else kDefaultAttnCompact.
 int attention_compact(const CudaBackendOptions& options) {
-  if (options.attention_compact >= 0) return std::min(options.attention_compact, 2);
+  if (options.attention_compact >= 0) return std::min(options.attention_compact, 3);
   const char* env = std::getenv("TERN_CUDA_ATTN_COMPACT");
-  if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0 || std::strcmp(env, "2") == 0)) {
-    return std::atoi(env);
-  }
+  if (env != nullptr && env[0] >= '0' && env[0] <= '3' && env[1] == '\0') return env[0] - '0';
   return kDefaultAttnCompact;
 }
 int attention_fold_max_spans() {

@@ -35,9 +35,12 @@ constexpr int kDefaultFusedDecode = 3;
 constexpr int kDefaultAttnCluster = 0;
 
 // The compact decode attention's default (CudaBackendOptions::attention_compact: 0 off, 1 on
-// with the rope launch kept, 2 on with the rope taken into it). 2 since session 8: SmolLM2 Q4_1
-// decode +10-12%, 8B Q4_K_M +3% at 1k on the H200 (bench/RESULTS.md).
-constexpr int kDefaultAttnCompact = 2;
+// with the rope launch kept, 2 on with the rope taken into it, 3 on with the rope taken in at
+// head_dim <= 64 only). 3 since session 8, from the H200's A/B (bench/RESULTS.md): SmolLM2 Q4_1
+// (head_dim 64) decodes fastest with the rope taken in (1,336 tok/s at ctx 128 against 1,290 with
+// it apart and 1,170 without the kernel), the 8B shape (head_dim 128) with it apart (437 against
+// 423 and 405 tok/s at 1k).
+constexpr int kDefaultAttnCompact = 3;
 
 struct BackendSettings {
   bool pdl = false;            // programmatic dependent launch (sm_90+; TERN_CUDA_PDL=0 off)

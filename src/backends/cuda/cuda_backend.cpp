@@ -449,8 +449,10 @@ class CudaBackend final : public Backend {
         a.span_kernel |= kSpanCompact;
         a.early_kv = 0;
         ++compact_attentions_;
-        // 2: with the layer's rope launch taken in (the fused decode's rope, attention_fused.cuh).
-        if (attention_compact_ == 2 && take_rope_into_attention(*queue_, plan_, a)) ++fused_attentions_;
+        // 2: with the layer's rope launch taken in (the fused decode's rope, attention_fused.cuh);
+        // 3: so at head_dim <= 64 only, where it measured faster (backend_settings.h).
+        const bool rope_in = attention_compact_ == 2 || (attention_compact_ == 3 && a.head_dim <= 64);
+        if (rope_in && take_rope_into_attention(*queue_, plan_, a)) ++fused_attentions_;
       }
       const bool compact = (a.span_kernel & kSpanCompact) != 0;
       if (a.chunk_split > 0 && !compact && attention_fused_decode_ != 0) fuse_decode(a);

@@ -120,7 +120,8 @@ struct CudaBackendOptions {
   // sequence (f16 cache, head_dim 64 / 128, GQA groups up to 4) runs the compact per-chunk kernel
   // (attention_compact.cu) and the chunk merge kernel; 0 = off, 1 = on with the rope as its own
   // launch, 2 = on with the rope launch taken in (rotated q, the step's K/V row computed and
-  // written by the block that holds it); -1 = TERN_CUDA_ATTN_COMPACT (0-2) or else
+  // written by the block that holds it), 3 = 2 at head_dim <= 64 and 1 above (faster on the H200);
+  // -1 = TERN_CUDA_ATTN_COMPACT (0-3) or else
   // backend_settings.h kDefaultAttnCompact.
   int attention_compact = -1;
   // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; not on GemvPath kLegacy):
