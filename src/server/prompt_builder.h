@@ -35,7 +35,7 @@ struct ChatFormat {
   bool reasoning = false;     // the template knows <think> blocks
   // Texts that end an assistant turn in this template (<|im_end|>, <|eot_id|>, <end_of_turn>,
   // the eos token, ...): where a spliced turn's span ends.
-  std::vector<std::string> turn_end_markers;
+  std::vector<std::string> turn_end_markers{};
 
   // Errors name the template problem (position and message from the Jinja parser).
   static Result<ChatFormat> from_template(std::string_view source, std::string bos_token, std::string eos_token);

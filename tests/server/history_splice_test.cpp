@@ -289,7 +289,9 @@ TEST_P(CacheStableHistory, EachTurnExtendsThePreviousTurnsTokens) {
   EXPECT_EQ(r.n_extended, r.n_stable);
   EXPECT_EQ(r.n_kept_intact, family.unstable);
   // The last prompt spliced every remembered assistant turn the template renders as written.
-  if (family.spliceable) EXPECT_GT(r.last_stats.n_spliced, 0);
+  if (family.spliceable) {
+    EXPECT_GT(r.last_stats.n_spliced, 0);
+  }
   EXPECT_EQ(r.last_stats.n_remembered, 4);
   if (!r.reuse.empty()) {
     std::cout << "[ reuse    ] " << family.name << " (" << client_name(client) << "): tokens reused where the "
