@@ -146,7 +146,7 @@ struct WeightSet {
   int64_t rows, cols;
   size_t bytes_per_copy;
   std::vector<std::vector<uint8_t>> copies;
-  std::vector<std::vector<uint8_t>> packs;  // per copy: decode pack storage (--decode-pack), 64 bytes of slack
+  std::vector<std::vector<uint8_t>> packs{};  // per copy: decode pack storage (--decode-pack), 64 bytes of slack
   Tensor tensor(size_t copy) const {
     return Tensor::view(const_cast<uint8_t*>(copies[copy].data()), dtype, rows, cols);
   }
