@@ -13,16 +13,61 @@
 
 namespace tern::cuda::chunk_fold {
 
+// One thread's fold state for dimensions d = d0 + k * d_step (k < kPer): the result (M, L, A)
+// and the current span's partial (Ms, Ls, As), both from (-inf, 0, 0). Every fold of chunk
+// records goes through add, so they all give the same bits.
+template <int kPer>
+struct FoldState {
+  float M = -INFINITY, L = 0.0f, Ms = -INFINITY, Ls = 0.0f;
+  float A[kPer], As[kPer];
+
+  __device__ __forceinline__ FoldState() {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) A[k] = As[k] = 0.0f;
+  }
+  // Chunk record (m, l, a) into the span partial (an empty chunk, m = -inf, is skipped); where
+  // the span ends, the partial into the result (an empty span skipped) and the partial reset.
+  __device__ __forceinline__ void add(float m, float l, const float (&a)[kPer], bool span_ends) {
+    if (m != -INFINITY) {
+      const attn::FoldScales f = attn::fold_stats(Ms, Ls, m, l);
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) As[k] = attn::fold_acc(As[k], a[k], f);
+    }
+    if (span_ends) {
+      if (Ms != -INFINITY) {
+        const attn::FoldScales f = attn::fold_stats(M, L, Ms, Ls);
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) A[k] = attn::fold_acc(A[k], As[k], f);
+      }
+      Ms = -INFINITY;
+      Ls = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) As[k] = 0.0f;
+    }
+  }
+  // out[d] = A_d / L for this thread's dimensions below hd.
+  __device__ __forceinline__ void store(float* out, int hd, int d0, int d_step) const {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int d = d0 + k * d_step;
+      if (d < hd) out[d] = __fdiv_rn(A[k], L);
+    }
+  }
+};
+
+// Whether chunk c = c0 + b (of n_chunks), at place b of a batch that starts on a span boundary,
+// is the last of its span.
+__device__ __forceinline__ bool span_ends(int b, int c, int n_chunks) {
+  return (b + 1) % kAttnSpanChunks == 0 || c + 1 == n_chunks;
+}
+
 // Chunk c's record of the token starts at rec_of(c): [m, l, a_0 .. a_{hd-1}], read with ld. This
 // thread owns dimensions d = d0 + k * d_step (k < kPer, d < hd) and writes out[d] = A_d / L.
 template <int kPer, int kBatch, typename RecOf, typename Ld>
 __device__ __forceinline__ void fold_records_at(const RecOf& rec_of, const Ld& ld, int n_chunks, int hd, int d0,
                                                 int d_step, float* out) {
   static_assert(kBatch % kAttnSpanChunks == 0, "a batch ends on a span boundary");
-  float M = -INFINITY, L = 0.0f, Ms = -INFINITY, Ls = 0.0f;
-  float A[kPer], As[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) A[k] = As[k] = 0.0f;
+  FoldState<kPer> st;
   for (int c0 = 0; c0 < n_chunks; c0 += kBatch) {
     float m[kBatch], l[kBatch], av[kBatch][kPer];
 #pragma unroll
@@ -43,29 +88,10 @@ __device__ __forceinline__ void fold_records_at(const RecOf& rec_of, const Ld& l
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       if (c0 + b >= n_chunks) break;
-      if (m[b] != -INFINITY) {
-        const attn::FoldScales f = attn::fold_stats(Ms, Ls, m[b], l[b]);
-#pragma unroll
-        for (int k = 0; k < kPer; ++k) As[k] = attn::fold_acc(As[k], av[b][k], f);
-      }
-      if ((b + 1) % kAttnSpanChunks == 0 || c0 + b + 1 == n_chunks) {  // the span is complete
-        if (Ms != -INFINITY) {
-          const attn::FoldScales f = attn::fold_stats(M, L, Ms, Ls);
-#pragma unroll
-          for (int k = 0; k < kPer; ++k) A[k] = attn::fold_acc(A[k], As[k], f);
-        }
-        Ms = -INFINITY;
-        Ls = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kPer; ++k) As[k] = 0.0f;
-      }
+      st.add(m[b], l[b], av[b], span_ends(b, c0 + b, n_chunks));
     }
   }
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int d = d0 + k * d_step;
-    if (d < hd) out[d] = __fdiv_rn(A[k], L);
-  }
+  st.store(out, hd, d0, d_step);
 }
 
 // Records at rec0 + c * stride (the chunk merge kernel's global records). kL2: loads that bypass

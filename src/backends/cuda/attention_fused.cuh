@@ -141,10 +141,7 @@ template <int kPer, int kBatch>
 __device__ __forceinline__ void fold_staged(const float* rec0, int64_t stride, const float* st, int n_chunks, int hd,
                                             int d0, int d_step, float* out) {
   static_assert(kBatch % kAttnSpanChunks == 0, "a batch ends on a span boundary");
-  float M = -INFINITY, L = 0.0f, Ms = -INFINITY, Ls = 0.0f;
-  float A[kPer], As[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) A[k] = As[k] = 0.0f;
+  chunk_fold::FoldState<kPer> fold;
   float av[kBatch][kPer];
   auto load_batch = [&](int c0) {
 #pragma unroll
@@ -163,31 +160,11 @@ __device__ __forceinline__ void fold_staged(const float* rec0, int64_t stride, c
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       if (c0 + b >= n_chunks) break;
-      const float m = st[2 * (c0 + b)], l = st[2 * (c0 + b) + 1];
-      if (m != -INFINITY) {
-        const attn::FoldScales f = attn::fold_stats(Ms, Ls, m, l);
-#pragma unroll
-        for (int k = 0; k < kPer; ++k) As[k] = attn::fold_acc(As[k], av[b][k], f);
-      }
-      if ((b + 1) % kAttnSpanChunks == 0 || c0 + b + 1 == n_chunks) {  // the span is complete
-        if (Ms != -INFINITY) {
-          const attn::FoldScales f = attn::fold_stats(M, L, Ms, Ls);
-#pragma unroll
-          for (int k = 0; k < kPer; ++k) A[k] = attn::fold_acc(A[k], As[k], f);
-        }
-        Ms = -INFINITY;
-        Ls = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kPer; ++k) As[k] = 0.0f;
-      }
+      fold.add(st[2 * (c0 + b)], st[2 * (c0 + b) + 1], av[b], chunk_fold::span_ends(b, c0 + b, n_chunks));
     }
   }
   if (n_chunks == 0) return;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int d = d0 + k * d_step;
-    if (d < hd) out[d] = __fdiv_rn(A[k], L);
-  }
+  fold.store(out, hd, d0, d_step);
 }
 
 // The end of a fused chunk-split block, after its chunk records are stored (every thread of the
