@@ -585,6 +585,61 @@ TEST_F(GpuAttention, LeanWarpSpecializedRingEqualsPairKernelBitwise) {
   EXPECT_GT(cuda::attention_span_ws_lean_launches(), lean_before) << "the lean form never ran";
 }
 
+// Session 9's opt-in forms of the lean ring (TERN_CUDA_ATTN_SPLIT_RING=5-8): 1779 + 4096 (the
+// consumers' L2 look-ahead of the next step's K/V rows), + 8192 (two steps ahead), + 16384 (the
+// span merge with a block per 32 dimensions), and both; against kernel 2, bit for bit, at 2800
+// positions (GQA groups 3 and 8, a window) and at 32k-33k decodes with persistent blocks (the
+// backend's grid and 5 columns walking ~26 spans: the look-ahead crosses span boundaries and runs
+// past the block's last span). The launch counters show the lean kernel and the sliced merge ran.
+TEST_F(GpuAttention, LeanRingL2AheadAndSlicedMergeBitwise) {
+  cuda::CudaBackendOptions pair_opts;
+  pair_opts.attention_split = cuda::AttentionSplit::kAlways;
+  pair_opts.attention_span_kernel = 2;
+  pair_opts.attention_chunk_split = 0;
+  pair_opts.attention_early_kv = 0;
+  const int kernels[] = {1779 + 4096, 1779 + 4096 + 8192, 1779 + 16384, 1779 + 4096 + 16384};
+  const int64_t lean_before = cuda::attention_span_ws_lean_launches();
+  const int64_t sliced_before = cuda::attention_span_merge_sliced_launches();
+  {
+    std::unique_ptr<Backend> pair = gputest::make_cuda(pair_opts);
+    std::vector<std::unique_ptr<Backend>> got;
+    for (int kernel : kernels) {
+      cuda::CudaBackendOptions o = pair_opts;
+      o.attention_span_kernel = kernel;
+      got.push_back(gputest::make_cuda(o));
+    }
+    ASSERT_TRUE(pair != nullptr);
+    for (const auto& b : got) ASSERT_TRUE(b != nullptr);
+    const Shape shapes[] = {{12, 4, 128, DType::F16}, {16, 2, 128, DType::F16}, {8, 2, 128, DType::F16, 0.0f, 300}};
+    expect_split_kernels_equal(*pair, got, 3100, shapes);
+  }
+  uint32_t seed = 3300;
+  for (const char* cols : {"0", "5"}) {
+    SCOPED_TRACE(std::string("persistent columns ") + cols);
+    ScopedEnv persist_cols("TERN_CUDA_ATTN_PERSIST_COLS", cols);
+    auto want = gputest::make_cuda(pair_opts);
+    std::vector<std::unique_ptr<Backend>> got;
+    for (int kernel : kernels) {
+      cuda::CudaBackendOptions o = pair_opts;
+      o.attention_span_kernel = kernel;
+      got.push_back(gputest::make_cuda(o));
+    }
+    ASSERT_TRUE(want != nullptr);
+    for (const auto& b : got) ASSERT_TRUE(b != nullptr);
+    const Shape s{32, 8, 128, DType::F16};
+    Caches c(*want, got, s, 2100, seed);
+    const auto blocks = c.take(33001);
+    std::vector<BatchPlan> plans(3);
+    add_sequence(plans[0], 32768, 1, blocks);
+    add_sequence(plans[1], 33000, 1, blocks);
+    add_sequence(plans[2], 32000, 3, blocks);  // a verify tile
+    expect_plans_equal(*want, got, c.all, s, plans, seed + 1);
+    seed += 2;
+  }
+  EXPECT_GT(cuda::attention_span_ws_lean_launches(), lean_before) << "the lean form never ran";
+  EXPECT_GT(cuda::attention_span_merge_sliced_launches(), sliced_before) << "the sliced merge never ran";
+}
+
 // The split K/V ring at long contexts, where blocks are persistent (span_kernel 243 = 115 + 128:
 // the ring runs on across a block's spans, both halves of a stage reissued for the next span's
 // chunks; 499 = 243 + 256, the values on all 8 warps): 32k-33k decodes, a verify of 3, and a

@@ -270,5 +270,7 @@ void launch_attention_compact(const AttentionArgs& a, const LaunchEnv& env);
 int64_t attention_span_ws_launches();
 // Of those, launches of its lean form (kSpanWsLean).
 int64_t attention_span_ws_lean_launches();
+// Launches of the sliced span merge (kSpanMergeSliced) in this process so far.
+int64_t attention_span_merge_sliced_launches();
 
 }  // namespace tern::cuda

@@ -50,6 +50,7 @@ int g_persist_cols = 0;
 int g_max_smem = 0;  // the span kernels' shared-memory limit (init_attention_span)
 std::atomic<int64_t> g_ws_launches{0};  // attention_span_ws_launches
 std::atomic<int64_t> g_ws_lean_launches{0};  // attention_span_ws_lean_launches
+std::atomic<int64_t> g_merge_sliced_launches{0};  // attention_span_merge_sliced_launches
 // TERN_CUDA_ATTN_SPAN_HPB=1/2/4 (read when a backend is created; A/B timing): q heads per block
 // of the span kernels instead of plan_attention_span's choice (capped at the GQA group).
 int g_force_hpb = 0;
@@ -161,6 +162,17 @@ __global__ void __launch_bounds__(kMergeThreads) attention_span_merge_kernel(Att
       a, blockIdx.x, blockIdx.y, reinterpret_cast<float*>(sm), span_merge::batch_spans(a.head_dim));
 }
 
+// kSpanMergeSliced: the same fold with a block per (token, head, kMergeSliceDims dimensions), so a
+// single decode's heads fill more SMs (merge_token_head_slice); kMergeSliceBatch spans per batch.
+constexpr int kMergeSliceDims = 32;
+constexpr int kMergeSliceBatch = 256;
+__global__ void __launch_bounds__(kMergeThreads) attention_span_merge_sliced_kernel(AttentionArgs a) {
+  extern __shared__ __align__(16) unsigned char sm[];
+  span_merge::merge_token_head_slice<kMergeThreads, kMergeSliceDims>(
+      a, blockIdx.x, blockIdx.y, static_cast<int>(blockIdx.z) * kMergeSliceDims, reinterpret_cast<float*>(sm),
+      kMergeSliceBatch);
+}
+
 template <typename T, int kStages>
 void set_span_smem(int max_smem_bytes) {
   TERN_CUDA_CHECK(
@@ -216,8 +228,9 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
   // block, which takes one step. Elsewhere the flags are dropped (same bits either way).
   const bool ring_form = a.head_dim == 128 && a.kv_dtype == DType::F16 && (flags & kSpanValuePairs) != 0;
   if (base == 3 && ring_form && cs == 0 && (kernel & kSpanSplitRing) != 0) {
-    flags |= kernel & (kSpanSplitRing | kSpanValueQueryPairs | kSpanWarpSpecialized | kSpanWsLean);
+    flags |= kernel & (kSpanSplitRing | kSpanValueQueryPairs | kSpanWarpSpecialized | kSpanWsLean | kSpanL2Ahead | kSpanL2Far);
   }
+  flags |= kernel & kSpanMergeSliced;  // (the merge kernel of whole spans; ignored elsewhere)
   const bool pair = base == 2 || base == 3;
   const int min_stages = pair ? 2 : 1;
   // A chunk-split block holds at most 2 chunks: 2 stages, and the smaller block fits more per SM.
@@ -303,6 +316,14 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
                   dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads, 0, a);
     return;
   }
+  if ((a.span_kernel & kSpanMergeSliced) != 0 && a.head_dim % kMergeSliceDims == 0) {
+    g_merge_sliced_launches.fetch_add(1, std::memory_order_relaxed);
+    launch_kernel(env, attention_span_merge_sliced_kernel,
+                  dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads),
+                       static_cast<unsigned>(a.head_dim / kMergeSliceDims)),
+                  kMergeThreads, span_merge::batch_bytes(kMergeSliceDims, kMergeSliceBatch), a);
+    return;
+  }
   launch_kernel(env, attention_span_merge_kernel,
                 dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads,
                 merge_smem_bytes(a.head_dim), a);
@@ -310,6 +331,7 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
 
 int64_t attention_span_ws_launches() { return g_ws_launches.load(std::memory_order_relaxed); }
 int64_t attention_span_ws_lean_launches() { return g_ws_lean_launches.load(std::memory_order_relaxed); }
+int64_t attention_span_merge_sliced_launches() { return g_merge_sliced_launches.load(std::memory_order_relaxed); }
 
 void init_attention_span(int max_smem_bytes) {
   int dev = 0;

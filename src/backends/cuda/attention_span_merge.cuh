@@ -212,6 +212,50 @@ __device__ __forceinline__ void merge_token_head(const AttentionArgs& a, int t, 
   }
 }
 
+// merge_token_head for dimensions [d0, d0 + kDims) of the head only (kSpanMergeSliced: the merge
+// kernel with a block per (token, head, slice of kDims dimensions), so a 32k decode's 32 heads
+// take 128 blocks, not 32, and each loads a quarter of the records' values). Every value is the
+// same: a dimension's fold (batch_fold, its expressions and span order) does not depend on the
+// others, every thread computes the same L, and batch_scales the same scales (the running max is
+// exact, so the batch size changes no value). Threads d < kDims fold dimension d0 + d.
+template <int kThreads, int kDims>
+__device__ __forceinline__ void merge_token_head_slice(const AttentionArgs& a, int t, int h, int d0, float* sm,
+                                                       int batch) {
+  static_assert(kDims % 2 == 0 && kDims <= kThreads, "8-byte copies, one folding thread per dimension");
+  constexpr int kPieces = kDims / 2;  // 8-byte copies per record (hd + 2 is even: 8-byte aligned)
+  const int hd = a.head_dim, tid = threadIdx.x;
+  const DevicePlan& P = a.plan;
+  const int n_spans = P.positions[t] / kAttnSpanTokens + 1;
+  const int64_t first = int64_t{P.token_partial_begin[t]};
+  const int64_t rec_stride = int64_t{a.n_heads} * (hd + 2);
+  pdl_enter();
+  Batch b = batch_at(sm, kDims, batch);
+  float carry = -INFINITY;  // warp 0
+  float L = 0.0f;
+  float A[1] = {0.0f};
+  for (int s0 = 0; s0 < n_spans; s0 += batch) {
+    const int nb = min(batch, n_spans - s0);
+    const float* rec0 = a.partials + ((first + s0) * a.n_heads + h) * (hd + 2);
+    b.nb = nb;
+    for (int i = tid; i < nb * kPieces; i += kThreads) {
+      const int s = i / kPieces, e = (i - s * kPieces) * 2;
+      cp_async8(b.a + s * kDims + e, rec0 + s * rec_stride + 2 + d0 + e);
+    }
+    cp_async_commit();
+    for (int s = tid; s < nb; s += kThreads) {
+      b.m[s] = rec0[s * rec_stride];
+      b.l[s] = rec0[s * rec_stride + 1];
+    }
+    __syncthreads();
+    if (tid < 32) batch_scales(b, carry);
+    cp_async_wait<0>();
+    __syncthreads();
+    batch_fold<kThreads, 1>(b, kDims, L, A);
+    __syncthreads();  // the batch's shared memory is free
+  }
+  if (tid < kDims) a.out[t * a.out_stride + int64_t{h} * hd + d0 + tid] = __fdiv_rn(A[0], L);
+}
+
 // The span kernels' end in folded mode, for a tile with one span: the block's own span partial
 // (still in shared memory) merged alone: out = A / L after one fold from (-inf, 0, 0), the merge
 // kernel's expressions for a one-span token, for every query of the block at once.

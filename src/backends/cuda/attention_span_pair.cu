@@ -330,6 +330,19 @@ constexpr int kWsRoleWarps = kWsRoleThreads / 32;
 constexpr int kWsStages = 3;
 constexpr int kBarProducers = 1, kBarConsumers = 2, kBarFull0 = 3, kBarEmpty0 = 5;  // ids 3, 4 and 5, 6
 
+// Asks L2 for kBytes (a multiple of 128, 128-byte aligned) at p: one bulk prefetch on sm_90,
+// else a prefetch per 128-byte line. A hint only: no data moves into the block.
+template <int kBytes>
+__device__ __forceinline__ void prefetch_l2_row(const void* p) {
+  static_assert(kBytes % 128 == 0, "whole 128-byte lines");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "n"(kBytes) : "memory");
+#else
+#pragma unroll
+  for (int o = 0; o < kBytes; o += 128) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const char*>(p) + o) : "memory");
+#endif
+}
+
 // Immediate barrier ids and counts (a register id makes ptxas reserve all 16 barriers).
 template <int kId, int kCount>
 __device__ __forceinline__ void named_sync() {
@@ -494,6 +507,32 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(Attentio
     cp_async_commit();
   };
 
+  // L2 look-ahead (kSpanL2Ahead, lean form only): the consumers ask L2 for the K and V rows of the
+  // ring positions that the next (kSpanL2Far: the one after) step's copies will take, so those
+  // copies find them in L2 instead of waiting a DRAM round trip each step (3 stages of one chunk
+  // each leave a role one chunk of slack: its second chunk's copy is issued a step before its
+  // use). A prefetch moves no data into the ring and computes nothing: same bits. Consumer thread
+  // rtid takes row rtid % C of the step's chunk rtid / C (two chunks per step, C rows each), its
+  // block-table entry read at the step's start and the two 256-byte rows asked for after the
+  // values step, next to that step's own copies.
+  static_assert(kWsRoleThreads == kPair * C, "one consumer thread per row of a step's chunks");
+  const int l2_dist = (a.span_kernel & kSpanL2Ahead) == 0 ? 0 : (a.span_kernel & kSpanL2Far) != 0 ? 2 * kPair + kStages : kPair + kStages;
+  const char* l2_k = reinterpret_cast<const char*>(a.k_cache) + int64_t{g} * kHd * static_cast<int64_t>(sizeof(T));
+  const char* l2_v = reinterpret_cast<const char*>(a.v_cache) + int64_t{g} * kHd * static_cast<int64_t>(sizeof(T));
+  // The cache slot of this consumer thread's row of ring position gi + l2_dist (its chunk of the
+  // step), or -1 past the block's rows.
+  auto l2_slot = [&](int gi) {
+    const int pos = gi + l2_dist + rtid / C, k = pos / kAttnSpanChunks, r = (pos % kAttnSpanChunks) * C + rtid % C;
+    if (l2_dist == 0 || k >= n_items || r >= rows_of(k)) return -1;
+    const int j = (it.span + k * span_stride) * kAttnSpanTokens + r;
+    return blocks[j / a.block_tokens] * a.block_tokens + j % a.block_tokens;
+  };
+  auto l2_prefetch = [&](int slot) {
+    if (slot < 0) return;
+    prefetch_l2_row<kHd * sizeof(T)>(l2_k + int64_t{slot} * (a.k_cache_stride * static_cast<int64_t>(sizeof(T))));
+    prefetch_l2_row<kHd * sizeof(T)>(l2_v + int64_t{slot} * (a.v_cache_stride * static_cast<int64_t>(sizeof(T))));
+  };
+
   pdl_wait();
   pdl_launch_dependents();
   if constexpr (kLean) {
@@ -582,6 +621,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(Attentio
           const int n_chunks = min(kPair, n_iter - i), j0 = j_begin + i * C;
           PairQueries Qb = Q;
           Qb.p = p_s + b * p_buf;
+          const int l2 = l2_slot(gi);  // (its load's latency hides behind the step)
           buffer_sync<kBarFull0>(b);
           pair_softmax<true, kWsRoleWarps>(Qb, n_chunks, rwarp);
           cp_async_wait<1>();
@@ -591,6 +631,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(Attentio
           named_sync<kBarConsumers, kWsRoleThreads>();
           issue_own(gi + kStages);
           issue_own(gi + kStages + 1);
+          l2_prefetch(l2);
           if (s + 2 < total_steps) buffer_arrive<kBarEmpty0>(b);
         }
         // The span partial (as the generic loop's below), consumer thread rtid owning dimension

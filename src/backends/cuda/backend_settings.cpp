@@ -193,14 +193,10 @@ int attention_fused_early_kv(const CudaBackendOptions& options) {
   return kDefaultFusedEarlyKv;
 }
 int attention_split_ring(const CudaBackendOptions& options) {
-  if (options.attention_split_ring >= 0) return std::min(options.attention_split_ring, 4);
+  if (options.attention_split_ring >= 0) return std::min(options.attention_split_ring, kMaxSplitRing);
   const char* env = std::getenv("TERN_CUDA_ATTN_SPLIT_RING");
   if (env == nullptr) return kDefaultSplitRing;
-  if (std::strcmp(env, "0") == 0) return 0;
-  if (std::strcmp(env, "1") == 0) return 1;
-  if (std::strcmp(env, "2") == 0) return 2;
-  if (std::strcmp(env, "3") == 0) return 3;
-  if (std::strcmp(env, "4") == 0) return 4;
+  if (env[0] >= '0' && env[0] <= '0' + kMaxSplitRing && env[1] == '\0') return env[0] - '0';
   return kDefaultSplitRing;
 }
 // The fused decode attention: the option wins when set (0-4), else TERN_CUDA_ATTN_FUSED (a single
@@ -303,8 +299,17 @@ int fused_decode_flags(int mode) {
 // warp-specialized" and "... the lean warp-specialized ring".
 int default_span_kernel(int head_dim, DType kv_dtype, int split_ring) {
   constexpr int kSplitRing = 128, kValueQueryPairs = 256, kWarpSpecialized = 512, kWsLean = 1024;  // attention_span.cuh
+  constexpr int kL2Ahead = 4096, kL2Far = 8192, kMergeSliced = 16384;
   if (head_dim != 128 || kv_dtype != DType::F16) return 2;
-  if (split_ring >= 4) return 115 + kSplitRing + kWarpSpecialized + kWsLean;
+  constexpr int kLean = 115 + kSplitRing + kWarpSpecialized + kWsLean;
+  switch (split_ring) {  // session 9's opt-in forms of 1779 (A/B)
+    case 5: return kLean + kL2Ahead;
+    case 6: return kLean + kL2Ahead + kL2Far;
+    case 7: return kLean + kMergeSliced;
+    case 8: return kLean + kL2Ahead + kMergeSliced;
+    default: break;
+  }
+  if (split_ring >= 4) return kLean;
   if (split_ring >= 3) return 115 + kSplitRing + kWarpSpecialized;
   return 115 + (split_ring >= 1 ? kSplitRing : 0) + (split_ring >= 2 ? kValueQueryPairs : 0);
 }

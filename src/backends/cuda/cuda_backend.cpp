@@ -469,7 +469,7 @@ class CudaBackend final : public Backend {
     std::memcpy(&rec, &a, sizeof(a));
   }
 
-  void set_attention_split_ring(int split_ring) { attention_split_ring_ = std::clamp(split_ring, 0, 4); }
+  void set_attention_split_ring(int split_ring) { attention_split_ring_ = std::clamp(split_ring, 0, kMaxSplitRing); }
   void set_small_gemv(int float_pipe, int norm_preload) {
     gemv_float_pipe_ = float_pipe;
     gemv_norm_preload_ = norm_preload;
