@@ -152,9 +152,9 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 3);
   setenv("TERN_CUDA_ATTN_SPLIT_RING", "4", 1);
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 4);
-  setenv("TERN_CUDA_ATTN_SPLIT_RING", "8", 1);
-  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 8);
-  setenv("TERN_CUDA_ATTN_SPLIT_RING", "9", 1);  // no such form: the default
+  setenv("TERN_CUDA_ATTN_SPLIT_RING", "9", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 9);
+  setenv("TERN_CUDA_ATTN_SPLIT_RING", "10", 1);  // no such form: the default
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, cuda::kDefaultSplitRing);
 
   setenv("TERN_CUDA_ATTN_SPAN", "5", 1);  // no kernel 5

@@ -46,11 +46,12 @@ constexpr int kSpanWarpSpecialized = 512;
 // Same bytes, same floats in the same order: same bits. Needs cache rows under 1 GB apart (the
 // launcher drops the flag otherwise). H200, 32k decode of the 8B shape: 74 -> 60 us/layer.
 constexpr int kSpanWsLean = 1024;
-// L2 look-ahead (with kSpanWsLean; session 9): the consumer warps ask L2 (a bulk prefetch per
-// 256-byte row) for the K and V rows that the ring's copies of the next step (kSpanL2Far: the
-// step after) will take, so those copies do not wait a DRAM round trip. Hints only: same bits.
-constexpr int kSpanL2Ahead = 4096;
-constexpr int kSpanL2Far = 8192;
+// ILP steps of the lean ring (with kSpanWsLean; session 9; attention_span_steps.cuh): the
+// producers score two keys per lane side by side with one q segment per lane (LeanScorerIlp),
+// the consumers' values loop loads the next 4 positions while the current 4 are multiplied in
+// (group_values_lean kIlp). Same floats in the same order: same bits.
+constexpr int kSpanScoreIlp = 4096;
+constexpr int kSpanValuesIlp = 8192;
 // The span merge kernel with a block per (token, head, 32 dimensions) instead of per (token,
 // head) (attention_span.cu; session 9): each dimension's fold unchanged, so the same bits.
 constexpr int kSpanMergeSliced = 16384;

@@ -330,19 +330,6 @@ constexpr int kWsRoleWarps = kWsRoleThreads / 32;
 constexpr int kWsStages = 3;
 constexpr int kBarProducers = 1, kBarConsumers = 2, kBarFull0 = 3, kBarEmpty0 = 5;  // ids 3, 4 and 5, 6
 
-// Asks L2 for kBytes (a multiple of 128, 128-byte aligned) at p: one bulk prefetch on sm_90,
-// else a prefetch per 128-byte line. A hint only: no data moves into the block.
-template <int kBytes>
-__device__ __forceinline__ void prefetch_l2_row(const void* p) {
-  static_assert(kBytes % 128 == 0, "whole 128-byte lines");
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "n"(kBytes) : "memory");
-#else
-#pragma unroll
-  for (int o = 0; o < kBytes; o += 128) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const char*>(p) + o) : "memory");
-#endif
-}
-
 // Immediate barrier ids and counts (a register id makes ptxas reserve all 16 barriers).
 template <int kId, int kCount>
 __device__ __forceinline__ void named_sync() {
@@ -370,7 +357,9 @@ __device__ __forceinline__ void buffer_arrive(int b) {
   }
 }
 
-template <int kHd, typename T, bool kLean = false>
+// kScoreIlp / kValuesIlp (lean form only; kSpanScoreIlp / kSpanValuesIlp): the producers score
+// with LeanScorerIlp, the consumers run group_values_lean's pipelined loop (same floats).
+template <int kHd, typename T, bool kLean = false, bool kScoreIlp = false, bool kValuesIlp = false>
 __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(AttentionArgs a) {
   static_assert(!kLean || (kHd == kWsRoleThreads && sizeof(T) == 2), "the lean form: a consumer thread per dimension, f16");
   constexpr int kStages = kWsStages;
@@ -507,32 +496,6 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(Attentio
     cp_async_commit();
   };
 
-  // L2 look-ahead (kSpanL2Ahead, lean form only): the consumers ask L2 for the K and V rows of the
-  // ring positions that the next (kSpanL2Far: the one after) step's copies will take, so those
-  // copies find them in L2 instead of waiting a DRAM round trip each step (3 stages of one chunk
-  // each leave a role one chunk of slack: its second chunk's copy is issued a step before its
-  // use). A prefetch moves no data into the ring and computes nothing: same bits. Consumer thread
-  // rtid takes row rtid % C of the step's chunk rtid / C (two chunks per step, C rows each), its
-  // block-table entry read at the step's start and the two 256-byte rows asked for after the
-  // values step, next to that step's own copies.
-  static_assert(kWsRoleThreads == kPair * C, "one consumer thread per row of a step's chunks");
-  const int l2_dist = (a.span_kernel & kSpanL2Ahead) == 0 ? 0 : (a.span_kernel & kSpanL2Far) != 0 ? 2 * kPair + kStages : kPair + kStages;
-  const char* l2_k = reinterpret_cast<const char*>(a.k_cache) + int64_t{g} * kHd * static_cast<int64_t>(sizeof(T));
-  const char* l2_v = reinterpret_cast<const char*>(a.v_cache) + int64_t{g} * kHd * static_cast<int64_t>(sizeof(T));
-  // The cache slot of this consumer thread's row of ring position gi + l2_dist (its chunk of the
-  // step), or -1 past the block's rows.
-  auto l2_slot = [&](int gi) {
-    const int pos = gi + l2_dist + rtid / C, k = pos / kAttnSpanChunks, r = (pos % kAttnSpanChunks) * C + rtid % C;
-    if (l2_dist == 0 || k >= n_items || r >= rows_of(k)) return -1;
-    const int j = (it.span + k * span_stride) * kAttnSpanTokens + r;
-    return blocks[j / a.block_tokens] * a.block_tokens + j % a.block_tokens;
-  };
-  auto l2_prefetch = [&](int slot) {
-    if (slot < 0) return;
-    prefetch_l2_row<kHd * sizeof(T)>(l2_k + int64_t{slot} * (a.k_cache_stride * static_cast<int64_t>(sizeof(T))));
-    prefetch_l2_row<kHd * sizeof(T)>(l2_v + int64_t{slot} * (a.v_cache_stride * static_cast<int64_t>(sizeof(T))));
-  };
-
   pdl_wait();
   pdl_launch_dependents();
   if constexpr (kLean) {
@@ -597,7 +560,13 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(Attentio
         }
       }
     };
-    if (producer && nq <= kQueriesPerPass) {  // one score pass: q in registers for the whole walk
+    if (producer && nq <= kQueriesPerPass && kScoreIlp) {  // two keys in flight per lane
+      LeanScorerIlp<kHd, kWsRoleThreads> scorer;
+      scorer.init(Q, q_pos, q_first, static_cast<unsigned>(rtid));
+      produce([&](float* p, int gi, int n_chunks, int j0) {
+        scorer.score(p, stage_k(gi), stage_k(gi + 1), n_chunks, j0, a.scale, a.softcap);
+      });
+    } else if (producer && nq <= kQueriesPerPass) {  // one score pass: q in registers for the whole walk
       LeanScorer<kHd, kWsRoleThreads> scorer;
       scorer.init(Q, q_pos, q_first, static_cast<unsigned>(rtid));
       produce([&](float* p, int gi, int n_chunks, int j0) {
@@ -621,17 +590,15 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(Attentio
           const int n_chunks = min(kPair, n_iter - i), j0 = j_begin + i * C;
           PairQueries Qb = Q;
           Qb.p = p_s + b * p_buf;
-          const int l2 = l2_slot(gi);  // (its load's latency hides behind the step)
           buffer_sync<kBarFull0>(b);
           pair_softmax<true, kWsRoleWarps>(Qb, n_chunks, rwarp);
           cp_async_wait<1>();
           named_sync<kBarConsumers, kWsRoleThreads>();
-          group_values_lean<kHd, kWsRoleWarps>(Qb, q_pos, q_first, stage_k(gi) + C * kHd, stage_k(gi + 1) + C * kHd,
+          group_values_lean<kHd, kWsRoleWarps, kValuesIlp>(Qb, q_pos, q_first, stage_k(gi) + C * kHd, stage_k(gi + 1) + C * kHd,
                                                n_chunks, j0, rwarp);
           named_sync<kBarConsumers, kWsRoleThreads>();
           issue_own(gi + kStages);
           issue_own(gi + kStages + 1);
-          l2_prefetch(l2);
           if (s + 2 < total_steps) buffer_arrive<kBarEmpty0>(b);
         }
         // The span partial (as the generic loop's below), consumer thread rtid owning dimension
@@ -729,6 +696,15 @@ PairKernel pair_kernel_for(int stages) {
   }
 }
 
+// The lean warp-specialized instance with or without the ILP score / values steps.
+PairKernel ws_lean_kernel(bool score_ilp, bool values_ilp) {
+  if (score_ilp) {
+    return values_ilp ? attention_span_ws_kernel<128, __half, true, true, true>
+                      : attention_span_ws_kernel<128, __half, true, true, false>;
+  }
+  return values_ilp ? attention_span_ws_kernel<128, __half, true, false, true> : attention_span_ws_kernel<128, __half, true>;
+}
+
 // The instance that runs `a`: span_kernel 3 with f16 caches at head_dim 128 (Llama, Qwen, ...)
 // takes the compile-time head_dim kernel (group_scores), every other shape the generic ones.
 PairKernel pair_kernel_of(const AttentionArgs& a) {
@@ -736,8 +712,8 @@ PairKernel pair_kernel_of(const AttentionArgs& a) {
   if (group && f16 && a.head_dim == 128) {
     if ((a.span_kernel & kSpanValuePairs) != 0 && (a.span_kernel & kSpanSplitRing) != 0 &&
         (a.span_kernel & kSpanWarpSpecialized) != 0 && a.kv_stages == kWsStages) {
-      return (a.span_kernel & kSpanWsLean) != 0 ? attention_span_ws_kernel<128, __half, true>
-                                                : attention_span_ws_kernel<128, __half>;
+      if ((a.span_kernel & kSpanWsLean) == 0) return attention_span_ws_kernel<128, __half>;
+      return ws_lean_kernel((a.span_kernel & kSpanScoreIlp) != 0, (a.span_kernel & kSpanValuesIlp) != 0);
     }
     if ((a.span_kernel & kSpanValuePairs) != 0 && (a.span_kernel & kSpanSplitRing) != 0) {
       return (a.span_kernel & kSpanValueQueryPairs) != 0 ? pair_kernel_for<__half, true, 128, 2, true, 2>(a.kv_stages)
@@ -764,7 +740,8 @@ int attention_span_pair_blocks_per_sm(const AttentionArgs& a, size_t smem) {
 }
 
 void init_attention_span_pair(int max_smem_bytes) {
-  for (PairKernel k : {attention_span_ws_kernel<128, __half>, attention_span_ws_kernel<128, __half, true>}) {
+  for (PairKernel k : {attention_span_ws_kernel<128, __half>, ws_lean_kernel(false, false), ws_lean_kernel(true, false),
+                       ws_lean_kernel(false, true), ws_lean_kernel(true, true)}) {
     TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
   }
   for (int stages = 2; stages <= kSpanMaxStages; ++stages) {

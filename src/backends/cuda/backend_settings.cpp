@@ -299,14 +299,15 @@ int fused_decode_flags(int mode) {
 // warp-specialized" and "... the lean warp-specialized ring".
 int default_span_kernel(int head_dim, DType kv_dtype, int split_ring) {
   constexpr int kSplitRing = 128, kValueQueryPairs = 256, kWarpSpecialized = 512, kWsLean = 1024;  // attention_span.cuh
-  constexpr int kL2Ahead = 4096, kL2Far = 8192, kMergeSliced = 16384;
+  constexpr int kScoreIlp = 4096, kValuesIlp = 8192, kMergeSliced = 16384;
   if (head_dim != 128 || kv_dtype != DType::F16) return 2;
   constexpr int kLean = 115 + kSplitRing + kWarpSpecialized + kWsLean;
   switch (split_ring) {  // session 9's opt-in forms of 1779 (A/B)
-    case 5: return kLean + kL2Ahead;
-    case 6: return kLean + kL2Ahead + kL2Far;
-    case 7: return kLean + kMergeSliced;
-    case 8: return kLean + kL2Ahead + kMergeSliced;
+    case 5: return kLean + kMergeSliced;
+    case 6: return kLean + kScoreIlp;
+    case 7: return kLean + kValuesIlp;
+    case 8: return kLean + kScoreIlp + kValuesIlp;
+    case 9: return kLean + kScoreIlp + kValuesIlp + kMergeSliced;
     default: break;
   }
   if (split_ring >= 4) return kLean;
