@@ -585,20 +585,19 @@ TEST_F(GpuAttention, LeanWarpSpecializedRingEqualsPairKernelBitwise) {
   EXPECT_GT(cuda::attention_span_ws_lean_launches(), lean_before) << "the lean form never ran";
 }
 
-// Session 9's opt-in forms of the lean ring (TERN_CUDA_ATTN_SPLIT_RING=5-9): 1779 + 4096 (the ILP
-// score step: one q segment per lane, two keys in flight), + 8192 (the pipelined values loop),
-// both, + 16384 (the span merge with a block per 32 dimensions), all of them; against kernel 2,
-// bit for bit, at 3100 positions (GQA groups 3 and 8 over several blocks, a window: partial
-// ranges, odd tails) and at 32k-33k decodes and a verify with persistent blocks (the backend's
-// grid and 5 columns walking ~26 spans). The launch counters show the lean kernel and the sliced
-// merge ran.
-TEST_F(GpuAttention, LeanRingIlpAndSlicedMergeBitwise) {
+// The span merge sliced by 32 dimensions (span_kernel + 16384, kSpanMergeSliced; with the lean
+// ring: 18163, TERN_CUDA_ATTN_SPLIT_RING=5, the default at head_dim 128 / f16 since session 9)
+// against kernel 2 and its one-block-per-head merge, bit for bit, at 3100 positions (GQA groups 3
+// and 8 over several blocks, a window) and at 32k-33k decodes and a verify with persistent
+// blocks (the backend's grid and 5 columns walking ~26 spans). The launch counters show the lean
+// kernel and the sliced merge ran.
+TEST_F(GpuAttention, LeanRingSlicedMergeBitwise) {
   cuda::CudaBackendOptions pair_opts;
   pair_opts.attention_split = cuda::AttentionSplit::kAlways;
   pair_opts.attention_span_kernel = 2;
   pair_opts.attention_chunk_split = 0;
   pair_opts.attention_early_kv = 0;
-  const int kernels[] = {1779 + 4096, 1779 + 8192, 1779 + 4096 + 8192, 1779 + 16384, 1779 + 4096 + 8192 + 16384};
+  const int kernels[] = {1779 + 16384};
   const int64_t lean_before = cuda::attention_span_ws_lean_launches();
   const int64_t sliced_before = cuda::attention_span_merge_sliced_launches();
   {

@@ -152,9 +152,9 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 3);
   setenv("TERN_CUDA_ATTN_SPLIT_RING", "4", 1);
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 4);
-  setenv("TERN_CUDA_ATTN_SPLIT_RING", "9", 1);
-  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 9);
-  setenv("TERN_CUDA_ATTN_SPLIT_RING", "10", 1);  // no such form: the default
+  setenv("TERN_CUDA_ATTN_SPLIT_RING", "5", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 5);
+  setenv("TERN_CUDA_ATTN_SPLIT_RING", "6", 1);  // no such form: the default
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, cuda::kDefaultSplitRing);
 
   setenv("TERN_CUDA_ATTN_SPAN", "5", 1);  // no kernel 5
@@ -356,7 +356,8 @@ TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 2), 499);  // + values on all warps
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 3), 755);  // split ring, warp-specialized
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 4), 1779);  // its lean form
-  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16), 1779);     // the default
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 5), 18163);  // + the sliced span merge
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16), 18163);     // the default
   EXPECT_EQ(cuda::default_span_kernel(64, DType::F16, 2), 2);
   EXPECT_EQ(cuda::default_span_kernel(64, DType::F16), 2);     // SmolLM2
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F32), 2);
@@ -376,6 +377,7 @@ TEST_F(BackendSettingsTest, DefaultChunkSplitPerPlan) {
   EXPECT_EQ(cuda::default_chunk_split(7, 7, 1536, 8, 132, ws), 1);     // 8B at 1.5k: 56, 7 spans
   EXPECT_EQ(cuda::default_chunk_split(8, 8, 1792, 8, 132, ws), 0);     // 8 spans: the ring whole
   EXPECT_EQ(cuda::default_chunk_split(8, 8, 1792, 8, 132, 755), 0);
+  EXPECT_EQ(cuda::default_chunk_split(8, 8, 1792, 8, 132, 18163), 0);  // (the default: 1779 + the sliced merge)
   EXPECT_EQ(cuda::default_chunk_split(8, 8, 1792, 8, 132, 243), 1);    // (no warp specialization): 64
   EXPECT_EQ(cuda::default_chunk_split(8, 8, 1792, 8, 132, pair), 1);
   EXPECT_EQ(cuda::default_chunk_split(9, 9, 2048, 8, 132, ws), 0);     // 8B at 2k: 72

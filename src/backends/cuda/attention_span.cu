@@ -228,7 +228,7 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
   // block, which takes one step. Elsewhere the flags are dropped (same bits either way).
   const bool ring_form = a.head_dim == 128 && a.kv_dtype == DType::F16 && (flags & kSpanValuePairs) != 0;
   if (base == 3 && ring_form && cs == 0 && (kernel & kSpanSplitRing) != 0) {
-    flags |= kernel & (kSpanSplitRing | kSpanValueQueryPairs | kSpanWarpSpecialized | kSpanWsLean | kSpanScoreIlp | kSpanValuesIlp);
+    flags |= kernel & (kSpanSplitRing | kSpanValueQueryPairs | kSpanWarpSpecialized | kSpanWsLean);
   }
   flags |= kernel & kSpanMergeSliced;  // (the merge kernel of whole spans; ignored elsewhere)
   const bool pair = base == 2 || base == 3;

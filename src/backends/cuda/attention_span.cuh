@@ -46,12 +46,6 @@ constexpr int kSpanWarpSpecialized = 512;
 // Same bytes, same floats in the same order: same bits. Needs cache rows under 1 GB apart (the
 // launcher drops the flag otherwise). H200, 32k decode of the 8B shape: 74 -> 60 us/layer.
 constexpr int kSpanWsLean = 1024;
-// ILP steps of the lean ring (with kSpanWsLean; session 9; attention_span_steps.cuh): the
-// producers score two keys per lane side by side with one q segment per lane (LeanScorerIlp),
-// the consumers' values loop loads the next 4 positions while the current 4 are multiplied in
-// (group_values_lean kIlp). Same floats in the same order: same bits.
-constexpr int kSpanScoreIlp = 4096;
-constexpr int kSpanValuesIlp = 8192;
 // The span merge kernel with a block per (token, head, 32 dimensions) instead of per (token,
 // head) (attention_span.cu; session 9): each dimension's fold unchanged, so the same bits.
 constexpr int kSpanMergeSliced = 16384;

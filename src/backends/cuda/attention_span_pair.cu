@@ -357,9 +357,7 @@ __device__ __forceinline__ void buffer_arrive(int b) {
   }
 }
 
-// kScoreIlp / kValuesIlp (lean form only; kSpanScoreIlp / kSpanValuesIlp): the producers score
-// with LeanScorerIlp, the consumers run group_values_lean's pipelined loop (same floats).
-template <int kHd, typename T, bool kLean = false, bool kScoreIlp = false, bool kValuesIlp = false>
+template <int kHd, typename T, bool kLean = false>
 __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(AttentionArgs a) {
   static_assert(!kLean || (kHd == kWsRoleThreads && sizeof(T) == 2), "the lean form: a consumer thread per dimension, f16");
   constexpr int kStages = kWsStages;
@@ -560,13 +558,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(Attentio
         }
       }
     };
-    if (producer && nq <= kQueriesPerPass && kScoreIlp) {  // two keys in flight per lane
-      LeanScorerIlp<kHd, kWsRoleThreads> scorer;
-      scorer.init(Q, q_pos, q_first, static_cast<unsigned>(rtid));
-      produce([&](float* p, int gi, int n_chunks, int j0) {
-        scorer.score(p, stage_k(gi), stage_k(gi + 1), n_chunks, j0, a.scale, a.softcap);
-      });
-    } else if (producer && nq <= kQueriesPerPass) {  // one score pass: q in registers for the whole walk
+    if (producer && nq <= kQueriesPerPass) {  // one score pass: q in registers for the whole walk
       LeanScorer<kHd, kWsRoleThreads> scorer;
       scorer.init(Q, q_pos, q_first, static_cast<unsigned>(rtid));
       produce([&](float* p, int gi, int n_chunks, int j0) {
@@ -594,7 +586,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_ws_kernel(Attentio
           pair_softmax<true, kWsRoleWarps>(Qb, n_chunks, rwarp);
           cp_async_wait<1>();
           named_sync<kBarConsumers, kWsRoleThreads>();
-          group_values_lean<kHd, kWsRoleWarps, kValuesIlp>(Qb, q_pos, q_first, stage_k(gi) + C * kHd, stage_k(gi + 1) + C * kHd,
+          group_values_lean<kHd, kWsRoleWarps>(Qb, q_pos, q_first, stage_k(gi) + C * kHd, stage_k(gi + 1) + C * kHd,
                                                n_chunks, j0, rwarp);
           named_sync<kBarConsumers, kWsRoleThreads>();
           issue_own(gi + kStages);
@@ -696,15 +688,6 @@ PairKernel pair_kernel_for(int stages) {
   }
 }
 
-// The lean warp-specialized instance with or without the ILP score / values steps.
-PairKernel ws_lean_kernel(bool score_ilp, bool values_ilp) {
-  if (score_ilp) {
-    return values_ilp ? attention_span_ws_kernel<128, __half, true, true, true>
-                      : attention_span_ws_kernel<128, __half, true, true, false>;
-  }
-  return values_ilp ? attention_span_ws_kernel<128, __half, true, false, true> : attention_span_ws_kernel<128, __half, true>;
-}
-
 // The instance that runs `a`: span_kernel 3 with f16 caches at head_dim 128 (Llama, Qwen, ...)
 // takes the compile-time head_dim kernel (group_scores), every other shape the generic ones.
 PairKernel pair_kernel_of(const AttentionArgs& a) {
@@ -712,8 +695,8 @@ PairKernel pair_kernel_of(const AttentionArgs& a) {
   if (group && f16 && a.head_dim == 128) {
     if ((a.span_kernel & kSpanValuePairs) != 0 && (a.span_kernel & kSpanSplitRing) != 0 &&
         (a.span_kernel & kSpanWarpSpecialized) != 0 && a.kv_stages == kWsStages) {
-      if ((a.span_kernel & kSpanWsLean) == 0) return attention_span_ws_kernel<128, __half>;
-      return ws_lean_kernel((a.span_kernel & kSpanScoreIlp) != 0, (a.span_kernel & kSpanValuesIlp) != 0);
+      return (a.span_kernel & kSpanWsLean) != 0 ? attention_span_ws_kernel<128, __half, true>
+                                                : attention_span_ws_kernel<128, __half>;
     }
     if ((a.span_kernel & kSpanValuePairs) != 0 && (a.span_kernel & kSpanSplitRing) != 0) {
       return (a.span_kernel & kSpanValueQueryPairs) != 0 ? pair_kernel_for<__half, true, 128, 2, true, 2>(a.kv_stages)
@@ -740,8 +723,7 @@ int attention_span_pair_blocks_per_sm(const AttentionArgs& a, size_t smem) {
 }
 
 void init_attention_span_pair(int max_smem_bytes) {
-  for (PairKernel k : {attention_span_ws_kernel<128, __half>, ws_lean_kernel(false, false), ws_lean_kernel(true, false),
-                       ws_lean_kernel(false, true), ws_lean_kernel(true, true)}) {
+  for (PairKernel k : {attention_span_ws_kernel<128, __half>, attention_span_ws_kernel<128, __half, true>}) {
     TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes));
   }
   for (int stages = 2; stages <= kSpanMaxStages; ++stages) {

@@ -315,101 +315,6 @@ struct LeanScorer {
   }
 };
 
-// LeanScorer with two keys in flight per lane (kSpanScoreIlp; session 9). ncu of the lean kernel
-// at a 32k decode (bench/RESULTS.md, session 9): 0.55 issues per cycle per scheduler from 3.7
-// warps, each warp stalled ~6.7 cycles per instruction, most of it on fixed-latency and
-// shared-memory dependencies (wait 1.34, short scoreboard 1.19 per issue), not on DRAM (long
-// scoreboard 0.30); LeanScorer's key loop is one serial chain per key (loads, conversions, the
-// FMAs, then 3 dependent shuffles) and its q takes 64 registers, which leaves no room for a
-// second key. Here a lane holds one segment (8 dimensions) of the 4 queries (32 registers) for
-// one key, 16 lanes per key, and runs two keys (jj and jj + 8) side by side, so each chain's
-// latency overlaps the other's. The float sequence is group_key_dot's: each segment partial is
-// its fmaf chain in d order from 0; the tree pairs segments (2 t, 2 t + 1) first (lanes xor 1,
-// transposing: a lane keeps queries 2 b0, 2 b0 + 1 and sends the others), then segment pairs
-// differing in bit 1 (xor 2, keeping query 2 b0 + b1), 2 and 3 (xor 4, 8): the butterfly over
-// the 16 segments, each addition the same two partial sums as LeanScorer's (float addition
-// commutes), so the same dots, scores and bits. Lanes 0-3 of each 16 store their query's score.
-template <int kHd, int kRoleThreads>
-struct LeanScorerIlp {
-  static constexpr int kSegLanes = kHd / kSeg;  // lanes per key
-  static_assert(kSegLanes == 16, "two keys per warp, 16 segments per key");
-  static constexpr int kKeyStride = kRoleThreads / kSegLanes;  // keys per pass of the role
-  static_assert(C % (2 * kKeyStride) == 0, "a chunk is whole pairs of passes");
-  float q[kQueriesPerPass][kSeg];
-  int seg, key0, qsel, my_pos, my_first;
-  bool b0, b1, store;
-
-  __device__ __forceinline__ void init(const PairQueries& Q, const int* q_pos, const int* q_first, unsigned rtid) {
-    seg = static_cast<int>(rtid & (kSegLanes - 1));
-    key0 = static_cast<int>(rtid) / kSegLanes;
-    b0 = (seg & 1) != 0, b1 = (seg & 2) != 0;
-    qsel = 2 * (seg & 1) + ((seg >> 1) & 1);
-#pragma unroll
-    for (int qq = 0; qq < kQueriesPerPass; ++qq) load_seg(Q.q + qq * kHd + seg * kSeg, qq < Q.nq, q[qq]);
-    store = (seg >> 2) == 0 && qsel < Q.nq;
-    my_pos = qsel < Q.nq ? q_pos[qsel] : -1;
-    my_first = qsel < Q.nq ? q_first[qsel] : 0;
-  }
-
-  // The segment partials of the key at krow, then the tree; returns the dot of query qsel.
-  template <typename T>
-  __device__ __forceinline__ float dot(const T* krow) const {
-    float k[kSeg];
-    attn::load8(krow + seg * kSeg, k);
-    float d[kQueriesPerPass];
-#pragma unroll
-    for (int qq = 0; qq < kQueriesPerPass; ++qq) {
-      float x = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kSeg; ++e) x = __fmaf_rn(q[qq][e], k[e], x);
-      d[qq] = x;
-    }
-    const float send0 = b0 ? d[0] : d[2], send1 = b0 ? d[1] : d[3];
-    const float keep0 = b0 ? d[2] : d[0], keep1 = b0 ? d[3] : d[1];
-    const float e0 = __fadd_rn(keep0, __shfl_xor_sync(kFullMask, send0, 1));
-    const float e1 = __fadd_rn(keep1, __shfl_xor_sync(kFullMask, send1, 1));
-    float f = __fadd_rn(b1 ? e1 : e0, __shfl_xor_sync(kFullMask, b1 ? e0 : e1, 2));
-    f = __fadd_rn(f, __shfl_xor_sync(kFullMask, f, 4));
-    return __fadd_rn(f, __shfl_xor_sync(kFullMask, f, 8));
-  }
-
-  template <bool kCap>
-  __device__ __forceinline__ float score_of(float f, int j, float scale, float softcap) const {
-    float sc = -INFINITY;
-    if (j <= my_pos && j >= my_first) {
-      sc = __fmul_rn(f, scale);
-      if (kCap) sc = __fmul_rn(softcap, tanhf(__fdiv_rn(sc, softcap)));
-    }
-    return sc;
-  }
-
-  template <bool kCap, typename T>
-  __device__ __forceinline__ void chunk(float* p, const T* kc, int c, int j0, float scale, float softcap) const {
-    float* my_p = p + p_index<true>(0, c * C) + qsel;  // position jj of the chunk at my_p[4 jj]
-    for (int jj = key0; jj < C; jj += 2 * kKeyStride) {
-      const float fa = dot(kc + jj * kHd);
-      const float fb = dot(kc + (jj + kKeyStride) * kHd);
-      if (store) {
-        const int j = j0 + c * C + jj;
-        my_p[jj * 4] = score_of<kCap>(fa, j, scale, softcap);
-        my_p[(jj + kKeyStride) * 4] = score_of<kCap>(fb, j + kKeyStride, scale, softcap);
-      }
-    }
-  }
-
-  template <typename T>
-  __device__ __forceinline__ void score(float* p, const T* k0, const T* k1, int n_chunks, int j0, float scale,
-                                        float softcap) const {
-    if (softcap > 0.0f) {
-      chunk<true>(p, k0, 0, j0, scale, softcap);
-      if (n_chunks > 1) chunk<true>(p, k1, 1, j0, scale, softcap);
-    } else {
-      chunk<false>(p, k0, 0, j0, scale, softcap);
-      if (n_chunks > 1) chunk<false>(p, k1, 1, j0, scale, softcap);
-    }
-  }
-};
-
 // chunk_softmax's statistics for the step's n_chunks chunks of every query (a warp per query,
 // both chunks' reductions side by side), folded into the span statistics in chunk order.
 // (kRoleWarps / rwarp: the warps that run it and this warp's index among them.)
@@ -689,12 +594,7 @@ __device__ __forceinline__ void group_values(const PairQueries& Q, const T* v0, 
 // A group whose queries share one position range (a decode's GQA group) runs the one-range loop;
 // the ranges decide the loop, not the tokens, and either loop runs each (query, d, chunk) chain
 // over the query's own range in position order: the same bits as group_values.
-//
-// kIlp (kSpanValuesIlp; session 9): the one-range loop software-pipelined, the next 4 positions'
-// probabilities and V elements loaded while the current 4's multiply-adds run (ncu: the lean
-// loop issued its 8 loads and then waited on them every 4 positions); each accumulator still
-// takes its positions in order, so the same chains and bits.
-template <int kHd, int kRoleWarps, bool kIlp = false>
+template <int kHd, int kRoleWarps>
 __device__ __forceinline__ void group_values_lean(const PairQueries& Q, const int* q_pos, const int* q_first,
                                                   const __half* v0, const __half* v1, int n_chunks, int j0,
                                                   unsigned rwarp) {
@@ -723,68 +623,7 @@ __device__ __forceinline__ void group_values_lean(const PairQueries& Q, const in
 #pragma unroll
     for (int r = 0; r < 4; ++r) acc[r][0] = acc[r][1] = 0.0f;
     const bool one_range = b[1] == b[0] && b[2] == b[0] && b[3] == b[0] && e[1] == e[0] && e[2] == e[0] && e[3] == e[0];
-    if (kIlp && one_range) {
-      // 4 positions per batch: their p (one 16-byte load each) and V (4 bytes each), as raw bits.
-      struct Batch4 {
-        float4 p[4];
-        uint32_t v[4];
-      };
-      auto load4 = [&](int j, Batch4& B) {
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          B.p[u] = *reinterpret_cast<const float4*>(pg + (j + u) * 4);
-          B.v[u] = *reinterpret_cast<const uint32_t*>(v + (j + u) * kHd);
-        }
-      };
-      auto fma4 = [&](const Batch4& B) {
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const float x[kDims] = {half_bits_to_float(static_cast<uint16_t>(B.v[u] & 0xffffu)),
-                                  half_bits_to_float(static_cast<uint16_t>(B.v[u] >> 16))};  // (attn::loadv's)
-          const float pr[4] = {B.p[u].x, B.p[u].y, B.p[u].z, B.p[u].w};
-#pragma unroll
-          for (int k = 0; k < kDims; ++k) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) acc[r][k] = __fmaf_rn(pr[r], x[k], acc[r][k]);
-          }
-        }
-      };
-      int jj = b[0];
-      const int end = e[0];
-      if (end - jj >= 4) {
-        Batch4 A, B;
-        load4(jj, A);
-        for (;;) {  // A holds [jj, jj + 4), then B does
-          if (jj + 8 > end) {
-            fma4(A);
-            jj += 4;
-            break;
-          }
-          load4(jj + 4, B);
-          fma4(A);
-          jj += 4;
-          if (jj + 8 > end) {
-            fma4(B);
-            jj += 4;
-            break;
-          }
-          load4(jj + 4, A);
-          fma4(B);
-          jj += 4;
-        }
-      }
-      for (; jj < end; ++jj) {
-        const float4 p4 = *reinterpret_cast<const float4*>(pg + jj * 4);
-        float x[kDims];
-        attn::loadv(v + jj * kHd, x);
-        const float pr[4] = {p4.x, p4.y, p4.z, p4.w};
-#pragma unroll
-        for (int k = 0; k < kDims; ++k) {
-#pragma unroll
-          for (int r = 0; r < 4; ++r) acc[r][k] = __fmaf_rn(pr[r], x[k], acc[r][k]);
-        }
-      }
-    } else if (one_range) {
+    if (one_range) {
 #pragma unroll 4
       for (int jj = b[0]; jj < e[0]; ++jj) {
         const float4 p4 = *reinterpret_cast<const float4*>(pg + jj * 4);

@@ -295,21 +295,18 @@ int fused_decode_flags(int mode) {
 // = 243 + 512, the warp-specialized ring (kSpanWarpSpecialized: producer warps score step s + 1
 // while consumer warps run step s), 32k 86.7 -> 75.9 us/layer, 8k 27.5 -> 25.8 (H200, 8B shape);
 // 4 (the default since session 7): 1779 = 755 + 1024, its lean form (kSpanWsLean: the same steps
-// with fewer instructions around them), 32k 74 -> 60, 8k 25.4 -> 21.6 us/layer. bench/RESULTS.md "Decode attention at long context: the split K/V ring", "...
-// warp-specialized" and "... the lean warp-specialized ring".
+// with fewer instructions around them), 32k 74 -> 60, 8k 25.4 -> 21.6 us/layer; 5 (the default
+// since session 9): 18163 = 1779 + 16384, the same with the span merge kernel sliced by 32
+// dimensions (kSpanMergeSliced: 128 blocks instead of 32 for a 32k decode's 32 heads), the merge
+// alone 13.9 -> 11.4 us in ncu, 8B Q4_K_M at 32k 250.9 -> 254.9 tok/s (one in-process A/B; F16
+// not measured apart). bench/RESULTS.md "Decode attention at long context: the split K/V ring",
+// "... warp-specialized", "... the lean warp-specialized ring" and "... what bounds the lean ring".
 int default_span_kernel(int head_dim, DType kv_dtype, int split_ring) {
   constexpr int kSplitRing = 128, kValueQueryPairs = 256, kWarpSpecialized = 512, kWsLean = 1024;  // attention_span.cuh
-  constexpr int kScoreIlp = 4096, kValuesIlp = 8192, kMergeSliced = 16384;
+  constexpr int kMergeSliced = 16384;
   if (head_dim != 128 || kv_dtype != DType::F16) return 2;
   constexpr int kLean = 115 + kSplitRing + kWarpSpecialized + kWsLean;
-  switch (split_ring) {  // session 9's opt-in forms of 1779 (A/B)
-    case 5: return kLean + kMergeSliced;
-    case 6: return kLean + kScoreIlp;
-    case 7: return kLean + kValuesIlp;
-    case 8: return kLean + kScoreIlp + kValuesIlp;
-    case 9: return kLean + kScoreIlp + kValuesIlp + kMergeSliced;
-    default: break;
-  }
+  if (split_ring >= 5) return kLean + kMergeSliced;
   if (split_ring >= 4) return kLean;
   if (split_ring >= 3) return 115 + kSplitRing + kWarpSpecialized;
   return 115 + (split_ring >= 1 ? kSplitRing : 0) + (split_ring >= 2 ? kValueQueryPairs : 0);

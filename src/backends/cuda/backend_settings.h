@@ -11,9 +11,10 @@
 namespace tern::cuda {
 
 // default_span_kernel's form at head dim 128 with an f16 cache (CudaBackendOptions::attention_split_ring).
-constexpr int kDefaultSplitRing = 4;
-// The largest split-ring form: 5-9 are 1779 with session 9's opt-in additions (default_span_kernel).
-constexpr int kMaxSplitRing = 9;
+// 5 since session 9 (1779 with the sliced span merge; 4 before).
+constexpr int kDefaultSplitRing = 5;
+// The largest split-ring form (default_span_kernel).
+constexpr int kMaxSplitRing = 5;
 
 // The fused decode attention's work before its PDL wait when neither the option nor
 // TERN_CUDA_ATTN_FUSED_EARLY_KV sets it (CudaBackendOptions::attention_fused_early_kv): 0 none,
@@ -61,7 +62,7 @@ struct BackendSettings {
   int attention_chunk_split = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT (0 / 1 / 2); -1: default_chunk_split
   bool attention_early_kv = false;  // TERN_CUDA_ATTN_EARLY_KV (0 / 1)
   int attention_fused_early_kv = kDefaultFusedEarlyKv;  // TERN_CUDA_ATTN_FUSED_EARLY_KV (0-2)
-  int attention_split_ring = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING (0-9): default_span_kernel
+  int attention_split_ring = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING (0-5): default_span_kernel
   // TERN_CUDA_ATTN_FUSED (0-4) as AttentionArgs::fused flags (kAttnFusedRope | kAttnFusedMerge ...)
   int attention_fused_decode = kAttnFusedRope;
   int attention_cluster = 0;  // TERN_CUDA_ATTN_CLUSTER (0-16): most blocks per cluster; 0 before sm_90
@@ -89,9 +90,8 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
 // The split-mode attention kernel of a layer shape when neither the option nor the environment
 // chooses one; every choice gives the same bits (attention.h).
 // split_ring (BackendSettings::attention_split_ring): 0 = 115, 1 = 243, 2 = 499, 3 = 755, 4 = 1779
-// where they apply; 5 = 1779 + the sliced span merge, 6 = 1779 + the ILP score step, 7 = 1779 +
-// the ILP values step, 8 = both, 9 = 8 + the sliced merge (attention_span.cuh kSpanMergeSliced,
-// kSpanScoreIlp, kSpanValuesIlp).
+// where they apply, 5 = 1779 + 16384 (the span merge sliced by 32 dimensions, attention_span.cuh
+// kSpanMergeSliced).
 int default_span_kernel(int head_dim, DType kv_dtype, int split_ring = kDefaultSplitRing);
 
 // The chunk split (AttentionArgs::chunk_split: K/V chunks per block, 0 = whole spans) of a

@@ -100,7 +100,8 @@ struct CudaBackendOptions {
   // half after the values step), 2 = 499 (243 + 256: the values step on all 8 warps, 2 queries
   // per lane), 3 = 755 (243 + 512: the warp-specialized ring, producer warps scoring step s + 1
   // while consumer warps run step s), 4 = 1779 (755 + 1024: its lean form, the same steps with
-  // fewer instructions around them); -1 = TERN_CUDA_ATTN_SPLIT_RING (0-9) or else
+  // fewer instructions around them), 5 = 1779 with the span merge sliced by 32 dimensions (the
+  // default since session 9); -1 = TERN_CUDA_ATTN_SPLIT_RING (0-5) or else
   // backend_settings.cpp's default (kDefaultSplitRing).
   int attention_split_ring = -1;
   // Fused decode (attention.h; same bits): in steps of one token per sequence whose attention
@@ -209,7 +210,7 @@ CudaBackendStats backend_stats(const Backend& backend);
 // (0 default, 1 on, 2 off).
 void set_small_gemv(Backend& backend, int float_pipe, int norm_preload);
 // Sets the default long-decode attention form of a CUDA backend from now on
-// (CudaBackendOptions::attention_split_ring, 0-9; A/B timing in one process, same bits).
+// (CudaBackendOptions::attention_split_ring, 0-5; A/B timing in one process, same bits).
 void set_attention_split_ring(Backend& backend, int split_ring);
 
 // What benchmarks report next to their timings.
