@@ -111,6 +111,19 @@
 // (bench/RESULTS.md, session 7): 26.2 M instructions, 54.8 us in ncu; attention alone 32k 74 ->
 // 60 us/layer, 8k 25.4 -> 21.6; Q4_K_M decode at 32k 213 -> 236 tok/s, F16 139 -> 147.
 //
+// Sliced span merge (span_kernel + 16384, kSpanMergeSliced; session 9; with the lean ring 18163 =
+// TERN_CUDA_ATTN_SPLIT_RING=5, the default at head_dim 128 / f16): the merge kernel with a block
+// per (token, head, 32 dimensions) instead of per (token, head), so a 32k decode's 32 heads take
+// 128 SMs instead of 32 and each block loads a quarter of the records' values
+// (span_merge::merge_token_head_slice). A dimension's fold does not depend on the others and
+// every block computes the same statistics and scales, so the same bits
+// (GpuAttention.LeanRingSlicedMergeBitwise). H200 (bench/RESULTS.md, session 9): the merge alone
+// 13.9 -> 11.4 us in ncu at 32k; 8B Q4_K_M at 32k 250.9 -> 254.9 tok/s. There too: what bounds
+// the lean ring at 32k (ncu: 16 warps per SM, ~6.7 cycles per warp instruction on dependencies
+// and hand-offs, DRAM latency not among them), and two things that did not help (an L2
+// look-ahead of the ring's rows, slower; two keys per producer lane and a pipelined values loop,
+// no change).
+//
 // Folded merge (span kernels, AttentionArgs::fold_merge; attention_span_merge.cuh): instead of the
 // merge kernel, the last span block of each (tile, KV head, head slice) to finish (an atomic
 // counter per (tile, blockIdx.y), left at zero for the next launch) merges the tile's tokens x
