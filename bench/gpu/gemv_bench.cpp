@@ -202,6 +202,8 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
       if (take("one:")) args.gemv_float_pipe = 2;
       if (take("pre:")) args.gemv_norm_preload = 1;
       if (take("nopre:")) args.gemv_norm_preload = 2;
+      if (take("sb1:")) args.gemv_stream_blocks = 1;
+      if (take("sb2:")) args.gemv_stream_blocks = 2;
     }
     return norm;
   };
@@ -209,6 +211,7 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     args.fuse = cuda::GemvFusion{};
     args.gemv_float_pipe = 0;
     args.gemv_norm_preload = 0;
+    args.gemv_stream_blocks = 0;
   };
   std::vector<float> norm_y;  // the first "norm:" entry's outputs
   auto check = [&](bool norm, const Timing& t, const std::vector<float>& ref, double ref_us) {
@@ -295,10 +298,13 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
       a.stage_bytes_per_warp = std::atoi(bare.c_str() + at + 1);
       bare = bare.substr(0, at);
     }
-    // "single" / "default": those paths (with the prefixes' fusions) instead of GemvPath::kRows.
+    // "single" / "default" / "stream": those paths (with the prefixes' fusions) instead of
+    // GemvPath::kRows ("stream": the register-streamed kernel, gemv_stream.cu, where it takes the
+    // product).
     if (bare == "single") a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kSingle);
     if (bare == "default") a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kAuto);
-    if (bare != "auto" && bare != "single" && bare != "default" &&
+    if (bare == "stream") a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kStream);
+    if (bare != "auto" && bare != "single" && bare != "default" && bare != "stream" &&
         std::sscanf(bare.c_str(), "%dx%d", &a.gemv_rows_per_step, &a.gemv_parts_per_row) != 2) {
       std::fprintf(stderr, "gpu_bench --gemv-rows: expected auto or RxP (e.g. 2x1), found '%s'\n", shape.c_str());
       return false;

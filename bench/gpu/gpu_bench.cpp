@@ -3,7 +3,7 @@
 //   gpu_bench [--model FILE | --preset NAME --mix MIX] [--ctx 1024,32768] [--decode-steps 64]
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
 //             [--tc-prefill] [--append 30720+2048] [--full-logits] [--gemm-peak]
-//             [--small-gemv "default;off;pipe;pre"] [--split-ring "3;4"]
+//             [--small-gemv "default;off;pipe;pre"] [--split-ring "3;4"] [--gemv-path "default;stream"]
 //   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
 //             [--attn-shape 32/8/128] [--attn-batch 1,8] [--attn-reps 10] [--attn-env "A=1;A=0,B=2"]
 //             [--attn-rounds 2]
@@ -31,7 +31,8 @@
 //            buffers only), pre (the quantized norm-weight preload only), default; on the same model
 //            and context: two rounds (the second in reverse order), each setting's median over both;
 //            --split-ring likewise per TERN_CUDA_ATTN_SPLIT_RING value (cuda::set_attention_split_ring),
-//            e.g. "3;4"
+//            e.g. "3;4"; --gemv-path likewise per GEMV family (cuda::set_gemv_path: default / rows /
+//            single / stream, as TERN_CUDA_GEMV)
 //   gemv     (--gemv, instead of the model) each GEMV kernel alone per type and shape: us, GB/s,
 //            % of copy bandwidth, previous vs default kernels, then the multi-row / split-row
 //            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape, the float kernels per
@@ -178,6 +179,14 @@ bool parse(int argc, char** argv, Options& o) {
       for (std::string rest = next(); !rest.empty();) {
         const size_t semi = rest.find(';');
         if (semi != 0) o.ab.push_back("sr:" + rest.substr(0, semi));
+        rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
+      }
+    }
+    else if (a == "--gemv-path") {  // entries join the A/B list as "gp:NAME"
+      o.ab.clear();
+      for (std::string rest = next(); !rest.empty();) {
+        const size_t semi = rest.find(';');
+        if (semi != 0) o.ab.push_back("gp:" + rest.substr(0, semi));
         rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
       }
     }
@@ -381,6 +390,16 @@ int run(const Options& o) {
       cuda::set_attention_split_ring(*e.backend, std::atoi(spec.c_str() + 3));
       return;
     }
+    if (spec.rfind("gp:", 0) == 0) {
+      const std::string v = spec.substr(3);
+      const int path = v == "rows" ? 2 : (v == "single" ? 3 : (v == "stream" ? 4 : 0));
+      if (v != "default" && v != "rows" && v != "single" && v != "stream") {
+        std::fprintf(stderr, "gpu_bench: --gemv-path: expected default / rows / single / stream, found '%s'\n", v.c_str());
+        std::exit(2);
+      }
+      cuda::set_gemv_path(*e.backend, path);
+      return;
+    }
     // "sg:NAME" (the only other kind of entry)
     const std::string v = spec.substr(3);
     const int pipe = v == "on" || v == "pipe" ? 1 : (v == "default" ? 0 : 2);
@@ -394,6 +413,7 @@ int run(const Options& o) {
   auto setting_label = [](const std::string& spec) {
     if (spec.rfind("sg:", 0) == 0) return " [small-gemv " + spec.substr(3) + "]";
     if (spec.rfind("sr:", 0) == 0) return " [split-ring " + spec.substr(3) + "]";
+    if (spec.rfind("gp:", 0) == 0) return " [gemv " + spec.substr(3) + "]";
     return std::string();
   };
   for (int ctx : o.ctx) {

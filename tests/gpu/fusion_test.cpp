@@ -45,9 +45,24 @@ class GpuFusion : public ::testing::Test {
       rows_.push_back(gputest::make_cuda(o));
       ASSERT_NE(rows_.back(), nullptr);
     }
+    // The register-streamed quantized kernel (gemv_stream.cu: n = 1, k-quant / q8_0 rows whose
+    // steps are whole 16-byte pieces) at one and two blocks per SM, with the same fusions; with
+    // SwiGLU epilogues for the gate/up pairs (stream_epilogue_).
+    for (const int blocks : {1, 2}) {
+      cuda::CudaBackendOptions o;
+      o.stream_gemv = true;
+      o.gemv_stream_blocks = blocks;
+      o.gemv_mixed = 2;
+      rows_.push_back(gputest::make_cuda(o));
+      ASSERT_NE(rows_.back(), nullptr);
+      o.fuse_swiglu_epilogue = true;
+      stream_epilogue_.push_back(gputest::make_cuda(o));
+      ASSERT_NE(stream_epilogue_.back(), nullptr);
+    }
   }
   std::unique_ptr<Backend> fused_, epilogue_, plain_;
   std::vector<std::unique_ptr<Backend>> rows_;
+  std::vector<std::unique_ptr<Backend>> stream_epilogue_;
 };
 
 bool rows_kernel_type(DType t) {
@@ -129,10 +144,12 @@ TEST_F(GpuFusion, NormPrologueEqualsSeparateOps) {
 // (two-row sets would straddle the types), q6_k rows that are not whole bulk copies (2304).
 TEST_F(GpuFusion, MixedTypeLaunchEqualsSeparateOps) {
   std::vector<std::unique_ptr<Backend>> mixed;
-  for (int variant = 0; variant < 3; ++variant) {
+  for (int variant = 0; variant < 5; ++variant) {
     cuda::CudaBackendOptions o;
     o.gemv_mixed = variant == 2 ? 0 : 1;  // 2: the default options (on)
     o.rows_gemv = variant == 1;
+    o.stream_gemv = variant >= 3;  // the register-streamed kernel, one and two blocks per SM
+    o.gemv_stream_blocks = variant >= 3 ? variant - 2 : 0;
     mixed.push_back(gputest::make_cuda(o));
     ASSERT_NE(mixed.back(), nullptr);
   }
@@ -282,6 +299,11 @@ TEST_F(GpuFusion, SwigluEpilogueEqualsSeparateOps) {
             const auto b = norm_gate_up_swiglu(*plain_, x, g, wg, wu, which);
             EXPECT_TRUE(gputest::bitwise_equal(a, b));
             EXPECT_EQ(cuda::backend_stats(*epilogue_).gemv_fusions - before, 2);  // the norm and the SwiGLU
+            for (auto& s : stream_epilogue_) {
+              const int64_t s_before = cuda::backend_stats(*s).gemv_fusions;
+              EXPECT_TRUE(gputest::bitwise_equal(norm_gate_up_swiglu(*s, x, g, wg, wu, which), b)) << "stream kernel";
+              EXPECT_EQ(cuda::backend_stats(*s).gemv_fusions - s_before, 2);
+            }
           }
         }
       }

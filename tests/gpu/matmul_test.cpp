@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <utility>
@@ -231,6 +232,16 @@ TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
     fresh.push_back(gputest::make_cuda());
     ASSERT_NE(fresh.back(), nullptr);
   }
+  // The register-streamed quantized kernel (gemv_stream.cu, n = 1) at one and two blocks per SM
+  // (fresh[3], fresh[4]); the products it does not take (steps that are not whole 16-byte
+  // pieces: q6_k rows of 2304 / 1024 / 512, q8_0 of 576) fall back to the default's kernels.
+  for (const int blocks : {1, 2}) {
+    cuda::CudaBackendOptions options;
+    options.stream_gemv = true;
+    options.gemv_stream_blocks = blocks;
+    fresh.push_back(gputest::make_cuda(options));
+    ASSERT_NE(fresh.back(), nullptr);
+  }
   // The multi-row / split-row kernel (gemv_rows.cu, n = 1, long quantized rows) in every shape
   // it has: 2 and 4 rows per warp step, rows split over 2 and 4 warps. A budget of 1 MB per warp
   // leaves one block per SM, so the groups are few and each takes several row sets (the split
@@ -262,6 +273,7 @@ TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
   ASSERT_TRUE(info.is_ok());
   if (info.value().cc_major >= 9) {
     EXPECT_EQ(cuda::backend_stats(*fresh[1]).gemv_path, 0);
+    EXPECT_EQ(cuda::backend_stats(*fresh[3]).gemv_path, 4);
     EXPECT_EQ(cuda::backend_stats(*fresh[fresh.size() - 2]).gemv_path, 2);
     EXPECT_EQ(cuda::backend_stats(*fresh.back()).gemv_path, 3);
   }
@@ -513,6 +525,91 @@ TEST_F(GpuMatmul, StreamedFloatKernelEqualsPreviousKernels) {
     };
     const auto want = products(*previous);
     for (auto& b : streamed) EXPECT_TRUE(gputest::bitwise_equal(products(*b), want)) << "streamed kernel differs";
+  }
+}
+
+// The register-streamed quantized kernel (gemv_stream.cu) on the products of Llama-3-8B's
+// decode step (4096 x 4096, 1024 x 4096, 14336 x 4096, 4096 x 14336 for q4_k / q6_k / q8_0, q/k/v
+// as one launch of three matrices whose two-row pairs straddle them: 4095 + 1025 + 1024 rows)
+// against the legacy kernels and the default path, bit for bit, at one and two blocks per SM.
+// Weight bytes are uniform over 0..255 (every nibble, scale and min value; f16 scales kept
+// finite), the activations include runs of +-max: products with several pairs per warp, the
+// half step of 14336-wide rows, an odd row count (a pair with a missing row).
+TEST_F(GpuMatmul, StreamKernelOn8BShapesEqualsLegacy) {
+  cuda::CudaBackendOptions legacy_options;
+  legacy_options.legacy_gemv = true;
+  std::unique_ptr<Backend> legacy = gputest::make_cuda(legacy_options);
+  ASSERT_NE(legacy, nullptr);
+  std::vector<std::unique_ptr<Backend>> fresh;
+  fresh.push_back(gputest::make_cuda());
+  for (const int blocks : {1, 2}) {
+    cuda::CudaBackendOptions options;
+    options.stream_gemv = true;
+    options.gemv_stream_blocks = blocks;
+    fresh.push_back(gputest::make_cuda(options));
+  }
+  for (const auto& b : fresh) ASSERT_NE(b, nullptr);
+  struct Layout {
+    DType dtype;
+    int block_bytes;
+    std::vector<int> f16_at;
+  };
+  const Layout layouts[] = {{DType::Q4_K, 144, {0, 2}}, {DType::Q6_K, 210, {208}}, {DType::Q8_0, 34, {0}}};
+  struct Shape {
+    std::vector<int64_t> rows;
+    int64_t cols;
+  };
+  const Shape shapes[] = {{{4096}, 4096}, {{1024}, 4096}, {{14336}, 4096}, {{4096}, 14336}, {{4095, 1025, 1024}, 4096}};
+  std::mt19937 rng(740);
+  for (const Layout& lay : layouts) {
+    for (const Shape& sh : shapes) {
+      SCOPED_TRACE(std::string(dtype_name(lay.dtype)) + " rows " + std::to_string(sh.rows[0]) + " (" +
+                   std::to_string(sh.rows.size()) + " matrices) cols " + std::to_string(sh.cols));
+      std::vector<gputest::HostTensor> hw(sh.rows.size());
+      for (size_t m = 0; m < sh.rows.size(); ++m) {
+        const size_t rb = row_bytes(lay.dtype, sh.cols);
+        hw[m].bytes.resize(rb * sh.rows[m]);
+        for (size_t i = 0; i + 4 <= hw[m].bytes.size(); i += 4) {
+          const uint32_t word = static_cast<uint32_t>(rng());
+          std::memcpy(hw[m].bytes.data() + i, &word, 4);
+        }
+        for (size_t b = 0; b < hw[m].bytes.size(); b += lay.block_bytes) {
+          for (const int off : lay.f16_at) {
+            const uint16_t h = static_cast<uint16_t>((rng() & 0x8000u) | ((5u + rng() % 4u) << 10) | (rng() & 0x3ffu));
+            hw[m].bytes[b + off] = static_cast<uint8_t>(h & 0xff);
+            hw[m].bytes[b + off + 1] = static_cast<uint8_t>(h >> 8);
+          }
+        }
+        hw[m].t = Tensor::view(hw[m].bytes.data(), lay.dtype, sh.rows[m], sh.cols);
+      }
+      auto xv = gputest::random_floats(sh.cols, 750);
+      for (int64_t i = 0; i < sh.cols; i += 97) {
+        std::fill_n(xv.begin() + i, std::min<int64_t>(32, sh.cols - i), i % 2 ? 4.0f : -4.0f);
+      }
+      auto products = [&](Backend& b) {
+        std::vector<std::unique_ptr<Buffer>> owners(sh.rows.size());
+        std::vector<Tensor> w(sh.rows.size());
+        std::vector<DeviceTensor> y(sh.rows.size());
+        for (size_t m = 0; m < sh.rows.size(); ++m) {
+          w[m] = b.upload_weight(hw[m].t, owners[m]);
+          y[m] = gputest::device_empty(b, DType::F32, 1, sh.rows[m]);
+        }
+        DeviceTensor x = gputest::device_empty(b, DType::F32, 1, sh.cols);
+        b.copy_from_host(xv.data(), x.t);
+        for (size_t m = 0; m < sh.rows.size(); ++m) b.matmul(w[m], x.t, y[m].t);
+        std::vector<float> out;
+        for (size_t m = 0; m < sh.rows.size(); ++m) {
+          const auto v = gputest::download(b, y[m].t);
+          out.insert(out.end(), v.begin(), v.end());
+        }
+        return out;
+      };
+      const std::vector<float> want = products(*legacy);
+      for (const float v : want) ASSERT_TRUE(std::isfinite(v));
+      for (size_t k = 0; k < fresh.size(); ++k) {
+        EXPECT_TRUE(gputest::bitwise_equal(products(*fresh[k]), want)) << "backend " << k;
+      }
+    }
   }
 }
 

@@ -103,16 +103,19 @@ int attention_tc_variant() {
   return v >= 0 && v < attention_tc_variants() ? v : 0;
 }
 
-// The GEMV kernel family: TERN_CUDA_GEMV (legacy / default / rows / single) overrides the options; bulk
+// The GEMV kernel family: TERN_CUDA_GEMV (legacy / default / rows / single / stream) overrides the options; bulk
 // copies need sm_90 and kernels compiled for it (not sm_80 code JIT-compiled for a newer GPU).
 GemvPath gemv_path(const CudaBackendOptions& options, int cc_major, bool bulk_compiled) {
   const char* env = std::getenv("TERN_CUDA_GEMV");
-  bool legacy = options.legacy_gemv, rows = options.rows_gemv, single = options.single_gemv;
-  if (env != nullptr && std::strcmp(env, "legacy") == 0) legacy = true, rows = false, single = false;
-  if (env != nullptr && std::strcmp(env, "default") == 0) legacy = false, rows = false, single = false;
-  if (env != nullptr && std::strcmp(env, "rows") == 0) legacy = false, rows = true, single = false;
-  if (env != nullptr && std::strcmp(env, "single") == 0) legacy = false, rows = false, single = true;
+  bool legacy = options.legacy_gemv, rows = options.rows_gemv, single = options.single_gemv,
+       stream = options.stream_gemv;
+  if (env != nullptr && std::strcmp(env, "legacy") == 0) legacy = true, rows = false, single = false, stream = false;
+  if (env != nullptr && std::strcmp(env, "default") == 0) legacy = false, rows = false, single = false, stream = false;
+  if (env != nullptr && std::strcmp(env, "rows") == 0) legacy = false, rows = true, single = false, stream = false;
+  if (env != nullptr && std::strcmp(env, "single") == 0) legacy = false, rows = false, single = true, stream = false;
+  if (env != nullptr && std::strcmp(env, "stream") == 0) legacy = false, rows = false, single = false, stream = true;
   if (legacy || cc_major < 9 || !bulk_compiled) return GemvPath::kLegacy;
+  if (stream) return GemvPath::kStream;
   return rows ? GemvPath::kRows : (single ? GemvPath::kSingle : GemvPath::kAuto);
 }
 
@@ -268,6 +271,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.gemv_float_dynamic = s.gemv_float_kernel == 0 && use_float_gemv_dynamic(options);
   s.gemv_float_pipe = on_off_default("TERN_CUDA_GEMV_FLOAT_PIPE", options.float_gemv_pipe);
   s.gemv_norm_preload = on_off_default("TERN_CUDA_GEMV_NORM_PRELOAD", options.gemv_norm_preload);
+  s.gemv_stream_blocks = gemv_shape_override("TERN_CUDA_GEMV_STREAM_BLOCKS", options.gemv_stream_blocks);
   s.gemv_mixed = on_off_default("TERN_CUDA_GEMV_MIXED", options.gemv_mixed);
   s.fuse_float_swiglu_epilogue = s.fuse_gemv && s.gemv_float_kernel == 0 && use_float_swiglu_epilogue(options);
   return s;

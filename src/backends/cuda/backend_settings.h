@@ -51,7 +51,7 @@ struct BackendSettings {
   bool tc_attention = false;   // its attention kernel too, when tc_prefill (TERN_CUDA_TC_ATTENTION)
   bool attention_row_copy = false;  // TERN_CUDA_ATTN_ROW_COPY=1
   int attention_tc_variant = 0;     // TERN_CUDA_ATTN_TC_VARIANT (attention_tc.h)
-  GemvPath gemv_path = GemvPath::kAuto;  // TERN_CUDA_GEMV=legacy / default / rows / single
+  GemvPath gemv_path = GemvPath::kAuto;  // TERN_CUDA_GEMV=legacy / default / rows / single / stream
   int gemv_stage_bytes = 0;         // TERN_CUDA_GEMV_STAGE_BYTES (0: the kernels' default)
   int gemv_rows_per_step = 0;       // TERN_CUDA_GEMV_ROWS
   int gemv_parts_per_row = 0;       // TERN_CUDA_GEMV_PARTS
@@ -77,6 +77,7 @@ struct BackendSettings {
   bool gemv_float_dynamic = false;  // TERN_CUDA_GEMV_FLOAT_DYNAMIC=1 / 0
   int gemv_float_pipe = 0;          // 0 default, 1 on, 2 off (TERN_CUDA_GEMV_FLOAT_PIPE=1 / 0)
   int gemv_norm_preload = 0;        // 0 default, 1 on, 2 off (TERN_CUDA_GEMV_NORM_PRELOAD=1 / 0)
+  int gemv_stream_blocks = 0;       // TERN_CUDA_GEMV_STREAM_BLOCKS=1 / 2 (0: per type)
   // Q4_K_M's q6_k v joins its q4_k q+k launch (one multi-row kernel, MatmulArgs::tail_mat): 0
   // default (on), 1 on, 2 off (TERN_CUDA_GEMV_MIXED=1 / 0).
   int gemv_mixed = 0;

@@ -96,6 +96,7 @@ class CudaBackend final : public Backend {
         gemv_float_blocks_(settings.gemv_float_blocks),
         gemv_float_pipe_(settings.gemv_float_pipe),
         gemv_norm_preload_(settings.gemv_norm_preload),
+        gemv_stream_blocks_(settings.gemv_stream_blocks),
         gemv_mixed_(settings.gemv_mixed != 2 && prop.major >= 9) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
@@ -315,7 +316,8 @@ class CudaBackend final : public Backend {
         prev->fuse.concurrent == 0 && prev->y[0] != out.f32() &&
         (prev->n_mats < 2 || prev->y[1] != out.f32()) &&
         (prev->gemv_path == static_cast<int32_t>(GemvPath::kAuto) ||
-         prev->gemv_path == static_cast<int32_t>(GemvPath::kRows)) &&
+         prev->gemv_path == static_cast<int32_t>(GemvPath::kRows) ||
+         prev->gemv_path == static_cast<int32_t>(GemvPath::kStream)) &&
         prologue_untouched(*prev, out_rows(out, x.rows))) {
       MatmulArgs joined = *prev;
       joined.tail_mat = joined.n_mats;
@@ -350,6 +352,7 @@ class CudaBackend final : public Backend {
     a.gemv_float_blocks = gemv_float_blocks_;
     a.gemv_float_pipe = gemv_float_pipe_;
     a.gemv_norm_preload = gemv_norm_preload_;
+    a.gemv_stream_blocks = gemv_stream_blocks_;
     a.gemv_float_counter = gemv_float_counter_ != nullptr ? static_cast<int*>(gemv_float_counter_->data()) : nullptr;
     add_matrix(a, w, out);
   }
@@ -470,6 +473,10 @@ class CudaBackend final : public Backend {
   }
 
   void set_attention_split_ring(int split_ring) { attention_split_ring_ = std::clamp(split_ring, 0, kMaxSplitRing); }
+  // A legacy backend (an old device, or legacy_gemv) stays legacy: sm_90 kernels may be missing.
+  void set_gemv_path(GemvPath path) {
+    if (gemv_path_ != GemvPath::kLegacy && path != GemvPath::kLegacy) gemv_path_ = path;
+  }
   void set_small_gemv(int float_pipe, int norm_preload) {
     gemv_float_pipe_ = float_pipe;
     gemv_norm_preload_ = norm_preload;
@@ -807,6 +814,7 @@ class CudaBackend final : public Backend {
   int gemv_float_blocks_ = 0;
   int gemv_float_pipe_ = 0;     // MatmulArgs::gemv_float_pipe / gemv_norm_preload
   int gemv_norm_preload_ = 0;
+  int gemv_stream_blocks_ = 0;  // MatmulArgs::gemv_stream_blocks
   bool gemv_mixed_ = false;     // CudaBackendOptions::gemv_mixed (mixed-type launches)
   int64_t gemv_mixed_joins_ = 0;
   std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks
@@ -867,6 +875,13 @@ void set_small_gemv(Backend& backend, int float_pipe, int norm_preload) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   TERN_CHECK_MSG(cuda != nullptr, "set_small_gemv: not a CUDA backend");
   cuda->set_small_gemv(float_pipe, norm_preload);
+}
+
+void set_gemv_path(Backend& backend, int path) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  TERN_CHECK_MSG(cuda != nullptr, "set_gemv_path: not a CUDA backend");
+  TERN_CHECK_MSG(path >= 0 && path <= static_cast<int>(GemvPath::kStream), "set_gemv_path: not a GemvPath");
+  cuda->set_gemv_path(static_cast<GemvPath>(path));
 }
 
 void set_attention_split_ring(Backend& backend, int split_ring) {

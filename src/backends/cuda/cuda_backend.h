@@ -64,6 +64,12 @@ struct CudaBackendOptions {
   // the per-shape choice (0), as do TERN_CUDA_GEMV_ROWS / TERN_CUDA_GEMV_PARTS (tests, sweeps).
   bool rows_gemv = false;
   bool single_gemv = false;
+  // The n = 1 register-streamed quantized GEMV (gemv_stream.cu) for every product it takes
+  // (TERN_CUDA_GEMV=stream); by default it takes those of gemv_stream_default. Same bits.
+  bool stream_gemv = false;
+  // Its blocks per SM (MatmulArgs::gemv_stream_blocks: 1 or 2, 0 per type; same bits);
+  // TERN_CUDA_GEMV_STREAM_BLOCKS overrides it.
+  int gemv_stream_blocks = 0;
   int gemv_rows_per_step = 0;
   int gemv_parts_per_row = 0;
   // Split-mode attention kernel, same bits for all (attention.h): 0 = chunk kernel, 1 = span
@@ -202,13 +208,18 @@ struct CudaBackendStats {
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int64_t gemv_mixed = 0;        // products that joined a launch of another weight type (gemv_mixed)
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
-                                 // 0 default, 1 legacy, 2 multi-row / split-row, 3 single-row)
+                                 // 0 default, 1 legacy, 2 multi-row / split-row, 3 single-row,
+                                 // 4 register-streamed)
 };
 CudaBackendStats backend_stats(const Backend& backend);
 // Sets the small-GEMV switches of a CUDA backend from now on (A/B timing in one process; every
 // setting gives the same bits): CudaBackendOptions::float_gemv_pipe and gemv_norm_preload values
 // (0 default, 1 on, 2 off).
 void set_small_gemv(Backend& backend, int float_pipe, int norm_preload);
+// Sets the GEMV family of a CUDA backend from now on (kernels.h GemvPath: 0 default, 2 rows, 3
+// single, 4 stream; A/B timing in one process, same bits). A legacy backend stays legacy, and
+// none is switched to legacy (its sm_90 kernels may be missing, its fusions were chosen).
+void set_gemv_path(Backend& backend, int path);
 // Sets the default long-decode attention form of a CUDA backend from now on
 // (CudaBackendOptions::attention_split_ring, 0-5; A/B timing in one process, same bits).
 void set_attention_split_ring(Backend& backend, int split_ring);

@@ -118,5 +118,15 @@ bool gemv_rows_default(const MatmulArgs& a);
 bool gemv_rows_mixed_supports(const MatmulArgs& a);
 void launch_gemv_rows(const MatmulArgs& a, const LaunchEnv& env);
 void init_gemv_rows(int max_smem_bytes);
+// The n = 1 register-streamed quantized kernel (gemv_stream.cu): whether it takes the product
+// (q8_0 / q4_k / q5_k / q6_k rows whose steps are whole 16-byte pieces, the mixed q4_k + q6_k
+// launch; the RMSNorm prologue, the residual and SwiGLU epilogues), whether GemvPath::kAuto sends
+// the product to it (the shapes where it measured faster), whether this launch takes it (the one
+// routing decision, for gemv_quant.cu and matmul.cu), its launcher and its shared-memory setup.
+bool gemv_stream_supports(const MatmulArgs& a);
+bool gemv_stream_default(const MatmulArgs& a);
+bool gemv_stream_chosen(const MatmulArgs& a);
+void launch_gemv_stream(const MatmulArgs& a, const LaunchEnv& env);
+void init_gemv_stream(int max_smem_bytes);
 
 }  // namespace tern::cuda

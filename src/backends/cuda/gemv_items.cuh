@@ -83,6 +83,30 @@ __device__ __forceinline__ void load_x(const XTile& x, int j, int g, XGroup& out
   }
 }
 
+// load_x for a tile whose int8 row is laid out by the caller (the streamed kernel's runs of
+// eight units, gemv_stream.cu): group g's 128 values start at q (16-byte aligned); scales, sums
+// and half sums as load_x. The same values, so the same dot products.
+template <bool kSums, bool kHalves>
+__device__ __forceinline__ void load_x_at(const XTile& x, const uint8_t* q, int g, XGroup& out) {
+  const uint4* p = reinterpret_cast<const uint4*>(q);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const uint4 v = p[k];
+    out.q[4 * k] = v.x;
+    out.q[4 * k + 1] = v.y;
+    out.q[4 * k + 2] = v.z;
+    out.q[4 * k + 3] = v.w;
+  }
+  out.d = x_scales(x, 0, g);
+  if constexpr (kSums) out.s = x_sums(x, 0, g);
+  if constexpr (kHalves) {
+    const int4* hp = reinterpret_cast<const int4*>(x.h) + 2 * g;
+    const int4 h01 = hp[0], h23 = hp[1];
+    out.hs[0] = h01.x; out.hs[1] = h01.y; out.hs[2] = h01.z; out.hs[3] = h01.w;
+    out.hs[4] = h23.x; out.hs[5] = h23.y; out.hs[6] = h23.z; out.hs[7] = h23.w;
+  }
+}
+
 __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
   return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
 }

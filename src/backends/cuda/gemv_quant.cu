@@ -338,6 +338,7 @@ struct QuantPlan {
   bool ok = false;    // the quantized kernels take it
   bool legacy = false;
   bool rows = false;  // gemv_rows.cu takes it
+  bool stream = false;  // gemv_stream.cu takes it (before gemv_rows.cu)
   bool bulk = false;
   bool glu = false;   // a SwiGLU epilogue (kernels.h GemvFusion)
   bool pair = false;  // ... applied in the kernel (kPair); else by the elementwise kernel after it
@@ -383,9 +384,13 @@ QuantPlan plan_typed(const MatmulArgs& a) {
   }
   // The multi-row / split-row kernel (n = 1): on kRows wherever it takes the product, on kAuto
   // for the shapes where it measured faster (gemv_rows_default).
-  const bool rows_path = a.gemv_path == static_cast<int32_t>(GemvPath::kRows) ||
-                         (a.gemv_path == static_cast<int32_t>(GemvPath::kAuto) && gemv_rows_default(a));
+  // GemvPath::kStream falls back to kAuto's choice for the products the streamed kernel leaves.
+  const bool auto_path = a.gemv_path == static_cast<int32_t>(GemvPath::kAuto) ||
+                         a.gemv_path == static_cast<int32_t>(GemvPath::kStream);
+  const bool rows_path = a.gemv_path == static_cast<int32_t>(GemvPath::kRows) || (auto_path && gemv_rows_default(a));
   p.rows = rows_path && gemv_rows_supports(a);
+  // The register-streamed kernel (gemv_stream.cu) where gemv_stream_chosen sends the product.
+  p.stream = gemv_stream_chosen(a);
   return p;
 }
 
@@ -401,6 +406,10 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
   if (p.legacy) {
     launch_instance<T, false, kGemvMaxXRows>(a, env, stages<T>(), 1, 2);
     if (p.glu) launch_glu_after(a, env);
+    return true;
+  }
+  if (p.stream) {
+    launch_gemv_stream(a, env);
     return true;
   }
   if (p.rows) {

@@ -161,7 +161,15 @@ __device__ __forceinline__ void quantize_tile(const MatmulArgs& a, int64_t x0, i
 // threads idle and the other half a 32-element chain while every warp waited at the barrier
 // (session 8 profile: the prologue was ~20% of the multi-row kernel's stall samples). amax is a
 // max, the values and int sums are the same, so the tile is quantize_tile's bit for bit.
-template <int kBatch>
+// kRunUnits / kRunPitch: the int8 row's layout, runs of kRunUnits units kRunPitch bytes apart
+// (x_unit_offset); the default is the lane items' groups of four units (kGroupPitch). The values
+// are the same in any layout.
+template <int kRunUnits, int kRunPitch>
+__host__ __device__ constexpr int x_unit_offset(int u) {
+  return (u / kRunUnits) * kRunPitch + (u % kRunUnits) * 32;
+}
+
+template <int kBatch, int kRunUnits = kItemUnits, int kRunPitch = kGroupPitch>
 __device__ __forceinline__ void quantize_tile_halves(const MatmulArgs& a, const SmemLayout& l, uint8_t* xq, float* xd,
                                                      int* xs, int* xh) {
   const int n_units = static_cast<int>(a.cols / 32), total = 2 * n_units;
@@ -201,7 +209,7 @@ __device__ __forceinline__ void quantize_tile_halves(const MatmulArgs& a, const 
       }
       const int other_sum = __shfl_xor_sync(kFullMask, half_sum, 1);
       if (active) {
-        uint4* dst = reinterpret_cast<uint4*>(xq + (u / kItemUnits) * kGroupPitch + (u % kItemUnits) * 32);
+        uint4* dst = reinterpret_cast<uint4*>(xq + x_unit_offset<kRunUnits, kRunPitch>(u));
         dst[half] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
         xh[2 * u + half] = half_sum;
         if (half == 0) {
@@ -241,6 +249,7 @@ __device__ __forceinline__ void preload_norm16(const MatmulArgs& a, int nt, Norm
   p.have = true;
 }
 
+template <int kRunUnits = kItemUnits, int kRunPitch = kGroupPitch>
 __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t x0, int nt, const SmemLayout& l,
                                                     uint8_t* xq, float* xd, int* xs, int* xh, bool store_block,
                                                     const NormPreload& pre) {
@@ -283,8 +292,7 @@ __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t
     }
     const int other_sum = __shfl_xor_sync(kFullMask, half_sum, 1);
     if (active) {
-      uint4* dst = reinterpret_cast<uint4*>(xq + j * l.row_pitch + (u / kItemUnits) * kGroupPitch +
-                                            (u % kItemUnits) * 32);
+      uint4* dst = reinterpret_cast<uint4*>(xq + j * l.row_pitch + x_unit_offset<kRunUnits, kRunPitch>(u));
       dst[half] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
       xh[j * 2 * l.unit_pitch + 2 * u + half] = half_sum;
       if (half == 0) {
@@ -296,10 +304,11 @@ __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t
 }
 
 // Without a preloaded norm weight.
+template <int kRunUnits = kItemUnits, int kRunPitch = kGroupPitch>
 __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t x0, int nt, const SmemLayout& l,
                                                     uint8_t* xq, float* xd, int* xs, int* xh, bool store_block) {
   NormPreload none;
-  quantize_tile_fused(a, x0, nt, l, xq, xd, xs, xh, store_block, none);
+  quantize_tile_fused<kRunUnits, kRunPitch>(a, x0, nt, l, xq, xd, xs, xh, store_block, none);
 }
 
 // Binary counter over a row's steps (levels 8+ of the canonical tree): step s merges with the

@@ -184,6 +184,8 @@ enum class GemvPath : int32_t {
   kRows = 2,    // kAuto, with gemv_rows.cu for every n = 1 product it takes: several rows per warp
                 // step, rows split over warps, balanced grid (TERN_CUDA_GEMV=rows)
   kSingle = 3,  // kAuto without gemv_rows.cu: the previous default (TERN_CUDA_GEMV=single)
+  kStream = 4,  // kAuto, with gemv_stream.cu (register-streamed) for every n = 1 product it takes
+                // (TERN_CUDA_GEMV=stream)
 };
 
 // Ops fused into a GEMV launch (cuda_backend.cpp's peephole; gemv_fusion.cuh has the shared
@@ -251,6 +253,9 @@ struct MatmulArgs {
   // instances, which also load the residual epilogue's old value right after the wait). 0 = the
   // default, 1 = on, 2 = off (A/B timing, tests).
   int gemv_norm_preload;
+  // The register-streamed quantized kernel's blocks per SM (gemv_stream.cu: its registers are
+  // sized for 1 or 2), 0 = per type (A/B timing, tests).
+  int gemv_stream_blocks;
   // A mixed-type launch (CudaBackendOptions::gemv_mixed; Q4_K_M's q4_k q+k with its q6_k v):
   // matrices tail_mat .. n_mats - 1 hold tail_dtype rows, the others dtype; 0 = one type. Only
   // gemv_rows.cu runs such a launch in one kernel (gemv_rows_mixed_supports); launch_matmul runs

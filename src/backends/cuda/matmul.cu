@@ -170,6 +170,10 @@ void launch_matmul(const MatmulArgs& fused, const LaunchEnv& env) {
     // rows' arithmetic either way). The tail part forms its activations as a carried norm does:
     // from the norm's inputs in-kernel, or from x, which the head part (or the launch before it)
     // stored.
+    if (gemv_stream_chosen(fused)) {
+      launch_gemv_stream(fused, env);
+      return;
+    }
     if (fused.gemv_path != static_cast<int32_t>(GemvPath::kLegacy) &&
         fused.gemv_path != static_cast<int32_t>(GemvPath::kSingle) && gemv_rows_mixed_supports(fused)) {
       launch_gemv_rows(fused, env);
@@ -255,6 +259,7 @@ void init_matmul(int max_smem_bytes) {
   init_gemv_float(max_smem_bytes);
   init_gemv_float_stream(max_smem_bytes);
   init_gemv_rows(max_smem_bytes);
+  init_gemv_stream(max_smem_bytes);
 }
 
 }  // namespace tern::cuda
