@@ -292,7 +292,18 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     a.gemv_rows_per_step = 0;
     a.gemv_parts_per_row = 0;
     std::string bare = shape;
+    // "glu:" (the SwiGLU epilogue of a gate+up pair; its output to a scratch row), before the others.
+    const bool glu = bare.rfind("glu:", 0) == 0;
+    if (glu) bare = bare.substr(4);
+    if (glu && (a.n_mats != 2 || a.rows[0] != a.rows[1])) continue;
     const bool norm = take_prefixes(bare, a);
+    float* glu_rows = nullptr;
+    if (glu) {
+      void* p = nullptr;
+      BENCH_CUDA(cudaMalloc(&p, sizeof(float) * a.rows[0]));
+      glu_rows = static_cast<float*>(p);
+      a.fuse.glu_out = glu_rows;
+    }
     // "@B" after the shape: a pipeline budget of B bytes per warp for this entry.
     if (const size_t at = bare.find('@'); at != std::string::npos) {
       a.stage_bytes_per_warp = std::atoi(bare.c_str() + at + 1);
@@ -304,7 +315,8 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     if (bare == "single") a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kSingle);
     if (bare == "default") a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kAuto);
     if (bare == "stream") a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kStream);
-    if (bare != "auto" && bare != "single" && bare != "default" && bare != "stream" &&
+    if (bare == "prev") a.gemv_path = static_cast<int32_t>(cuda::GemvPath::kPrev);
+    if (bare != "auto" && bare != "single" && bare != "default" && bare != "stream" && bare != "prev" &&
         std::sscanf(bare.c_str(), "%dx%d", &a.gemv_rows_per_step, &a.gemv_parts_per_row) != 2) {
       std::fprintf(stderr, "gpu_bench --gemv-rows: expected auto or RxP (e.g. 2x1), found '%s'\n", shape.c_str());
       return false;
@@ -312,6 +324,7 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
     Timing rows;
     ok = time_path(a, copies, iters, stream, rows);
     clear_prefixes(a);
+    if (glu_rows != nullptr) cudaFree(glu_rows);
     a.stage_bytes_per_warp = 0;
     if (!ok) break;
     line(("rows/" + shape).c_str(), rows);

@@ -19,8 +19,9 @@ struct GemvBenchOptions {
   // first "norm:" entry instead of the default), "res:" the residual epilogue (one matrix),
   // "pre:" / "nopre:" the quantized norm-weight preload on / off, "pipe:" / "one:" the float
   // kernel's two-buffer / one-buffer variant, "sb1:" / "sb2:" the streamed quantized kernel's
-  // blocks per SM; the bare names "single", "default" and "stream" (rows entries) take those
-  // paths instead of the multi-row one.
+  // blocks per SM, and (rows entries, first) "glu:" the SwiGLU epilogue of a gate+up pair; the
+  // bare names "single", "default", "stream" (gemv_stream.cu wherever it takes the product) and
+  // "prev" (the default before it) take those paths instead of the multi-row one.
   std::vector<std::string> rows_shapes = {"auto"};
   // Float products (F32 / F16 / BF16) at n = 1, timed after the default (the register-streamed
   // kernel, gemv_float_stream.cu): "prev" (the previous float kernels) or a streamed shape "RxU"

@@ -32,7 +32,7 @@
 //            and context: two rounds (the second in reverse order), each setting's median over both;
 //            --split-ring likewise per TERN_CUDA_ATTN_SPLIT_RING value (cuda::set_attention_split_ring),
 //            e.g. "3;4"; --gemv-path likewise per GEMV family (cuda::set_gemv_path: default / rows /
-//            single / stream, as TERN_CUDA_GEMV)
+//            single / stream / prev, as TERN_CUDA_GEMV)
 //   gemv     (--gemv, instead of the model) each GEMV kernel alone per type and shape: us, GB/s,
 //            % of copy bandwidth, previous vs default kernels, then the multi-row / split-row
 //            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape, the float kernels per
@@ -392,9 +392,9 @@ int run(const Options& o) {
     }
     if (spec.rfind("gp:", 0) == 0) {
       const std::string v = spec.substr(3);
-      const int path = v == "rows" ? 2 : (v == "single" ? 3 : (v == "stream" ? 4 : 0));
-      if (v != "default" && v != "rows" && v != "single" && v != "stream") {
-        std::fprintf(stderr, "gpu_bench: --gemv-path: expected default / rows / single / stream, found '%s'\n", v.c_str());
+      const int path = v == "rows" ? 2 : (v == "single" ? 3 : (v == "stream" ? 4 : (v == "prev" ? 5 : 0)));
+      if (v != "default" && v != "rows" && v != "single" && v != "stream" && v != "prev") {
+        std::fprintf(stderr, "gpu_bench: --gemv-path: expected default / rows / single / stream / prev, found '%s'\n", v.c_str());
         std::exit(2);
       }
       cuda::set_gemv_path(*e.backend, path);

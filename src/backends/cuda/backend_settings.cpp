@@ -103,19 +103,21 @@ int attention_tc_variant() {
   return v >= 0 && v < attention_tc_variants() ? v : 0;
 }
 
-// The GEMV kernel family: TERN_CUDA_GEMV (legacy / default / rows / single / stream) overrides the options; bulk
+// The GEMV kernel family: TERN_CUDA_GEMV (legacy / default / rows / single / stream / prev) overrides the options; bulk
 // copies need sm_90 and kernels compiled for it (not sm_80 code JIT-compiled for a newer GPU).
 GemvPath gemv_path(const CudaBackendOptions& options, int cc_major, bool bulk_compiled) {
   const char* env = std::getenv("TERN_CUDA_GEMV");
   bool legacy = options.legacy_gemv, rows = options.rows_gemv, single = options.single_gemv,
-       stream = options.stream_gemv;
+       stream = options.stream_gemv, prev = false;
   if (env != nullptr && std::strcmp(env, "legacy") == 0) legacy = true, rows = false, single = false, stream = false;
   if (env != nullptr && std::strcmp(env, "default") == 0) legacy = false, rows = false, single = false, stream = false;
   if (env != nullptr && std::strcmp(env, "rows") == 0) legacy = false, rows = true, single = false, stream = false;
   if (env != nullptr && std::strcmp(env, "single") == 0) legacy = false, rows = false, single = true, stream = false;
   if (env != nullptr && std::strcmp(env, "stream") == 0) legacy = false, rows = false, single = false, stream = true;
+  if (env != nullptr && std::strcmp(env, "prev") == 0) legacy = false, rows = false, single = false, stream = false, prev = true;
   if (legacy || cc_major < 9 || !bulk_compiled) return GemvPath::kLegacy;
   if (stream) return GemvPath::kStream;
+  if (prev) return GemvPath::kPrev;
   return rows ? GemvPath::kRows : (single ? GemvPath::kSingle : GemvPath::kAuto);
 }
 

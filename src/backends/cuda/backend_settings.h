@@ -51,7 +51,7 @@ struct BackendSettings {
   bool tc_attention = false;   // its attention kernel too, when tc_prefill (TERN_CUDA_TC_ATTENTION)
   bool attention_row_copy = false;  // TERN_CUDA_ATTN_ROW_COPY=1
   int attention_tc_variant = 0;     // TERN_CUDA_ATTN_TC_VARIANT (attention_tc.h)
-  GemvPath gemv_path = GemvPath::kAuto;  // TERN_CUDA_GEMV=legacy / default / rows / single / stream
+  GemvPath gemv_path = GemvPath::kAuto;  // TERN_CUDA_GEMV=legacy / default / rows / single / stream / prev
   int gemv_stage_bytes = 0;         // TERN_CUDA_GEMV_STAGE_BYTES (0: the kernels' default)
   int gemv_rows_per_step = 0;       // TERN_CUDA_GEMV_ROWS
   int gemv_parts_per_row = 0;       // TERN_CUDA_GEMV_PARTS

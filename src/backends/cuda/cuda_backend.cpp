@@ -317,7 +317,8 @@ class CudaBackend final : public Backend {
         (prev->n_mats < 2 || prev->y[1] != out.f32()) &&
         (prev->gemv_path == static_cast<int32_t>(GemvPath::kAuto) ||
          prev->gemv_path == static_cast<int32_t>(GemvPath::kRows) ||
-         prev->gemv_path == static_cast<int32_t>(GemvPath::kStream)) &&
+         prev->gemv_path == static_cast<int32_t>(GemvPath::kStream) ||
+         prev->gemv_path == static_cast<int32_t>(GemvPath::kPrev)) &&
         prologue_untouched(*prev, out_rows(out, x.rows))) {
       MatmulArgs joined = *prev;
       joined.tail_mat = joined.n_mats;
@@ -880,7 +881,7 @@ void set_small_gemv(Backend& backend, int float_pipe, int norm_preload) {
 void set_gemv_path(Backend& backend, int path) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   TERN_CHECK_MSG(cuda != nullptr, "set_gemv_path: not a CUDA backend");
-  TERN_CHECK_MSG(path >= 0 && path <= static_cast<int>(GemvPath::kStream), "set_gemv_path: not a GemvPath");
+  TERN_CHECK_MSG(path >= 0 && path <= static_cast<int>(GemvPath::kPrev), "set_gemv_path: not a GemvPath");
   cuda->set_gemv_path(static_cast<GemvPath>(path));
 }
 

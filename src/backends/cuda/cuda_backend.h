@@ -209,7 +209,7 @@ struct CudaBackendStats {
   int64_t gemv_mixed = 0;        // products that joined a launch of another weight type (gemv_mixed)
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
                                  // 0 default, 1 legacy, 2 multi-row / split-row, 3 single-row,
-                                 // 4 register-streamed)
+                                 // 4 register-streamed, 5 default before it)
 };
 CudaBackendStats backend_stats(const Backend& backend);
 // Sets the small-GEMV switches of a CUDA backend from now on (A/B timing in one process; every
@@ -217,7 +217,7 @@ CudaBackendStats backend_stats(const Backend& backend);
 // (0 default, 1 on, 2 off).
 void set_small_gemv(Backend& backend, int float_pipe, int norm_preload);
 // Sets the GEMV family of a CUDA backend from now on (kernels.h GemvPath: 0 default, 2 rows, 3
-// single, 4 stream; A/B timing in one process, same bits). A legacy backend stays legacy, and
+// single, 4 stream, 5 prev; A/B timing in one process, same bits). A legacy backend stays legacy, and
 // none is switched to legacy (its sm_90 kernels may be missing, its fusions were chosen).
 void set_gemv_path(Backend& backend, int path);
 // Sets the default long-decode attention form of a CUDA backend from now on

@@ -384,9 +384,11 @@ QuantPlan plan_typed(const MatmulArgs& a) {
   }
   // The multi-row / split-row kernel (n = 1): on kRows wherever it takes the product, on kAuto
   // for the shapes where it measured faster (gemv_rows_default).
-  // GemvPath::kStream falls back to kAuto's choice for the products the streamed kernel leaves.
+  // GemvPath::kStream falls back to kAuto's choice for the products the streamed kernel leaves;
+  // kPrev is that choice alone.
   const bool auto_path = a.gemv_path == static_cast<int32_t>(GemvPath::kAuto) ||
-                         a.gemv_path == static_cast<int32_t>(GemvPath::kStream);
+                         a.gemv_path == static_cast<int32_t>(GemvPath::kStream) ||
+                         a.gemv_path == static_cast<int32_t>(GemvPath::kPrev);
   const bool rows_path = a.gemv_path == static_cast<int32_t>(GemvPath::kRows) || (auto_path && gemv_rows_default(a));
   p.rows = rows_path && gemv_rows_supports(a);
   // The register-streamed kernel (gemv_stream.cu) where gemv_stream_chosen sends the product.

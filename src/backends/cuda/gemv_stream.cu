@@ -62,14 +62,18 @@ constexpr int stream_row_pitch() {
   return (cmax(step_bytes<T>(), step_bytes<T2>()) + 16 + 127) / 128 * 128 + 64;
 }
 
-// Blocks per SM the registers are sized for (kMinBlocks, 0: per type): the step in flight is 36
-// (q4_k), 44 (q5_k), 56 (q6_k, mixed) or 68 (q8_0) registers on top of a lane item's decode.
-// ptxas (sm_90a): q4_k fits 128 registers (two blocks) without spills; q6_k and the mixed launch
-// spill ~200 bytes there, q8_0 more; one block per SM gives them 200-odd registers and half the
-// warps. MatmulArgs::gemv_stream_blocks picks (A/B).
-template <DType T, DType T2>
-constexpr int stream_default_blocks() {
-  return (T == DType::Q4_K || T == DType::Q5_K) && T2 == T ? 2 : 1;
+// Blocks per SM the registers are sized for (kMinBlocks): the step in flight is 36 (q4_k), 44
+// (q5_k), 56 (q6_k, mixed) or 68 (q8_0) registers on top of a lane item's decode. ptxas
+// (sm_90a): q4_k fits 128 registers (two blocks) without spills; q6_k and the mixed launch spill
+// ~200 bytes there, q8_0 ~300; one block per SM gives them 150-200 registers and half the warps.
+// MatmulArgs::gemv_stream_blocks picks (A/B); 0: two for q4_k / q5_k products of at least 16384
+// rows, else one. H200, gpu_bench --gemv, us at one / two blocks: q4_k gate+up 19.01 / 18.39,
+// o 5.12 / 5.82, q+k 5.88 / 6.41, down 13.37 / 14.03; q6_k down 17.52 / 22.80; q8_0 gate+up
+// 32.35 / 43.52 (two blocks hold more steps in flight, but a product of few steps per warp pays
+// for the second block's prologue, and spills cost more than the warps bring).
+int stream_default_blocks(const MatmulArgs& a) {
+  const bool four_bit = (a.dtype == DType::Q4_K || a.dtype == DType::Q5_K) && a.tail_mat == 0;
+  return four_bit && a.total_rows() >= 16384 ? 2 : 1;
 }
 
 template <DType T, DType T2>
@@ -268,7 +272,7 @@ void launch_stream_blocks(const MatmulArgs& a, const LaunchEnv& env) {
 
 template <DType T, DType T2 = T>
 void launch_stream_instance(const MatmulArgs& a, const LaunchEnv& env) {
-  const int blocks = a.gemv_stream_blocks > 0 ? a.gemv_stream_blocks : stream_default_blocks<T, T2>();
+  const int blocks = a.gemv_stream_blocks > 0 ? a.gemv_stream_blocks : stream_default_blocks(a);
   if (blocks >= 2) launch_stream_blocks<T, T2, 2>(a, env);
   else launch_stream_blocks<T, T2, 1>(a, env);
 }
@@ -316,10 +320,23 @@ bool gemv_stream_supports(const MatmulArgs& a) {
 
 // Where the n = 1 quantized products go (the one routing place; gemv_quant.cu and matmul.cu ask
 // it): GemvPath::kStream sends every product the streamed kernel takes to it, kAuto the shapes
-// where it measured faster (gemv_stream_default), the rest keep gemv_rows_default's choice.
+// where it measured faster (gemv_stream_default), the rest keep gemv_rows_default's choice;
+// GemvPath::kPrev is kAuto as it was before this kernel (A/B).
+// Measured (H200, gpu_bench --gemv, 8B products, us, multi-row kernel -> streamed kernel at its
+// default blocks, two rounds): q4_k gate+up 19.0 -> 18.4, o 5.45 -> 5.12; q6_k down 18.2 -> 17.5,
+// v 4.5 -> 4.5; q8_0 gate+up 32.6 -> 32.4. Not taken, no faster or slower: q4_k q+k 5.81 ->
+// 5.88, q4_k down 13.33 -> 13.37, q8_0 down 19.4 -> 19.4, q8_0 q+k+v 8.6 -> 8.9, the mixed q/k/v.
+// So: q6_k products, and q4_k / q8_0 products that are one matrix of rows up to 4096 elements
+// (o) or at least 16384 rows (gate+up); up to 64k rows (the vocabulary head keeps the
+// single-row kernel, as gemv_rows_default).
 bool gemv_stream_default(const MatmulArgs& a) {
-  (void)a;
-  return false;
+  if (a.n != 1 || a.tail_mat > 0 || a.total_rows() > 65536) return false;
+  switch (a.dtype) {
+    case DType::Q6_K: return true;
+    case DType::Q4_K: return a.total_rows() >= 16384 || (a.n_mats == 1 && a.cols <= kStepElems);
+    case DType::Q8_0: return a.total_rows() >= 16384;
+    default: return false;
+  }
 }
 
 bool gemv_stream_chosen(const MatmulArgs& a) {

@@ -186,6 +186,7 @@ enum class GemvPath : int32_t {
   kSingle = 3,  // kAuto without gemv_rows.cu: the previous default (TERN_CUDA_GEMV=single)
   kStream = 4,  // kAuto, with gemv_stream.cu (register-streamed) for every n = 1 product it takes
                 // (TERN_CUDA_GEMV=stream)
+  kPrev = 5,    // kAuto as before gemv_stream.cu: no product takes it (TERN_CUDA_GEMV=prev, A/B)
 };
 
 // Ops fused into a GEMV launch (cuda_backend.cpp's peephole; gemv_fusion.cuh has the shared
