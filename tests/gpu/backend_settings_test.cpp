@@ -26,7 +26,7 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
     "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING",
     "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD", "TERN_CUDA_ATTN_CLUSTER",
-    "TERN_CUDA_GEMV_MIXED", "TERN_CUDA_ATTN_FUSED_EARLY_KV", "TERN_CUDA_ATTN_COMPACT"};
+    "TERN_CUDA_GEMV_MIXED", "TERN_CUDA_ATTN_FUSED_EARLY_KV", "TERN_CUDA_ATTN_COMPACT", "TERN_CUDA_GEMV_STREAM_BLOCKS"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -122,8 +122,21 @@ TEST_F(BackendSettingsTest, EnvironmentOverridesOptions) {
   setenv("TERN_CUDA_GEMV", "single", 1);
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_path, GemvPath::kSingle);
   EXPECT_TRUE(resolve_settings(CudaBackendOptions{}, 9, true).fuse_gemv);
+  setenv("TERN_CUDA_GEMV", "stream", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_path, GemvPath::kStream);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 8, true).gemv_path, GemvPath::kLegacy);  // no sm_90
+  setenv("TERN_CUDA_GEMV", "prev", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_path, GemvPath::kPrev);
   setenv("TERN_CUDA_GEMV", "legacy", 1);
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).gemv_path, GemvPath::kLegacy);
+  CudaBackendOptions streamed;
+  streamed.stream_gemv = true;
+  streamed.gemv_stream_blocks = 2;
+  unsetenv("TERN_CUDA_GEMV");
+  s = resolve_settings(streamed, 9, true);
+  EXPECT_EQ(s.gemv_path, GemvPath::kStream);
+  EXPECT_EQ(s.gemv_stream_blocks, 2);
+  setenv("TERN_CUDA_GEMV", "legacy", 1);
 }
 
 // Options a test sets explicitly win over the environment (tests compare kernels in one process);

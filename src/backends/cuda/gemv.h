@@ -36,13 +36,17 @@
 // aligned) takes a slow generic kernel: lane l owns elements l, l + 32, ... and dequantizes them
 // one at a time.
 //
-// At n = 1 the default path (GemvPath::kAuto) sends the q4_k / q6_k / q8_0 products of up to 64k
-// rows to gemv_rows.cu (gemv_rows_default): two or four rows per warp step sharing the activation
+// At n = 1 the default path (GemvPath::kAuto) sends q4_k products of 16k-64k rows (8B gate+up)
+// to the register-streamed kernel (gemv_stream.cu: coalesced 16-byte loads straight into
+// registers, a lane per eight units of one of a warp's two rows; gemv_stream_default), and the
+// other q4_k / q6_k / q8_0 products of up to 64k rows to gemv_rows.cu (gemv_rows_default): two or four rows per warp step sharing the activation
 // loads and butterflies, on a grid balanced to the rows (H200, 8B: 1.05-1.3x the single-row
 // kernel per product; the vocabulary head stays on the single-row kernel, which streams it at
 // 90%). GemvPath::kRows (TERN_CUDA_GEMV=rows) sends it every product it takes, and can split a
 // row's steps over two or four warps at power-of-two step boundaries (same tree; measured no
 // faster, opt-in); GemvPath::kSingle (=single) keeps the single-row kernels everywhere.
+// GemvPath::kStream (=stream) sends the streamed kernel every product it takes, kPrev (=prev)
+// none (the default before it, A/B).
 // GemvPath::kLegacy (CudaBackendOptions::legacy_gemv, TERN_CUDA_GEMV=legacy) keeps the previous
 // launch shape (per-lane cp.async, four-row tiles, two blocks per SM, one float row per warp) for
 // A/B timing; `gpu_bench --gemv` times legacy, single and default per shape.

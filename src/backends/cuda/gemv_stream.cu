@@ -326,17 +326,19 @@ bool gemv_stream_supports(const MatmulArgs& a) {
 // default blocks, two rounds): q4_k gate+up 19.0 -> 18.4, o 5.45 -> 5.12; q6_k down 18.2 -> 17.5,
 // v 4.5 -> 4.5; q8_0 gate+up 32.6 -> 32.4. Not taken, no faster or slower: q4_k q+k 5.81 ->
 // 5.88, q4_k down 13.33 -> 13.37, q8_0 down 19.4 -> 19.4, q8_0 q+k+v 8.6 -> 8.9, the mixed q/k/v.
-// So: q6_k products, and q4_k / q8_0 products that are one matrix of rows up to 4096 elements
-// (o) or at least 16384 rows (gate+up); up to 64k rows (the vocabulary head keeps the
+// In-model, serialized (ncu, one 8B Q4_K_M decode step at ctx 1024), the streamed kernel is
+// faster on every product: mixed q/k/v 12.46 -> 11.62 us, gate+up 25.20 -> 24.51, q6_k down
+// 21.46 -> 21.16, the other q4_k products 11.55 -> 10.94 on average, the q6_k head 120.8 -> 114.1.
+// But whole decode steps (CUDA graph, PDL overlap between launches) measured slower with those
+// shapes streamed: 8B Q4_K_M 435.4 -> 427.4 tok/s with q6_k, o and gate+up streamed, 435.2 ->
+// 428.5 with every product streamed; 435.2 -> 437.4 with gate+up alone (gpu_bench --gemv-path
+// "prev;default;stream", 128 steps, two rounds). Q8_0 with gate+up streamed: 332.6 -> 332.4, so
+// not taken. So: q4_k launches of at least 16384 rows (gate+up, with the model's RMSNorm prologue
+// and SwiGLU epilogue 22.0 -> 20.8 us alone), up to 64k rows (the vocabulary head keeps the
 // single-row kernel, as gemv_rows_default).
 bool gemv_stream_default(const MatmulArgs& a) {
-  if (a.n != 1 || a.tail_mat > 0 || a.total_rows() > 65536) return false;
-  switch (a.dtype) {
-    case DType::Q6_K: return true;
-    case DType::Q4_K: return a.total_rows() >= 16384 || (a.n_mats == 1 && a.cols <= kStepElems);
-    case DType::Q8_0: return a.total_rows() >= 16384;
-    default: return false;
-  }
+  if (a.n != 1 || a.tail_mat > 0 || a.total_rows() > 65536 || a.total_rows() < 16384) return false;
+  return a.dtype == DType::Q4_K;
 }
 
 bool gemv_stream_chosen(const MatmulArgs& a) {
