@@ -4,6 +4,7 @@
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
 //             [--tc-prefill] [--append 30720+2048] [--full-logits] [--gemm-peak]
 //             [--small-gemv "default;off;pipe;pre"] [--split-ring "3;4"] [--gemv-path "default;stream"]
+//             [--timeline 16] [--timeline-top 24]
 //   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
 //             [--attn-shape 32/8/128] [--attn-batch 1,8] [--attn-reps 10] [--attn-env "A=1;A=0,B=2"]
 //             [--attn-rounds 2]
@@ -33,6 +34,11 @@
 //            --split-ring likewise per TERN_CUDA_ATTN_SPLIT_RING value (cuda::set_attention_split_ring),
 //            e.g. "3;4"; --gemv-path likewise per GEMV family (cuda::set_gemv_path: default / rows /
 //            single / stream / prev, as TERN_CUDA_GEMV)
+//   timeline (--timeline N) after each decode row, N more steps recorded through CUPTI
+//            (step_timeline.h): per kernel and grid, launches per step, duration and marginal time
+//            (how far it moves the step's end) inside the graph, as the step runs. The recording
+//            starts before the first graph capture and stays on, so the decode rows of such a run
+//            are traced too: take tok/s from a run without it
 //   gemv     (--gemv, instead of the model) each GEMV kernel alone per type and shape: us, GB/s,
 //            % of copy bandwidth, previous vs default kernels, then the multi-row / split-row
 //            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape, the float kernels per
@@ -59,6 +65,7 @@
 #include "formats/synth.h"
 #include "gemv_bench.h"
 #include "sampling_bench.h"
+#include "step_timeline.h"
 #include "kv/kv_pool.h"
 #include "models/model.h"
 
@@ -84,6 +91,8 @@ struct Options {
   GemvBenchOptions gemv_options;
   bool sampling = false;
   SamplingBenchOptions sampling_options;
+  int timeline = 0;      // steps recorded per decode row (0: off)
+  int timeline_top = 24;  // kernels listed per recording
   std::vector<std::string> ab;  // --small-gemv "sg:NAME" / --split-ring "sr:N" settings (empty: the backend's own)
 };
 
@@ -136,6 +145,8 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--batch") o.batch = parse_list(next());
     else if (a == "--batch-ctx") o.batch_ctx = std::atoi(next());
     else if (a == "--decode-steps") o.decode_steps = std::atoi(next());
+    else if (a == "--timeline") o.timeline = std::atoi(next());
+    else if (a == "--timeline-top") o.timeline_top = std::atoi(next());
     else if (a == "--chunk") o.chunk = std::atoi(next());
     else if (a == "--no-graphs") o.graphs = false;
     else if (a == "--tc-prefill") o.tc_prefill = true;
@@ -293,6 +304,14 @@ int run(const Options& o) {
     }
   }
 
+  StepTimeline timeline;
+  if (o.timeline > 0) {
+    std::string why;
+    if (!timeline.start(&why)) {
+      std::printf("timeline not recorded: %s\n", why.c_str());
+    }
+  }
+
   Engine e;
   e.full_logits = o.full_logits;
   std::string path = o.model;
@@ -330,7 +349,7 @@ int run(const Options& o) {
   }
   e.backend = std::move(backend).value();
   int max_ctx = o.batch_ctx + o.decode_steps + 8;
-  for (int c : o.ctx) max_ctx = std::max(max_ctx, c + o.decode_steps + 8);
+  for (int c : o.ctx) max_ctx = std::max(max_ctx, c + o.decode_steps + o.timeline + 8);
   for (int p : o.prefill) max_ctx = std::max(max_ctx, p);
   for (const auto& [cached, n] : o.append) max_ctx = std::max(max_ctx, cached + n);
   const int max_batch = o.batch.empty() ? 1 : *std::max_element(o.batch.begin(), o.batch.end());
@@ -433,6 +452,15 @@ int run(const Options& o) {
           forward(e, seqs, {{next}}, logits);
           times[v].push_back(now_s() - t0);
           next = e.argmax[0];
+        }
+        if (o.timeline > 0) {
+          timeline.take();  // what ran before these steps
+          for (int s = 0; s < o.timeline; ++s) {
+            forward(e, seqs, {{next}}, logits);
+            next = e.argmax[0];
+          }
+          const std::string label = "ctx " + std::to_string(ctx) + setting_label(ab[v]);
+          print_timeline(timeline.take(), o.timeline, label, o.timeline_top);
         }
         seq.truncate(ctx);  // every setting decodes from the same context
       }

@@ -1,0 +1,174 @@
+#include "step_timeline.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <tuple>
+#include <utility>
+
+#include <cuda_runtime.h>
+
+#if defined(TERN_HAVE_CUPTI)
+#include <cupti.h>
+#include <cxxabi.h>
+#endif
+
+namespace tern::bench {
+namespace {
+
+// "void tern::cuda::(anonymous namespace)::gemv_rows_kernel<(tern::DType)12, 2, true>(tern::cuda::MatmulArgs)"
+// -> "gemv_rows_kernel<12, 2, true>".
+std::string short_name(std::string n) {
+  if (n.rfind("void ", 0) == 0) n.erase(0, 5);
+  static const std::regex scopes(R"(\(anonymous namespace\)::|tern::cuda::|tern::)");
+  static const std::regex casts(R"(\([A-Za-z_][A-Za-z_0-9 ]*\)(?=-?[0-9]))");  // "(DType)12" -> "12"
+  n = std::regex_replace(std::regex_replace(n, scopes, ""), casts, "");
+  // Drop the parameter list: the last top-level '(' (template arguments may hold parentheses).
+  int depth = 0;
+  for (size_t i = 0; i < n.size(); ++i) {
+    if (n[i] == '<') ++depth;
+    if (n[i] == '>') --depth;
+    if (n[i] == '(' && depth == 0) return n.substr(0, i);
+  }
+  return n;
+}
+
+#if defined(TERN_HAVE_CUPTI)
+std::mutex g_mutex;
+std::vector<KernelSpan> g_spans;  // filled by CUPTI's buffer callback, on its own thread
+
+constexpr size_t kBufferBytes = size_t{8} << 20;
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_size) {
+  CUpti_Activity* rec = nullptr;
+  std::vector<KernelSpan> got;
+  while (cuptiActivityGetNextRecord(buffer, valid_size, &rec) == CUPTI_SUCCESS) {
+    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+    const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+    KernelSpan s;
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(k->name, nullptr, nullptr, &status);
+    s.name = short_name(status == 0 && demangled != nullptr ? demangled : k->name);
+    std::free(demangled);
+    s.grid[0] = k->gridX;
+    s.grid[1] = k->gridY;
+    s.grid[2] = k->gridZ;
+    s.start_ns = k->start;
+    s.end_ns = k->end;
+    got.push_back(std::move(s));
+  }
+  std::free(buffer);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_spans.insert(g_spans.end(), got.begin(), got.end());
+}
+#endif
+
+}  // namespace
+
+bool StepTimeline::start(std::string* why) {
+#if defined(TERN_HAVE_CUPTI)
+  const char* err = nullptr;
+  CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+  if (r == CUPTI_SUCCESS) r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (r != CUPTI_SUCCESS) {
+    cuptiGetResultString(r, &err);
+    *why = std::string("CUPTI: ") + (err != nullptr ? err : "unknown error");
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_spans.clear();
+  running_ = true;
+  return true;
+#else
+  *why = "built without CUPTI (the CUDA toolkit's CUDA::cupti target was not found)";
+  return false;
+#endif
+}
+
+StepTimeline::~StepTimeline() {
+#if defined(TERN_HAVE_CUPTI)
+  if (running_) {
+    cuptiActivityFlushAll(1);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  }
+#endif
+}
+
+std::vector<KernelSpan> StepTimeline::take() {
+  std::vector<KernelSpan> out;
+#if defined(TERN_HAVE_CUPTI)
+  if (!running_) return out;
+  cudaDeviceSynchronize();
+  cuptiActivityFlushAll(1);
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    out.swap(g_spans);
+  }
+  std::sort(out.begin(), out.end(), [](const KernelSpan& a, const KernelSpan& b) { return a.start_ns < b.start_ns; });
+#endif
+  return out;
+}
+
+bool print_timeline(const std::vector<KernelSpan>& spans, int steps, const std::string& label, int top) {
+  // A step starts at its embedding lookup; take the last `steps` complete ones (the final step
+  // ends with the recording).
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].name.rfind("embed", 0) == 0) starts.push_back(i);
+  }
+  if (starts.empty() || steps <= 0) {
+    std::printf("timeline %s: no decode step recorded (%zu kernels)\n", label.c_str(), spans.size());
+    return false;
+  }
+  starts.push_back(spans.size());
+  const int n_steps = std::min<int>(steps, static_cast<int>(starts.size()) - 1);
+  struct Acc {
+    double launches = 0, dur_ns = 0, marginal_ns = 0;
+  };
+  std::map<std::pair<std::string, std::tuple<int, int, int>>, Acc> per_kernel;
+  double span_ns = 0, idle_ns = 0, kernels = 0;
+  for (size_t k = starts.size() - 1 - n_steps; k + 1 < starts.size(); ++k) {
+    const uint64_t first = spans[starts[k]].start_ns;
+    uint64_t latest_end = first;
+    for (size_t i = starts[k]; i < starts[k + 1]; ++i) {
+      const KernelSpan& s = spans[i];
+      if (s.start_ns > latest_end) idle_ns += static_cast<double>(s.start_ns - latest_end);
+      Acc& a = per_kernel[{s.name, {s.grid[0], s.grid[1], s.grid[2]}}];
+      a.launches += 1;
+      a.dur_ns += static_cast<double>(s.end_ns - s.start_ns);
+      if (s.end_ns > latest_end) {
+        a.marginal_ns += static_cast<double>(s.end_ns - latest_end);
+        latest_end = s.end_ns;
+      }
+      kernels += 1;
+    }
+    span_ns += static_cast<double>(latest_end - first);
+  }
+  std::vector<std::pair<std::pair<std::string, std::tuple<int, int, int>>, Acc>> rows(per_kernel.begin(), per_kernel.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.marginal_ns > b.second.marginal_ns; });
+  std::printf("timeline %s: %d steps, %.0f kernels/step; step on the GPU %.1f us (first kernel start to last end), "
+              "of it no kernel running %.1f us\n",
+              label.c_str(), n_steps, kernels / n_steps, span_ns / n_steps * 1e-3, idle_ns / n_steps * 1e-3);
+  std::printf("timeline   %-44s %-14s %6s %10s %10s %10s %6s\n", "kernel", "grid", "n/step", "dur us",
+              "marg us", "marg/step", "share");
+  for (size_t r = 0; r < rows.size() && static_cast<int>(r) < top; ++r) {
+    const auto& [key, a] = rows[r];
+    char grid[48];
+    std::snprintf(grid, sizeof grid, "(%d,%d,%d)", std::get<0>(key.second), std::get<1>(key.second), std::get<2>(key.second));
+    std::printf("timeline   %-44.44s %-14s %6.1f %10.2f %10.2f %10.1f %5.1f%%\n", key.first.c_str(), grid,
+                a.launches / n_steps, a.dur_ns / a.launches * 1e-3, a.marginal_ns / a.launches * 1e-3,
+                a.marginal_ns / n_steps * 1e-3, 100.0 * a.marginal_ns / span_ns);
+  }
+  return true;
+}
+
+}  // namespace tern::bench
