@@ -61,11 +61,16 @@ __device__ __forceinline__ bool span_ends(int b, int c, int n_chunks) {
   return (b + 1) % kAttnSpanChunks == 0 || c + 1 == n_chunks;
 }
 
+struct NoHook {
+  __device__ __forceinline__ void operator()() const {}
+};
+
 // Chunk c's record of the token starts at rec_of(c): [m, l, a_0 .. a_{hd-1}], read with ld. This
-// thread owns dimensions d = d0 + k * d_step (k < kPer, d < hd) and writes out[d] = A_d / L.
-template <int kPer, int kBatch, typename RecOf, typename Ld>
+// thread owns dimensions d = d0 + k * d_step (k < kPer, d < hd) and writes out[d] = A_d / L;
+// on_folded() runs between the last fold and that store.
+template <int kPer, int kBatch, typename RecOf, typename Ld, typename OnFolded = NoHook>
 __device__ __forceinline__ void fold_records_at(const RecOf& rec_of, const Ld& ld, int n_chunks, int hd, int d0,
-                                                int d_step, float* out) {
+                                                int d_step, float* out, const OnFolded& on_folded = {}) {
   static_assert(kBatch % kAttnSpanChunks == 0, "a batch ends on a span boundary");
   FoldState<kPer> st;
   for (int c0 = 0; c0 < n_chunks; c0 += kBatch) {
@@ -91,16 +96,18 @@ __device__ __forceinline__ void fold_records_at(const RecOf& rec_of, const Ld& l
       st.add(m[b], l[b], av[b], span_ends(b, c0 + b, n_chunks));
     }
   }
+  on_folded();
   st.store(out, hd, d0, d_step);
 }
 
 // Records at rec0 + c * stride (the chunk merge kernel's global records). kL2: loads that bypass
 // L1 (records written by other blocks of the same launch).
-template <int kPer, int kBatch, bool kL2>
+template <int kPer, int kBatch, bool kL2, typename OnFolded = NoHook>
 __device__ __forceinline__ void fold_records(const float* rec0, int64_t stride, int n_chunks, int hd, int d0, int d_step,
-                                             float* out) {
+                                             float* out, const OnFolded& on_folded = {}) {
   fold_records_at<kPer, kBatch>([=](int c) { return rec0 + c * stride; },
-                                [](const float* p) { return kL2 ? __ldcg(p) : *p; }, n_chunks, hd, d0, d_step, out);
+                                [](const float* p) { return kL2 ? __ldcg(p) : *p; }, n_chunks, hd, d0, d_step, out,
+                                on_folded);
 }
 
 }  // namespace tern::cuda::chunk_fold

@@ -126,6 +126,21 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_kernel(AttentionAr
                                     sm + L.kv, L.total - L.kv);
 }
 
+// Where the merge kernels let the o projection launch (kMergeTrigger*, attention_span_merge.cuh):
+// after the fold where the model is wide enough that the o projection's first weight stages are
+// megabytes (8B: 4096 = 32 x 128; its merge waited 6.5 us for records in L2 while those streamed
+// in; H200 Q4_K_M 438.6 -> 442.3 tok/s at 1k, 248.4 -> 253.3 at 32k), right after the wait where it
+// is narrow (SmolLM2: 576, the late launch cost 4%). TERN_CUDA_MERGE_TRIGGER=0/1/2 overrides
+// (read once per process).
+int merge_trigger(const AttentionArgs& a) {
+  static const int forced = [] {
+    const char* e = std::getenv("TERN_CUDA_MERGE_TRIGGER");
+    return e != nullptr && e[0] >= '0' && e[0] <= '2' && e[1] == '\0' ? e[0] - '0' : -1;
+  }();
+  if (forced >= 0) return forced;
+  return a.n_heads * a.head_dim >= 2048 ? kMergeTriggerFolded : kMergeTriggerEnter;
+}
+
 constexpr int kMergeThreads = 128;
 constexpr int kMergePerThread = kAttnMaxHeadDim / kMergeThreads;
 
@@ -136,17 +151,31 @@ constexpr int kMergePerThread = kAttnMaxHeadDim / kMergeThreads;
 // max the same running max). The same sequence of the same expressions, so the same bits. A
 // token reads its chunks up to its own position: record index first * 4 + k is chunk k % 4 of
 // span first + k / 4. One block per (token, head), kChunkMergeBatch records in flight.
+// kTrigger: where the block lets the next kernel launch (merge_trigger()).
 constexpr int kChunkMergeBatch = 16;
+template <int kTrigger>
 __global__ void __launch_bounds__(kMergeThreads) attention_chunk_merge_kernel(AttentionArgs a) {
   const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim, tid = threadIdx.x;
   const DevicePlan& P = a.plan;
   const int n_chunks = P.positions[t] / kAttnChunkTokens + 1;
   const int64_t stride = int64_t{a.n_heads} * (hd + 2);
   const float* rec0 = a.partials + (int64_t{P.token_partial_begin[t]} * kAttnSpanChunks * a.n_heads + h) * (hd + 2);
-  pdl_enter();
+  pdl_wait();
+  if constexpr (kTrigger == kMergeTriggerEnter) pdl_launch_dependents();
   // (attention_chunk_fold.cuh, shared with the fused decode's last block)
-  chunk_fold::fold_records<kMergePerThread, kChunkMergeBatch, false>(rec0, stride, n_chunks, hd, tid, kMergeThreads,
-                                                                     a.out + t * a.out_stride + int64_t{h} * hd);
+  chunk_fold::fold_records<kMergePerThread, kChunkMergeBatch, false>(
+      rec0, stride, n_chunks, hd, tid, kMergeThreads, a.out + t * a.out_stride + int64_t{h} * hd, [] {
+        if constexpr (kTrigger == kMergeTriggerFolded) pdl_launch_dependents();
+      });
+}
+
+void launch_chunk_merge(const AttentionArgs& a, const LaunchEnv& env) {
+  const dim3 grid(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads));
+  switch (merge_trigger(a)) {
+    case kMergeTriggerFolded: launch_kernel(env, attention_chunk_merge_kernel<kMergeTriggerFolded>, grid, kMergeThreads, 0, a); break;
+    case kMergeTriggerExit: launch_kernel(env, attention_chunk_merge_kernel<kMergeTriggerExit>, grid, kMergeThreads, 0, a); break;
+    default: launch_kernel(env, attention_chunk_merge_kernel<kMergeTriggerEnter>, grid, kMergeThreads, 0, a); break;
+  }
 }
 
 inline size_t merge_smem_bytes(int head_dim) {
@@ -166,9 +195,10 @@ __global__ void __launch_bounds__(kMergeThreads) attention_span_merge_kernel(Att
 // single decode's heads fill more SMs (merge_token_head_slice); kMergeSliceBatch spans per batch.
 constexpr int kMergeSliceDims = 32;
 constexpr int kMergeSliceBatch = 256;
+template <int kTrigger>
 __global__ void __launch_bounds__(kMergeThreads) attention_span_merge_sliced_kernel(AttentionArgs a) {
   extern __shared__ __align__(16) unsigned char sm[];
-  span_merge::merge_token_head_slice<kMergeThreads, kMergeSliceDims>(
+  span_merge::merge_token_head_slice<kMergeThreads, kMergeSliceDims, kTrigger>(
       a, blockIdx.x, blockIdx.y, static_cast<int>(blockIdx.z) * kMergeSliceDims, reinterpret_cast<float*>(sm),
       kMergeSliceBatch);
 }
@@ -254,8 +284,7 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
   }
   if ((a.span_kernel & kSpanCompact) != 0) {  // the compact per-chunk kernel (attention_compact.cu), then the chunk merge
     launch_attention_compact(a, env);
-    launch_kernel(env, attention_chunk_merge_kernel,
-                  dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads, 0, a);
+    launch_chunk_merge(a, env);
     return;
   }
   const SpanShape sh = span_shape_of(a);
@@ -312,16 +341,19 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
   if (a.fold_merge) return;  // the span blocks merged (attention_span_merge.cuh)
   if (a.fused & kAttnFusedMerge) return;  // the last chunk block of each KV head merged (attention_fused.cuh)
   if (a.chunk_split > 0) {
-    launch_kernel(env, attention_chunk_merge_kernel,
-                  dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), kMergeThreads, 0, a);
+    launch_chunk_merge(a, env);
     return;
   }
   if ((a.span_kernel & kSpanMergeSliced) != 0 && a.head_dim % kMergeSliceDims == 0) {
     g_merge_sliced_launches.fetch_add(1, std::memory_order_relaxed);
-    launch_kernel(env, attention_span_merge_sliced_kernel,
-                  dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads),
-                       static_cast<unsigned>(a.head_dim / kMergeSliceDims)),
-                  kMergeThreads, span_merge::batch_bytes(kMergeSliceDims, kMergeSliceBatch), a);
+    const dim3 grid(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads),
+                    static_cast<unsigned>(a.head_dim / kMergeSliceDims));
+    const size_t smem = span_merge::batch_bytes(kMergeSliceDims, kMergeSliceBatch);
+    switch (merge_trigger(a)) {
+      case kMergeTriggerFolded: launch_kernel(env, attention_span_merge_sliced_kernel<kMergeTriggerFolded>, grid, kMergeThreads, smem, a); break;
+      case kMergeTriggerExit: launch_kernel(env, attention_span_merge_sliced_kernel<kMergeTriggerExit>, grid, kMergeThreads, smem, a); break;
+      default: launch_kernel(env, attention_span_merge_sliced_kernel<kMergeTriggerEnter>, grid, kMergeThreads, smem, a); break;
+    }
     return;
   }
   launch_kernel(env, attention_span_merge_kernel,

@@ -26,6 +26,17 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
 
+namespace tern::cuda {
+
+// Where a merge kernel (the chunk merge, the sliced span merge) lets the next kernel of the
+// stream launch (griddepcontrol.launch_dependents): right after its own wait (enter), after its
+// last fold, before the store (folded), or not at all, so the next kernel launches as the merge
+// exits (exit). The next kernel is the o projection, whose blocks stream their first weight stages
+// as soon as they launch; the merge only reads records from L2 and folds them.
+constexpr int kMergeTriggerEnter = 0, kMergeTriggerFolded = 1, kMergeTriggerExit = 2;
+
+}  // namespace tern::cuda
+
 namespace tern::cuda::span_merge {
 
 // Spans per merge batch of the merge kernel: 64 KB of partial A values at most.
@@ -218,7 +229,7 @@ __device__ __forceinline__ void merge_token_head(const AttentionArgs& a, int t, 
 // same: a dimension's fold (batch_fold, its expressions and span order) does not depend on the
 // others, every thread computes the same L, and batch_scales the same scales (the running max is
 // exact, so the batch size changes no value). Threads d < kDims fold dimension d0 + d.
-template <int kThreads, int kDims>
+template <int kThreads, int kDims, int kTrigger = kMergeTriggerEnter>
 __device__ __forceinline__ void merge_token_head_slice(const AttentionArgs& a, int t, int h, int d0, float* sm,
                                                        int batch) {
   static_assert(kDims % 2 == 0 && kDims <= kThreads, "8-byte copies, one folding thread per dimension");
@@ -228,7 +239,8 @@ __device__ __forceinline__ void merge_token_head_slice(const AttentionArgs& a, i
   const int n_spans = P.positions[t] / kAttnSpanTokens + 1;
   const int64_t first = int64_t{P.token_partial_begin[t]};
   const int64_t rec_stride = int64_t{a.n_heads} * (hd + 2);
-  pdl_enter();
+  pdl_wait();
+  if constexpr (kTrigger == kMergeTriggerEnter) pdl_launch_dependents();
   Batch b = batch_at(sm, kDims, batch);
   float carry = -INFINITY;  // warp 0
   float L = 0.0f;
@@ -253,6 +265,7 @@ __device__ __forceinline__ void merge_token_head_slice(const AttentionArgs& a, i
     batch_fold<kThreads, 1>(b, kDims, L, A);
     __syncthreads();  // the batch's shared memory is free
   }
+  if constexpr (kTrigger == kMergeTriggerFolded) pdl_launch_dependents();
   if (tid < kDims) a.out[t * a.out_stride + int64_t{h} * hd + d0 + tid] = __fdiv_rn(A[0], L);
 }
 

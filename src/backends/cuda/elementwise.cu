@@ -1,6 +1,10 @@
 // The small ops: embedding lookup, RMSNorm, add / bias / SwiGLU, RoPE, KV writes and the logit
 // row gather. Each matches its reference in backends/cpu/ops_ref.cpp: same expressions, and
 // reductions in an order fixed by the row length only (never by the number of rows).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/dequant.cuh"
@@ -19,14 +23,19 @@ unsigned grid_for(int64_t work, int per_block = kThreads) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > (1 << 20) ? (1 << 20) : blocks));
 }
 
-// One block per token; threads stride over the columns.
+// Blocks (token, column slice); each thread dequantizes one column per grid stride. A block per
+// token with its threads looping over a 4096-wide row took ~10 us in a decode step (H200, 8B
+// Q4_K_M, gpu_bench --timeline): each element's loads waited behind the previous element's store.
 __global__ void embed_kernel(EmbedArgs a) {
   pdl_enter();
   const int t = blockIdx.x;
   const int32_t id = a.token_ids[t];
   const uint8_t* row = static_cast<const uint8_t*>(a.table) + static_cast<size_t>(id) * a.table_stride_bytes;
   float* out = a.out + t * a.out_stride;
-  for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) out[c] = dequant_element(a.dtype, row, c);
+  const int64_t step = int64_t{gridDim.y} * blockDim.x;
+  for (int64_t c = int64_t{blockIdx.y} * blockDim.x + threadIdx.x; c < a.cols; c += step) {
+    out[c] = dequant_element(a.dtype, row, c);
+  }
 }
 
 // Columns per thread that rms_norm keeps in registers (rows up to 32 * kThreads = 8192 wide).
@@ -44,8 +53,14 @@ __device__ __forceinline__ float rms_inv(double sum, int64_t cols, float eps) {
 // kNormRegs * kThreads wide are read into registers by unrolled loads, all in flight at once: a
 // decode step's norms are single-block kernels, where a loop that waits on each load in turn
 // took 10-17 us for 4096 columns. Wider rows take the plain loop; both give the same bits.
+// kLateTrigger: the next kernel may launch only once the row is summed (before the stores), not
+// right after the wait: the final norm's successor is the vocabulary head, whose blocks stream
+// their first weight stages as soon as they launch, and a single-block norm then waited ~10 us
+// for its own loads (H200, 8B Q4_K_M, gpu_bench --timeline).
+template <bool kLateTrigger>
 __global__ void rms_norm_kernel(RmsNormArgs a) {
-  pdl_enter();
+  pdl_wait();
+  if constexpr (!kLateTrigger) pdl_launch_dependents();
   const int64_t r = blockIdx.x;
   float* x = a.x + r * a.x_stride;
   float* out = a.out + r * a.out_stride;
@@ -70,6 +85,7 @@ __global__ void rms_norm_kernel(RmsNormArgs a) {
       }
     }
     const float inv = rms_inv(sum, a.cols, a.eps);
+    if constexpr (kLateTrigger) pdl_launch_dependents();
 #pragma unroll
     for (int k = 0; k < kNormRegs; ++k) {
       const int64_t c = threadIdx.x + int64_t{k} * kThreads;
@@ -184,12 +200,26 @@ __global__ void gather_rows_kernel(GatherRowsArgs a) {
 
 void launch_embed(const EmbedArgs& a, const LaunchEnv& env) {
   if (a.n_tokens == 0) return;
-  launch_kernel(env, embed_kernel, a.n_tokens, kThreads, 0, a);
+  const unsigned slices = static_cast<unsigned>(std::min<int64_t>((a.cols + kThreads - 1) / kThreads, 64));
+  launch_kernel(env, embed_kernel, dim3(static_cast<unsigned>(a.n_tokens), std::max(1u, slices)), kThreads, 0, a);
+}
+
+// TERN_CUDA_NORM_TRIGGER=0/1 (read once per process): rms_norm_kernel's kLateTrigger.
+bool norm_late_trigger() {
+  static const bool on = [] {
+    const char* e = std::getenv("TERN_CUDA_NORM_TRIGGER");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on;
 }
 
 void launch_rms_norm(const RmsNormArgs& a, const LaunchEnv& env) {
   if (a.rows == 0) return;
-  launch_kernel(env, rms_norm_kernel, static_cast<unsigned>(a.rows), kThreads, 0, a);
+  if (norm_late_trigger()) {
+    launch_kernel(env, rms_norm_kernel<true>, static_cast<unsigned>(a.rows), kThreads, 0, a);
+  } else {
+    launch_kernel(env, rms_norm_kernel<false>, static_cast<unsigned>(a.rows), kThreads, 0, a);
+  }
 }
 
 void launch_elementwise(const ElementwiseArgs& a, const LaunchEnv& env) {
