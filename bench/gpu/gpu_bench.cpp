@@ -4,7 +4,7 @@
 //             [--prefill 512,4096] [--batch 8,32] [--batch-ctx 1024] [--chunk 512] [--no-graphs]
 //             [--tc-prefill] [--append 30720+2048] [--full-logits] [--gemm-peak]
 //             [--small-gemv "default;off;pipe;pre"] [--split-ring "3;4"] [--gemv-path "default;stream"]
-//             [--timeline 16] [--timeline-top 24]
+//             [--timeline 16] [--timeline-top 24] [--timeline-order 12]
 //   gpu_bench --attn [--attn-ctx 1024,32768] [--attn-prefill 0+512,0+4096,30720+2048] [--tc-prefill]
 //             [--attn-shape 32/8/128] [--attn-batch 1,8] [--attn-reps 10] [--attn-env "A=1;A=0,B=2"]
 //             [--attn-rounds 2]
@@ -38,7 +38,8 @@
 //            (step_timeline.h): per kernel and grid, launches per step, duration and marginal time
 //            (how far it moves the step's end) inside the graph, as the step runs. The recording
 //            starts before the first graph capture and stays on, so the decode rows of such a run
-//            are traced too: take tok/s from a run without it
+//            are traced too: take tok/s from a run without it; --timeline-order N lists the last
+//            step's first and last N kernels in launch order
 //   gemv     (--gemv, instead of the model) each GEMV kernel alone per type and shape: us, GB/s,
 //            % of copy bandwidth, previous vs default kernels, then the multi-row / split-row
 //            kernel (TERN_CUDA_GEMV=rows) per --gemv-rows shape, the float kernels per
@@ -93,6 +94,7 @@ struct Options {
   SamplingBenchOptions sampling_options;
   int timeline = 0;      // steps recorded per decode row (0: off)
   int timeline_top = 24;  // kernels listed per recording
+  int timeline_order = 0;  // the last step's first and last N kernels in launch order
   std::vector<std::string> ab;  // --small-gemv "sg:NAME" / --split-ring "sr:N" settings (empty: the backend's own)
 };
 
@@ -147,6 +149,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--decode-steps") o.decode_steps = std::atoi(next());
     else if (a == "--timeline") o.timeline = std::atoi(next());
     else if (a == "--timeline-top") o.timeline_top = std::atoi(next());
+    else if (a == "--timeline-order") o.timeline_order = std::atoi(next());
     else if (a == "--chunk") o.chunk = std::atoi(next());
     else if (a == "--no-graphs") o.graphs = false;
     else if (a == "--tc-prefill") o.tc_prefill = true;
@@ -460,7 +463,9 @@ int run(const Options& o) {
             next = e.argmax[0];
           }
           const std::string label = "ctx " + std::to_string(ctx) + setting_label(ab[v]);
-          print_timeline(timeline.take(), o.timeline, label, o.timeline_top);
+          const std::vector<KernelSpan> spans = timeline.take();
+          print_timeline(spans, o.timeline, label, o.timeline_top);
+          print_timeline_order(spans, label, o.timeline_order);
         }
         seq.truncate(ctx);  // every setting decodes from the same context
       }

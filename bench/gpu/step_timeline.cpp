@@ -19,6 +19,7 @@
 namespace tern::bench {
 namespace {
 
+#if defined(TERN_HAVE_CUPTI)
 // "void tern::cuda::(anonymous namespace)::gemv_rows_kernel<(tern::DType)12, 2, true>(tern::cuda::MatmulArgs)"
 // -> "gemv_rows_kernel<12, 2, true>".
 std::string short_name(std::string n) {
@@ -36,7 +37,6 @@ std::string short_name(std::string n) {
   return n;
 }
 
-#if defined(TERN_HAVE_CUPTI)
 std::mutex g_mutex;
 std::vector<KernelSpan> g_spans;  // filled by CUPTI's buffer callback, on its own thread
 
@@ -169,6 +169,33 @@ bool print_timeline(const std::vector<KernelSpan>& spans, int steps, const std::
                 a.marginal_ns / n_steps * 1e-3, 100.0 * a.marginal_ns / span_ns);
   }
   return true;
+}
+
+void print_timeline_order(const std::vector<KernelSpan>& spans, const std::string& label, int n) {
+  size_t begin = spans.size();
+  for (size_t i = spans.size(); i-- > 0;) {
+    if (spans[i].name.rfind("embed", 0) == 0) {
+      begin = i;
+      break;
+    }
+  }
+  if (begin == spans.size() || n <= 0) return;
+  const uint64_t t0 = spans[begin].start_ns;
+  uint64_t latest_end = t0;
+  std::printf("order    %s, the last step: kernel, grid, start / end us from the step's first start, marginal us\n",
+              label.c_str());
+  const size_t count = spans.size() - begin;
+  for (size_t k = 0; k < count; ++k) {
+    const KernelSpan& s = spans[begin + k];
+    const double marginal = s.end_ns > latest_end ? static_cast<double>(s.end_ns - latest_end) * 1e-3 : 0.0;
+    latest_end = std::max(latest_end, s.end_ns);
+    if (k >= static_cast<size_t>(n) && k + n < count) {
+      if (k == static_cast<size_t>(n)) std::printf("order      ... %zu kernels ...\n", count - 2 * n);
+      continue;
+    }
+    std::printf("order    %4zu %-44.44s (%d,%d,%d) %9.2f %9.2f %8.2f\n", k, s.name.c_str(), s.grid[0], s.grid[1], s.grid[2],
+                static_cast<double>(s.start_ns - t0) * 1e-3, static_cast<double>(s.end_ns - t0) * 1e-3, marginal);
+  }
 }
 
 }  // namespace tern::bench

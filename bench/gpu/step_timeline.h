@@ -48,4 +48,8 @@ class StepTimeline {
 // when `spans` is empty.
 bool print_timeline(const std::vector<KernelSpan>& spans, int steps, const std::string& label, int top);
 
+// The last step's first and last `n` kernels in launch order: start and end against the step's
+// first start, and the marginal time, to see which kernel waits on which.
+void print_timeline_order(const std::vector<KernelSpan>& spans, const std::string& label, int n);
+
 }  // namespace tern::bench

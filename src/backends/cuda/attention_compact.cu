@@ -20,9 +20,6 @@
 // p = __expf(s - m) over positions lane and lane + 32, l = warp_sum_tree(p_lane + p_lane+32)
 // (chunk_softmax); a_d = fmaf of p_j v_jd in j order over the query's valid positions from 0
 // (chunk_values, unfolded: the chunk split's record). Tests: GpuAttentionCompact.*.
-#include <cstdlib>
-#include <cstring>
-
 #include "backends/cuda/async_copy.cuh"
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_chunk.cuh"
@@ -40,7 +37,7 @@ constexpr int kMaxQ = kAttnMaxHeadsPerBlock;
 static_assert(kThreads / 32 == kMaxQ, "a warp per query in the softmax");
 static_assert(C <= kThreads, "a row's slot per thread");
 
-template <int kHd, bool kEarly>
+template <int kHd>
 __global__ void __launch_bounds__(kThreads) attention_compact_kernel(AttentionArgs a) {
   constexpr int kSegLanes = kHd / kSeg;                  // lanes per key: 8 or 16
   constexpr int kKeysPerPass = kThreads / kSegLanes;     // keys the block scores at once
@@ -97,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) attention_compact_kernel(AttentionAr
   // successor launch only after its own wait). The step's own row (own_row < C: this chunk is
   // the token's last) is the predecessor's output, read after the wait; with the rope fused it is
   // computed here (new_row, no slot). Loads through L2 (.cg), as the span kernels' early copies.
-  // kEarly = false (TERN_CUDA_ATTN_COMPACT_EARLY=0, for A/B timing): every row after the wait.
+  // H200 (bench/RESULTS.md, session 9): SmolLM2 +3% at ctx 128 and 1k, the 8B shape unchanged.
   const int own_row = rope ? -1 : pos - j0;
   const int64_t col = int64_t{kvh} * kHd;
   const __half* vc = static_cast<const __half*>(a.v_cache) + col;
@@ -105,25 +102,22 @@ __global__ void __launch_bounds__(kThreads) attention_compact_kernel(AttentionAr
   const int seg = lane & (kSegLanes - 1), key0 = tid / kSegLanes;
   const __half* kc = static_cast<const __half*>(a.k_cache) + col + seg * kSeg;
   uint4 kraw[kPasses];
-  auto load_rows = [&] {  // V rows to shared memory, this thread's K segments to registers
-    for (int i = tid; i < kVPieces; i += kThreads) {
-      const int r = i / (kHd / 8), e = (i - r * (kHd / 8)) * 8;
-      const int slot = slot_s[r];
-      if (slot >= 0 && r != own_row) cp_async16(v_s + r * kHd + e, vc + int64_t{slot} * a.v_cache_stride + e);
-    }
-    cp_async_commit();
+  // V rows to shared memory, this thread's K segments to registers.
+  for (int i = tid; i < kVPieces; i += kThreads) {
+    const int r = i / (kHd / 8), e = (i - r * (kHd / 8)) * 8;
+    const int slot = slot_s[r];
+    if (slot >= 0 && r != own_row) cp_async16(v_s + r * kHd + e, vc + int64_t{slot} * a.v_cache_stride + e);
+  }
+  cp_async_commit();
 #pragma unroll
-    for (int ps = 0; ps < kPasses; ++ps) {
-      const int jj = key0 + ps * kKeysPerPass;
-      const int slot = slot_s[jj];
-      kraw[ps] = slot >= 0 && jj != own_row
-                     ? __ldcg(reinterpret_cast<const uint4*>(kc + int64_t{slot} * a.k_cache_stride))
-                     : make_uint4(0, 0, 0, 0);
-    }
-  };
-  if constexpr (kEarly) load_rows();
+  for (int ps = 0; ps < kPasses; ++ps) {
+    const int jj = key0 + ps * kKeysPerPass;
+    const int slot = slot_s[jj];
+    kraw[ps] = slot >= 0 && jj != own_row
+                   ? __ldcg(reinterpret_cast<const uint4*>(kc + int64_t{slot} * a.k_cache_stride))
+                   : make_uint4(0, 0, 0, 0);
+  }
   pdl_enter();  // q and the step's own K/V row come from the launch right before
-  if constexpr (!kEarly) load_rows();
   if (own_row >= 0 && own_row < C && slot_s[own_row] >= 0) {  // (uniform over the block)
     const int slot = slot_s[own_row];
     if (tid < kHd / 8) cp_async16(v_s + own_row * kHd + tid * 8, vc + int64_t{slot} * a.v_cache_stride + tid * 8);
@@ -248,24 +242,12 @@ bool attention_compact_applies(const AttentionArgs& a, int max_tile_tokens) {
          a.q_stride % 4 == 0 && reinterpret_cast<uintptr_t>(a.q) % 16 == 0;
 }
 
-// TERN_CUDA_ATTN_COMPACT_EARLY=0 (read once per process): every K/V row after the PDL wait.
-bool compact_early_rows() {
-  static const bool on = [] {
-    const char* e = std::getenv("TERN_CUDA_ATTN_COMPACT_EARLY");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
-  return on;
-}
-
 void launch_attention_compact(const AttentionArgs& a, const LaunchEnv& env) {
   const dim3 grid(static_cast<unsigned>(a.plan.n_split_items * kAttnSpanChunks), static_cast<unsigned>(a.n_kv_heads));
-  const bool early = compact_early_rows();
   if (a.head_dim == 128) {
-    launch_kernel(env, early ? attention_compact_kernel<128, true> : attention_compact_kernel<128, false>, grid,
-                  kThreads, 0, a);
+    launch_kernel(env, attention_compact_kernel<128>, grid, kThreads, 0, a);
   } else {
-    launch_kernel(env, early ? attention_compact_kernel<64, true> : attention_compact_kernel<64, false>, grid,
-                  kThreads, 0, a);
+    launch_kernel(env, attention_compact_kernel<64>, grid, kThreads, 0, a);
   }
 }
 

@@ -2,8 +2,6 @@
 // row gather. Each matches its reference in backends/cpu/ops_ref.cpp: same expressions, and
 // reductions in an order fixed by the row length only (never by the number of rows).
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
@@ -53,14 +51,8 @@ __device__ __forceinline__ float rms_inv(double sum, int64_t cols, float eps) {
 // kNormRegs * kThreads wide are read into registers by unrolled loads, all in flight at once: a
 // decode step's norms are single-block kernels, where a loop that waits on each load in turn
 // took 10-17 us for 4096 columns. Wider rows take the plain loop; both give the same bits.
-// kLateTrigger: the next kernel may launch only once the row is summed (before the stores), not
-// right after the wait: the final norm's successor is the vocabulary head, whose blocks stream
-// their first weight stages as soon as they launch, and a single-block norm then waited ~10 us
-// for its own loads (H200, 8B Q4_K_M, gpu_bench --timeline).
-template <bool kLateTrigger>
 __global__ void rms_norm_kernel(RmsNormArgs a) {
-  pdl_wait();
-  if constexpr (!kLateTrigger) pdl_launch_dependents();
+  pdl_enter();
   const int64_t r = blockIdx.x;
   float* x = a.x + r * a.x_stride;
   float* out = a.out + r * a.out_stride;
@@ -85,7 +77,6 @@ __global__ void rms_norm_kernel(RmsNormArgs a) {
       }
     }
     const float inv = rms_inv(sum, a.cols, a.eps);
-    if constexpr (kLateTrigger) pdl_launch_dependents();
 #pragma unroll
     for (int k = 0; k < kNormRegs; ++k) {
       const int64_t c = threadIdx.x + int64_t{k} * kThreads;
@@ -204,22 +195,9 @@ void launch_embed(const EmbedArgs& a, const LaunchEnv& env) {
   launch_kernel(env, embed_kernel, dim3(static_cast<unsigned>(a.n_tokens), std::max(1u, slices)), kThreads, 0, a);
 }
 
-// TERN_CUDA_NORM_TRIGGER=0/1 (read once per process): rms_norm_kernel's kLateTrigger.
-bool norm_late_trigger() {
-  static const bool on = [] {
-    const char* e = std::getenv("TERN_CUDA_NORM_TRIGGER");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
-  return on;
-}
-
 void launch_rms_norm(const RmsNormArgs& a, const LaunchEnv& env) {
   if (a.rows == 0) return;
-  if (norm_late_trigger()) {
-    launch_kernel(env, rms_norm_kernel<true>, static_cast<unsigned>(a.rows), kThreads, 0, a);
-  } else {
-    launch_kernel(env, rms_norm_kernel<false>, static_cast<unsigned>(a.rows), kThreads, 0, a);
-  }
+  launch_kernel(env, rms_norm_kernel, static_cast<unsigned>(a.rows), kThreads, 0, a);
 }
 
 void launch_elementwise(const ElementwiseArgs& a, const LaunchEnv& env) {
