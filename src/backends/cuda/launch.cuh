@@ -8,6 +8,11 @@
 // Results are unchanged: every kernel waits before it reads or writes anything shared, and since
 // each kernel's wait completes only after its predecessor completed, completion stays ordered
 // along the stream.
+//
+// Where a kernel lets its successor launch (pdl_launch_dependents) is a timing choice, never a
+// correctness one, as long as it comes after its own wait: most kernels call it right after, the
+// merges of attention_span.cu after their last fold where their successor's early weight loads
+// would slow them (attention_span_merge.cuh kMergeTrigger*).
 #pragma once
 
 #include <cuda_runtime.h>
