@@ -370,6 +370,42 @@ TEST_F(GpuMatmul, RowsKernelOnFusedMatricesEqualsLegacy) {
   }
 }
 
+// Raw quantized weights for the bitwise GEMV comparisons below: uniform random bytes, with each
+// block's f16 scales replaced by finite values of either sign in [2^-10, 2^-6), so that every
+// product stays far from overflow.
+struct RawQuantLayout {
+  DType dtype;
+  int block_bytes;
+  std::vector<int> f16_at;  // offsets of the block's f16 scales
+};
+const RawQuantLayout kRawLayouts[] = {
+    {DType::Q4_K, 144, {0, 2}}, {DType::Q5_K, 176, {0, 2}}, {DType::Q6_K, 210, {208}}, {DType::Q8_0, 34, {0}}};
+
+gputest::HostTensor raw_quant_weights(const RawQuantLayout& lay, int64_t rows, int64_t cols, std::mt19937& rng) {
+  gputest::HostTensor hw;
+  hw.bytes.resize(row_bytes(lay.dtype, cols) * rows);
+  for (size_t i = 0; i + 4 <= hw.bytes.size(); i += 4) {
+    const uint32_t word = static_cast<uint32_t>(rng());
+    std::memcpy(hw.bytes.data() + i, &word, 4);
+  }
+  for (size_t b = 0; b < hw.bytes.size(); b += lay.block_bytes) {
+    for (const int off : lay.f16_at) {
+      const uint16_t h = static_cast<uint16_t>((rng() & 0x8000u) | ((5u + rng() % 4u) << 10) | (rng() & 0x3ffu));
+      hw.bytes[b + off] = static_cast<uint8_t>(h & 0xff);
+      hw.bytes[b + off + 1] = static_cast<uint8_t>(h >> 8);
+    }
+  }
+  hw.t = Tensor::view(hw.bytes.data(), lay.dtype, rows, cols);
+  return hw;
+}
+
+// Random activations with runs of 32 values of +-4 every 97 elements (int8 tiles at +-127).
+std::vector<float> activations_with_runs(int64_t cols, uint32_t seed) {
+  auto xv = gputest::random_floats(cols, seed);
+  for (int64_t i = 0; i < cols; i += 97) std::fill_n(xv.begin() + i, std::min<int64_t>(32, cols - i), i % 2 ? 4.0f : -4.0f);
+  return xv;
+}
+
 // Weight bytes the quantizer rarely or never writes (every quant, scale and min byte uniform over
 // 0..255, only the f16 scales kept finite): the multi-row kernel reads its items out of the
 // bulk-copy stages with per-type loads (gemv_items.cuh, kStaged: 16-byte vectors for q4_k /
@@ -391,33 +427,13 @@ TEST_F(GpuMatmul, RowsKernelOnRawQuantBytesEqualsLegacy) {
     fresh.push_back(gputest::make_cuda(options));
   }
   for (const auto& b : fresh) ASSERT_NE(b, nullptr);
-  struct Layout {
-    DType dtype;
-    int block_bytes;
-    std::vector<int> f16_at;  // offsets of the block's f16 scales
-  };
-  const Layout layouts[] = {{DType::Q4_K, 144, {0, 2}}, {DType::Q5_K, 176, {0, 2}}, {DType::Q6_K, 210, {208}},
-                            {DType::Q8_0, 34, {0}}};
   std::mt19937 rng(720);
-  for (const Layout& lay : layouts) {
+  for (const RawQuantLayout& lay : kRawLayouts) {
     for (const int64_t cols : {int64_t{4096}, int64_t{14336}}) {
       const int64_t rows = 72;
       SCOPED_TRACE(std::string(dtype_name(lay.dtype)) + " cols " + std::to_string(cols));
-      gputest::HostTensor hw;
-      const size_t rb = row_bytes(lay.dtype, cols);
-      hw.bytes.resize(rb * rows);
-      for (uint8_t& v : hw.bytes) v = static_cast<uint8_t>(rng() & 0xff);
-      // f16 scales in [2^-10, 2^-6), either sign: finite, and the products stay far from overflow.
-      for (size_t b = 0; b < hw.bytes.size(); b += lay.block_bytes) {
-        for (const int off : lay.f16_at) {
-          const uint16_t h = static_cast<uint16_t>((rng() & 0x8000u) | ((5u + rng() % 4u) << 10) | (rng() & 0x3ffu));
-          hw.bytes[b + off] = static_cast<uint8_t>(h & 0xff);
-          hw.bytes[b + off + 1] = static_cast<uint8_t>(h >> 8);
-        }
-      }
-      hw.t = Tensor::view(hw.bytes.data(), lay.dtype, rows, cols);
-      auto xv = gputest::random_floats(cols, 730);
-      for (int64_t i = 0; i < cols; i += 97) std::fill_n(xv.begin() + i, std::min<int64_t>(32, cols - i), i % 2 ? 4.0f : -4.0f);
+      const gputest::HostTensor hw = raw_quant_weights(lay, rows, cols, rng);
+      const std::vector<float> xv = activations_with_runs(cols, 730);
       auto product = [&](Backend& b) {
         std::unique_ptr<Buffer> w_owner;
         const Tensor w = b.upload_weight(hw.t, w_owner);
@@ -549,43 +565,21 @@ TEST_F(GpuMatmul, StreamKernelOn8BShapesEqualsLegacy) {
     fresh.push_back(gputest::make_cuda(options));
   }
   for (const auto& b : fresh) ASSERT_NE(b, nullptr);
-  struct Layout {
-    DType dtype;
-    int block_bytes;
-    std::vector<int> f16_at;
-  };
-  const Layout layouts[] = {{DType::Q4_K, 144, {0, 2}}, {DType::Q6_K, 210, {208}}, {DType::Q8_0, 34, {0}}};
   struct Shape {
     std::vector<int64_t> rows;
     int64_t cols;
   };
   const Shape shapes[] = {{{4096}, 4096}, {{1024}, 4096}, {{14336}, 4096}, {{4096}, 14336}, {{4095, 1025, 1024}, 4096}};
   std::mt19937 rng(740);
-  for (const Layout& lay : layouts) {
+  for (const RawQuantLayout& lay : kRawLayouts) {
+    if (lay.dtype == DType::Q5_K) continue;  // q4_k, q6_k and q8_0: the types of the 8B mixes
     for (const Shape& sh : shapes) {
       SCOPED_TRACE(std::string(dtype_name(lay.dtype)) + " rows " + std::to_string(sh.rows[0]) + " (" +
                    std::to_string(sh.rows.size()) + " matrices) cols " + std::to_string(sh.cols));
-      std::vector<gputest::HostTensor> hw(sh.rows.size());
-      for (size_t m = 0; m < sh.rows.size(); ++m) {
-        const size_t rb = row_bytes(lay.dtype, sh.cols);
-        hw[m].bytes.resize(rb * sh.rows[m]);
-        for (size_t i = 0; i + 4 <= hw[m].bytes.size(); i += 4) {
-          const uint32_t word = static_cast<uint32_t>(rng());
-          std::memcpy(hw[m].bytes.data() + i, &word, 4);
-        }
-        for (size_t b = 0; b < hw[m].bytes.size(); b += lay.block_bytes) {
-          for (const int off : lay.f16_at) {
-            const uint16_t h = static_cast<uint16_t>((rng() & 0x8000u) | ((5u + rng() % 4u) << 10) | (rng() & 0x3ffu));
-            hw[m].bytes[b + off] = static_cast<uint8_t>(h & 0xff);
-            hw[m].bytes[b + off + 1] = static_cast<uint8_t>(h >> 8);
-          }
-        }
-        hw[m].t = Tensor::view(hw[m].bytes.data(), lay.dtype, sh.rows[m], sh.cols);
-      }
-      auto xv = gputest::random_floats(sh.cols, 750);
-      for (int64_t i = 0; i < sh.cols; i += 97) {
-        std::fill_n(xv.begin() + i, std::min<int64_t>(32, sh.cols - i), i % 2 ? 4.0f : -4.0f);
-      }
+      std::vector<gputest::HostTensor> hw;
+      hw.reserve(sh.rows.size());  // (moves keep each tensor's view of its bytes valid anyway)
+      for (const int64_t rows : sh.rows) hw.push_back(raw_quant_weights(lay, rows, sh.cols, rng));
+      const std::vector<float> xv = activations_with_runs(sh.cols, 750);
       auto products = [&](Backend& b) {
         std::vector<std::unique_ptr<Buffer>> owners(sh.rows.size());
         std::vector<Tensor> w(sh.rows.size());

@@ -109,6 +109,26 @@ __device__ __forceinline__ void load_words_2aligned(const uint8_t* p, uint32_t (
   }
 }
 
+// One 16-byte load of weights read once (the register-streamed GEMVs, gemv_float_stream.cu and
+// gemv_stream.cu): non-coherent, not allocated in L1 (nothing is reused), and asking L2 to fetch
+// 256-byte sectors ahead (a warp's chunk is 512 or more contiguous bytes).
+__device__ __forceinline__ uint4 load_stream16(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+// The same load as volatile asm, so the compiler issues it where the source puts it (a refill
+// must go out before the other buffer's arithmetic, not be sunk to its first use).
+__device__ __forceinline__ uint4 load_stream16_now(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 // Programmatic dependent launch (launch.cuh). Every kernel calls pdl_wait() before it touches
 // memory an earlier kernel of the stream writes or reads (its inputs, and its outputs: a
 // predecessor may still be reading them), and pdl_launch_dependents() once it has passed that

@@ -46,27 +46,6 @@ constexpr int vecs_per_chunk() {  // 16-byte loads per lane per 256-element chun
   return T == DType::F32 ? 2 : 1;
 }
 
-// One 16-byte load that bypasses L1 (nothing is reused) and asks L2 to fetch 256-byte sectors
-// ahead: a warp's chunk is 512 (2-byte types) or 1024 contiguous bytes.
-__device__ __forceinline__ uint4 load_stream16(const uint8_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-// The same load as volatile asm, so the compiler issues it where the source puts it (the
-// two-buffer kernel's refill must go out before the other buffer's multiply-adds, not be sunk to
-// its first use).
-__device__ __forceinline__ uint4 load_stream16_now(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // Lane's 8 elements of a chunk, from its kVecs loaded words, as floats in element order.
 template <DType T>
 __device__ __forceinline__ void unpack8(const uint4 (&v)[vecs_per_chunk<T>()], float (&w)[8]) {

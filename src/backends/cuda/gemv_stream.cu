@@ -92,16 +92,6 @@ __host__ __device__ SmemLayout stream_layout(int cols) {
   return l;
 }
 
-// The register-streamed twin of gemv_float_stream.cu's load (volatile: issued where the source
-// puts it, ahead of the step's arithmetic).
-__device__ __forceinline__ uint4 load_stream16_now(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // Levels 1-3 of a lane's run: its two lane items (units u0 .. u0 + 3 and u0 + 4 .. u0 + 7 of the
 // row, `left` of them inside it) out of the row's buffer wb, each against its activation group.
 template <typename WI>
