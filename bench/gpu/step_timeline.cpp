@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <regex>
-#include <tuple>
 #include <utility>
 
 #include <cuda_runtime.h>
@@ -59,9 +57,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     char* demangled = abi::__cxa_demangle(k->name, nullptr, nullptr, &status);
     s.name = short_name(status == 0 && demangled != nullptr ? demangled : k->name);
     std::free(demangled);
-    s.grid[0] = k->gridX;
-    s.grid[1] = k->gridY;
-    s.grid[2] = k->gridZ;
+    s.grid = {k->gridX, k->gridY, k->gridZ};
     s.start_ns = k->start;
     s.end_ns = k->end;
     got.push_back(std::move(s));
@@ -119,54 +115,22 @@ std::vector<KernelSpan> StepTimeline::take() {
 }
 
 bool print_timeline(const std::vector<KernelSpan>& spans, int steps, const std::string& label, int top) {
-  // A step starts at its embedding lookup; take the last `steps` complete ones (the final step
-  // ends with the recording).
-  std::vector<size_t> starts;
-  for (size_t i = 0; i < spans.size(); ++i) {
-    if (spans[i].name.rfind("embed", 0) == 0) starts.push_back(i);
-  }
-  if (starts.empty() || steps <= 0) {
+  const std::optional<StepSummary> sum = summarize_steps(spans, steps);
+  if (!sum) {
     std::printf("timeline %s: no decode step recorded (%zu kernels)\n", label.c_str(), spans.size());
     return false;
   }
-  starts.push_back(spans.size());
-  const int n_steps = std::min<int>(steps, static_cast<int>(starts.size()) - 1);
-  struct Acc {
-    double launches = 0, dur_ns = 0, marginal_ns = 0;
-  };
-  std::map<std::pair<std::string, std::tuple<int, int, int>>, Acc> per_kernel;
-  double span_ns = 0, idle_ns = 0, kernels = 0;
-  for (size_t k = starts.size() - 1 - n_steps; k + 1 < starts.size(); ++k) {
-    const uint64_t first = spans[starts[k]].start_ns;
-    uint64_t latest_end = first;
-    for (size_t i = starts[k]; i < starts[k + 1]; ++i) {
-      const KernelSpan& s = spans[i];
-      if (s.start_ns > latest_end) idle_ns += static_cast<double>(s.start_ns - latest_end);
-      Acc& a = per_kernel[{s.name, {s.grid[0], s.grid[1], s.grid[2]}}];
-      a.launches += 1;
-      a.dur_ns += static_cast<double>(s.end_ns - s.start_ns);
-      if (s.end_ns > latest_end) {
-        a.marginal_ns += static_cast<double>(s.end_ns - latest_end);
-        latest_end = s.end_ns;
-      }
-      kernels += 1;
-    }
-    span_ns += static_cast<double>(latest_end - first);
-  }
-  std::vector<std::pair<std::pair<std::string, std::tuple<int, int, int>>, Acc>> rows(per_kernel.begin(), per_kernel.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.marginal_ns > b.second.marginal_ns; });
   std::printf("timeline %s: %d steps, %.0f kernels/step; step on the GPU %.1f us (first kernel start to last end), "
               "of it no kernel running %.1f us\n",
-              label.c_str(), n_steps, kernels / n_steps, span_ns / n_steps * 1e-3, idle_ns / n_steps * 1e-3);
+              label.c_str(), sum->steps, sum->kernels_per_step, sum->span_us, sum->idle_us);
   std::printf("timeline   %-44s %-14s %6s %10s %10s %10s %6s\n", "kernel", "grid", "n/step", "dur us",
               "marg us", "marg/step", "share");
-  for (size_t r = 0; r < rows.size() && static_cast<int>(r) < top; ++r) {
-    const auto& [key, a] = rows[r];
+  for (size_t k = 0; k < sum->rows.size() && static_cast<int>(k) < top; ++k) {
+    const KernelRow& r = sum->rows[k];
     char grid[48];
-    std::snprintf(grid, sizeof grid, "(%d,%d,%d)", std::get<0>(key.second), std::get<1>(key.second), std::get<2>(key.second));
-    std::printf("timeline   %-44.44s %-14s %6.1f %10.2f %10.2f %10.1f %5.1f%%\n", key.first.c_str(), grid,
-                a.launches / n_steps, a.dur_ns / a.launches * 1e-3, a.marginal_ns / a.launches * 1e-3,
-                a.marginal_ns / n_steps * 1e-3, 100.0 * a.marginal_ns / span_ns);
+    std::snprintf(grid, sizeof grid, "(%d,%d,%d)", r.grid[0], r.grid[1], r.grid[2]);
+    std::printf("timeline   %-44.44s %-14s %6.1f %10.2f %10.2f %10.1f %5.1f%%\n", r.name.c_str(), grid,
+                r.launches_per_step, r.mean_duration_us, r.mean_marginal_us, r.marginal_per_step_us, 100.0 * r.share);
   }
   return true;
 }
@@ -174,7 +138,7 @@ bool print_timeline(const std::vector<KernelSpan>& spans, int steps, const std::
 void print_timeline_order(const std::vector<KernelSpan>& spans, const std::string& label, int n) {
   size_t begin = spans.size();
   for (size_t i = spans.size(); i-- > 0;) {
-    if (spans[i].name.rfind("embed", 0) == 0) {
+    if (starts_step(spans[i])) {
       begin = i;
       break;
     }

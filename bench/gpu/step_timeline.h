@@ -13,17 +13,12 @@
 // Built only where the CUDA toolkit ships CUPTI (TERN_HAVE_CUPTI); elsewhere start() says so.
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
-namespace tern::bench {
+#include "step_summary.h"
 
-struct KernelSpan {
-  std::string name;  // demangled, template arguments kept, namespaces and parameters dropped
-  int grid[3] = {1, 1, 1};
-  uint64_t start_ns = 0, end_ns = 0;
-};
+namespace tern::bench {
 
 // Process-wide (CUPTI's activity buffers are). Started before the first graph is captured, so
 // that every executable's kernel nodes are traced; recording costs each kernel a little, so the
@@ -42,10 +37,10 @@ class StepTimeline {
   bool running_ = false;
 };
 
-// Per kernel (name and grid) over `steps` steps of `spans`: launches per step, mean duration
-// (end - start, the predecessor's wait included under PDL), mean marginal time, its share of the
-// step; then the step's mean time, its marginal sum and the time no kernel ran. Returns false
-// when `spans` is empty.
+// summarize_steps (step_summary.h) printed: per kernel (name and grid) launches per step, mean
+// duration (end - start, the predecessor's wait included under PDL), mean marginal time, its
+// share of the step; the step's mean span and the time no kernel ran. False when no step is in
+// `spans`.
 bool print_timeline(const std::vector<KernelSpan>& spans, int steps, const std::string& label, int top);
 
 // The last step's first and last `n` kernels in launch order: start and end against the step's
