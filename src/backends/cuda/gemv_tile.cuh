@@ -153,6 +153,40 @@ __device__ __forceinline__ void quantize_tile(const MatmulArgs& a, int64_t x0, i
   }
 }
 
+// A half-unit's 16 values to int8 with its unit's scale, the unit's halves in adjacent lanes:
+// amax over both halves (one shuffle with the pair lane, which every lane of the warp must
+// reach; a lane that is not live takes part in the shuffles only), q = rint(v * 127 / amax)
+// packed four to a word, and the int sums of this half and of the pair's.
+struct HalfUnitQ {
+  float amax;
+  uint32_t packed[4];
+  int half_sum, other_sum;
+};
+__device__ __forceinline__ HalfUnitQ quantize_half_unit(const float (&v)[16], bool live) {
+  HalfUnitQ q;
+  q.amax = 0.0f;
+  if (live) {
+#pragma unroll
+    for (int e = 0; e < 16; ++e) q.amax = fmaxf(q.amax, fabsf(v[e]));
+  }
+  q.amax = fmaxf(q.amax, __shfl_xor_sync(kFullMask, q.amax, 1));
+  const float inv = q.amax > 0.0f ? __fdiv_rn(127.0f, q.amax) : 0.0f;
+  q.half_sum = 0;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int x = __float2int_rn(__fmul_rn(v[4 * w + b], inv));
+      q.half_sum += x;
+      word |= (static_cast<uint32_t>(x) & 0xffu) << (8 * b);
+    }
+    q.packed[w] = word;
+  }
+  q.other_sum = __shfl_xor_sync(kFullMask, q.half_sum, 1);
+  return q;
+}
+
 // quantize_tile for one activation row by half-units (the multi-row kernel's tile, gemv_rows.cu):
 // thread t takes half-units t, t + blockDim, ... (16 elements each, a unit's halves in adjacent
 // lanes, meeting for amax and the int sum in one shuffle, as quantize_tile_fused), and loads up to
@@ -187,34 +221,14 @@ __device__ __forceinline__ void quantize_tile_halves(const MatmulArgs& a, const 
       if (i - lane >= total) break;  // uniform across the warp: whole warps take part in the shuffles
       const bool active = i < total;
       const int half = i & 1, u = i >> 1;
-      float amax = 0.0f;
-      if (active) {
-#pragma unroll
-        for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(v[k][e]));
-      }
-      amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, 1));
-      const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-      uint32_t packed[4];
-      int half_sum = 0;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        uint32_t word = 0;
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          const int q = __float2int_rn(__fmul_rn(v[k][4 * w + b], inv));
-          half_sum += q;
-          word |= (static_cast<uint32_t>(q) & 0xffu) << (8 * b);
-        }
-        packed[w] = word;
-      }
-      const int other_sum = __shfl_xor_sync(kFullMask, half_sum, 1);
+      const HalfUnitQ q = quantize_half_unit(v[k], active);
       if (active) {
         uint4* dst = reinterpret_cast<uint4*>(xq + x_unit_offset<kRunUnits, kRunPitch>(u));
-        dst[half] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-        xh[2 * u + half] = half_sum;
+        dst[half] = make_uint4(q.packed[0], q.packed[1], q.packed[2], q.packed[3]);
+        xh[2 * u + half] = q.half_sum;
         if (half == 0) {
-          xd[u] = __fdiv_rn(amax, 127.0f);
-          xs[u] = half_sum + other_sum;
+          xd[u] = __fdiv_rn(q.amax, 127.0f);
+          xs[u] = q.half_sum + q.other_sum;
         }
       }
     }
@@ -272,32 +286,14 @@ __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t
 #pragma unroll
       for (int k = 0; k < 16; ++k) v[k] = 0.0f;
     }
-    float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 16; ++k) amax = fmaxf(amax, fabsf(v[k]));
-    amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, 1));
-    const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    uint32_t packed[4];
-    int half_sum = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      uint32_t w = 0;
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const int q = __float2int_rn(__fmul_rn(v[4 * k + b], inv));
-        half_sum += q;
-        w |= (static_cast<uint32_t>(q) & 0xffu) << (8 * b);
-      }
-      packed[k] = w;
-    }
-    const int other_sum = __shfl_xor_sync(kFullMask, half_sum, 1);
+    const HalfUnitQ q = quantize_half_unit(v, true);  // (an idle lane's v is zero)
     if (active) {
       uint4* dst = reinterpret_cast<uint4*>(xq + j * l.row_pitch + x_unit_offset<kRunUnits, kRunPitch>(u));
-      dst[half] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-      xh[j * 2 * l.unit_pitch + 2 * u + half] = half_sum;
+      dst[half] = make_uint4(q.packed[0], q.packed[1], q.packed[2], q.packed[3]);
+      xh[j * 2 * l.unit_pitch + 2 * u + half] = q.half_sum;
       if (half == 0) {
-        xd[j * l.unit_pitch + u] = __fdiv_rn(amax, 127.0f);
-        xs[j * l.unit_pitch + u] = half_sum + other_sum;
+        xd[j * l.unit_pitch + u] = __fdiv_rn(q.amax, 127.0f);
+        xs[j * l.unit_pitch + u] = q.half_sum + q.other_sum;
       }
     }
   }
