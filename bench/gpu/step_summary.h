@@ -39,6 +39,40 @@ struct StepSummary {
 
 inline bool starts_step(const KernelSpan& s) { return s.name.rfind("embed", 0) == 0; }
 
+// One kernel of a step in launch order, in us from the step's first start.
+struct StepKernel {
+  const KernelSpan* span;
+  double start_us, end_us, marginal_us, idle_before_us;  // idle: no kernel ran just before it
+};
+
+// The kernels spans[begin, end) of one step (sorted by start) with their marginal times.
+inline std::vector<StepKernel> step_kernels(const std::vector<KernelSpan>& spans, size_t begin, size_t end) {
+  std::vector<StepKernel> out;
+  if (begin >= end) return out;
+  const uint64_t first = spans[begin].start_ns;
+  uint64_t latest_end = first;
+  for (size_t i = begin; i < end; ++i) {
+    const KernelSpan& s = spans[i];
+    StepKernel k{&s, static_cast<double>(s.start_ns - first) * 1e-3, static_cast<double>(s.end_ns - first) * 1e-3, 0.0,
+                 0.0};
+    if (s.start_ns > latest_end) k.idle_before_us = static_cast<double>(s.start_ns - latest_end) * 1e-3;
+    if (s.end_ns > latest_end) {
+      k.marginal_us = static_cast<double>(s.end_ns - latest_end) * 1e-3;
+      latest_end = s.end_ns;
+    }
+    out.push_back(k);
+  }
+  return out;
+}
+
+// Where the last step of `spans` starts (spans.size() when none does).
+inline size_t last_step_begin(const std::vector<KernelSpan>& spans) {
+  for (size_t i = spans.size(); i-- > 0;) {
+    if (starts_step(spans[i])) return i;
+  }
+  return spans.size();
+}
+
 // The last `steps` steps of `spans` (sorted by start; the last step ends with the spans), or
 // nothing when no step starts in them.
 inline std::optional<StepSummary> summarize_steps(const std::vector<KernelSpan>& spans, int steps) {
@@ -51,40 +85,34 @@ inline std::optional<StepSummary> summarize_steps(const std::vector<KernelSpan>&
   StepSummary out;
   out.steps = std::min<int>(steps, static_cast<int>(starts.size()) - 1);
   struct Acc {
-    double launches = 0, duration_ns = 0, marginal_ns = 0;
+    double launches = 0, duration_us = 0, marginal_us = 0;
   };
   std::map<std::pair<std::string, std::array<int, 3>>, Acc> per_kernel;
-  double span_ns = 0, idle_ns = 0, kernels = 0;
+  double span_us = 0, idle_us = 0, kernels = 0;
   for (size_t k = starts.size() - 1 - out.steps; k + 1 < starts.size(); ++k) {
-    const uint64_t first = spans[starts[k]].start_ns;
-    uint64_t latest_end = first;
-    for (size_t i = starts[k]; i < starts[k + 1]; ++i) {
-      const KernelSpan& s = spans[i];
-      if (s.start_ns > latest_end) idle_ns += static_cast<double>(s.start_ns - latest_end);
-      Acc& a = per_kernel[{s.name, s.grid}];
+    for (const StepKernel& sk : step_kernels(spans, starts[k], starts[k + 1])) {
+      Acc& a = per_kernel[{sk.span->name, sk.span->grid}];
       a.launches += 1;
-      a.duration_ns += static_cast<double>(s.end_ns - s.start_ns);
-      if (s.end_ns > latest_end) {
-        a.marginal_ns += static_cast<double>(s.end_ns - latest_end);
-        latest_end = s.end_ns;
-      }
+      a.duration_us += sk.end_us - sk.start_us;
+      a.marginal_us += sk.marginal_us;
+      span_us += sk.marginal_us;  // marginal times add up to the step's span
+      idle_us += sk.idle_before_us;
       kernels += 1;
     }
-    span_ns += static_cast<double>(latest_end - first);
   }
   const double n = out.steps;
   out.kernels_per_step = kernels / n;
-  out.span_us = span_ns / n * 1e-3;
-  out.idle_us = idle_ns / n * 1e-3;
+  out.span_us = span_us / n;
+  out.idle_us = idle_us / n;
   for (const auto& [key, a] : per_kernel) {
     KernelRow r;
     r.name = key.first;
     r.grid = key.second;
     r.launches_per_step = a.launches / n;
-    r.mean_duration_us = a.duration_ns / a.launches * 1e-3;
-    r.mean_marginal_us = a.marginal_ns / a.launches * 1e-3;
-    r.marginal_per_step_us = a.marginal_ns / n * 1e-3;
-    r.share = span_ns > 0 ? a.marginal_ns / span_ns : 0.0;
+    r.mean_duration_us = a.duration_us / a.launches;
+    r.mean_marginal_us = a.marginal_us / a.launches;
+    r.marginal_per_step_us = a.marginal_us / n;
+    r.share = span_us > 0 ? a.marginal_us / span_us : 0.0;
     out.rows.push_back(std::move(r));
   }
   std::stable_sort(out.rows.begin(), out.rows.end(),

@@ -136,29 +136,19 @@ bool print_timeline(const std::vector<KernelSpan>& spans, int steps, const std::
 }
 
 void print_timeline_order(const std::vector<KernelSpan>& spans, const std::string& label, int n) {
-  size_t begin = spans.size();
-  for (size_t i = spans.size(); i-- > 0;) {
-    if (starts_step(spans[i])) {
-      begin = i;
-      break;
-    }
-  }
+  const size_t begin = last_step_begin(spans);
   if (begin == spans.size() || n <= 0) return;
-  const uint64_t t0 = spans[begin].start_ns;
-  uint64_t latest_end = t0;
+  const std::vector<StepKernel> step = step_kernels(spans, begin, spans.size());
   std::printf("order    %s, the last step: kernel, grid, start / end us from the step's first start, marginal us\n",
               label.c_str());
-  const size_t count = spans.size() - begin;
-  for (size_t k = 0; k < count; ++k) {
-    const KernelSpan& s = spans[begin + k];
-    const double marginal = s.end_ns > latest_end ? static_cast<double>(s.end_ns - latest_end) * 1e-3 : 0.0;
-    latest_end = std::max(latest_end, s.end_ns);
-    if (k >= static_cast<size_t>(n) && k + n < count) {
-      if (k == static_cast<size_t>(n)) std::printf("order      ... %zu kernels ...\n", count - 2 * n);
+  for (size_t k = 0; k < step.size(); ++k) {
+    if (k >= static_cast<size_t>(n) && k + n < step.size()) {
+      if (k == static_cast<size_t>(n)) std::printf("order      ... %zu kernels ...\n", step.size() - 2 * n);
       continue;
     }
-    std::printf("order    %4zu %-44.44s (%d,%d,%d) %9.2f %9.2f %8.2f\n", k, s.name.c_str(), s.grid[0], s.grid[1], s.grid[2],
-                static_cast<double>(s.start_ns - t0) * 1e-3, static_cast<double>(s.end_ns - t0) * 1e-3, marginal);
+    const KernelSpan& s = *step[k].span;
+    std::printf("order    %4zu %-44.44s (%d,%d,%d) %9.2f %9.2f %8.2f\n", k, s.name.c_str(), s.grid[0], s.grid[1],
+                s.grid[2], step[k].start_us, step[k].end_us, step[k].marginal_us);
   }
 }
 

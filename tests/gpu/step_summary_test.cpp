@@ -70,6 +70,22 @@ TEST(StepSummary, TakesTheLastStepsAndTellsGridsApart) {
   EXPECT_EQ(more->steps, 2);
 }
 
+TEST(StepSummary, LastStepInLaunchOrder) {
+  const std::vector<KernelSpan> spans = two_steps();
+  const size_t begin = last_step_begin(spans);
+  EXPECT_EQ(begin, 3u);
+  const std::vector<StepKernel> step = step_kernels(spans, begin, spans.size());
+  ASSERT_EQ(step.size(), 4u);
+  EXPECT_EQ(step[2].span->name, "b");
+  EXPECT_DOUBLE_EQ(step[2].start_us, 1.0);
+  EXPECT_DOUBLE_EQ(step[2].end_us, 3.0);
+  EXPECT_DOUBLE_EQ(step[2].marginal_us, 1.0);
+  EXPECT_DOUBLE_EQ(step[3].marginal_us, 0.0);
+  const std::vector<StepKernel> first = step_kernels(spans, 0, begin);
+  EXPECT_DOUBLE_EQ(first[2].idle_before_us, 1.0);
+  EXPECT_EQ(last_step_begin({span("a", 2, 0, 1)}), 1u);  // none: the end
+}
+
 TEST(StepSummary, NoStepWithoutAnEmbeddingLookup) {
   EXPECT_FALSE(summarize_steps({span("a", 2, 0, 1)}, 1).has_value());
   EXPECT_FALSE(summarize_steps({}, 1).has_value());
