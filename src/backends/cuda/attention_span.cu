@@ -130,12 +130,12 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_kernel(AttentionAr
 // after the fold where the model is wide enough that the o projection's first weight stages are
 // megabytes (8B: 4096 = 32 x 128; its merge waited 6.5 us for records in L2 while those streamed
 // in; H200 Q4_K_M 438.6 -> 442.3 tok/s at 1k, 248.4 -> 253.3 at 32k), right after the wait where it
-// is narrow (SmolLM2: 576, the late launch cost 4%). TERN_CUDA_MERGE_TRIGGER=0/1/2 overrides
+// is narrow (SmolLM2: 576, the late launch cost 4%). TERN_CUDA_MERGE_TRIGGER=0/1 overrides
 // (read once per process).
 int merge_trigger(const AttentionArgs& a) {
   static const int forced = [] {
     const char* e = std::getenv("TERN_CUDA_MERGE_TRIGGER");
-    return e != nullptr && e[0] >= '0' && e[0] <= '2' && e[1] == '\0' ? e[0] - '0' : -1;
+    return e != nullptr && (e[0] == '0' || e[0] == '1') && e[1] == '\0' ? e[0] - '0' : -1;
   }();
   if (forced >= 0) return forced;
   return a.n_heads * a.head_dim >= 2048 ? kMergeTriggerFolded : kMergeTriggerEnter;
@@ -171,10 +171,10 @@ __global__ void __launch_bounds__(kMergeThreads) attention_chunk_merge_kernel(At
 
 void launch_chunk_merge(const AttentionArgs& a, const LaunchEnv& env) {
   const dim3 grid(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads));
-  switch (merge_trigger(a)) {
-    case kMergeTriggerFolded: launch_kernel(env, attention_chunk_merge_kernel<kMergeTriggerFolded>, grid, kMergeThreads, 0, a); break;
-    case kMergeTriggerExit: launch_kernel(env, attention_chunk_merge_kernel<kMergeTriggerExit>, grid, kMergeThreads, 0, a); break;
-    default: launch_kernel(env, attention_chunk_merge_kernel<kMergeTriggerEnter>, grid, kMergeThreads, 0, a); break;
+  if (merge_trigger(a) == kMergeTriggerFolded) {
+    launch_kernel(env, attention_chunk_merge_kernel<kMergeTriggerFolded>, grid, kMergeThreads, 0, a);
+  } else {
+    launch_kernel(env, attention_chunk_merge_kernel<kMergeTriggerEnter>, grid, kMergeThreads, 0, a);
   }
 }
 
@@ -349,10 +349,10 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
     const dim3 grid(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads),
                     static_cast<unsigned>(a.head_dim / kMergeSliceDims));
     const size_t smem = span_merge::batch_bytes(kMergeSliceDims, kMergeSliceBatch);
-    switch (merge_trigger(a)) {
-      case kMergeTriggerFolded: launch_kernel(env, attention_span_merge_sliced_kernel<kMergeTriggerFolded>, grid, kMergeThreads, smem, a); break;
-      case kMergeTriggerExit: launch_kernel(env, attention_span_merge_sliced_kernel<kMergeTriggerExit>, grid, kMergeThreads, smem, a); break;
-      default: launch_kernel(env, attention_span_merge_sliced_kernel<kMergeTriggerEnter>, grid, kMergeThreads, smem, a); break;
+    if (merge_trigger(a) == kMergeTriggerFolded) {
+      launch_kernel(env, attention_span_merge_sliced_kernel<kMergeTriggerFolded>, grid, kMergeThreads, smem, a);
+    } else {
+      launch_kernel(env, attention_span_merge_sliced_kernel<kMergeTriggerEnter>, grid, kMergeThreads, smem, a);
     }
     return;
   }

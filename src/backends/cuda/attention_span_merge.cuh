@@ -29,11 +29,11 @@
 namespace tern::cuda {
 
 // Where a merge kernel (the chunk merge, the sliced span merge) lets the next kernel of the
-// stream launch (griddepcontrol.launch_dependents): right after its own wait (enter), after its
-// last fold, before the store (folded), or not at all, so the next kernel launches as the merge
-// exits (exit). The next kernel is the o projection, whose blocks stream their first weight stages
-// as soon as they launch; the merge only reads records from L2 and folds them.
-constexpr int kMergeTriggerEnter = 0, kMergeTriggerFolded = 1, kMergeTriggerExit = 2;
+// stream launch (griddepcontrol.launch_dependents): right after its own wait (enter), or after
+// its last fold, before the store (folded). The next kernel is the o projection, whose blocks
+// stream their first weight stages as soon as they launch; the merge only reads records from L2
+// and folds them.
+constexpr int kMergeTriggerEnter = 0, kMergeTriggerFolded = 1;
 
 }  // namespace tern::cuda
 
