@@ -186,12 +186,10 @@ int run_variant(const AttentionBenchOptions& o, const std::string& label, double
                   ctx, what, t / kLayers * 1e6, t * 1e3, kv_bytes * 1e-6, gbs, copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0,
                   cuda::backend_stats(b).chunk_splits > split_before ? ", chunk split" : "");
       const int64_t fused_before = cuda::backend_stats(b).fused_attentions;
-      const int64_t cluster_before = cuda::backend_stats(b).cluster_attentions;
       const int64_t early_before = cuda::backend_stats(b).fused_early_kv;
       const double tr = time_steps(plan, true);
-      std::printf("attn     decode+rope ctx %6d%s: %7.1f us/layer (rope q, rope k, K/V write, attention)%s%s%s\n", ctx,
+      std::printf("attn     decode+rope ctx %6d%s: %7.1f us/layer (rope q, rope k, K/V write, attention)%s%s\n", ctx,
                   what, tr / kLayers * 1e6, cuda::backend_stats(b).fused_attentions > fused_before ? ", fused" : "",
-                  cuda::backend_stats(b).cluster_attentions > cluster_before ? ", clusters" : "",
                   cuda::backend_stats(b).fused_early_kv > early_before ? ", early K/V" : "");
     }
   }

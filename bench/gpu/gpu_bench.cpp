@@ -108,6 +108,18 @@ std::vector<int> parse_list(const char* s) {
   return v;
 }
 
+// The A/B settings of "s1;s2;..." (empty entries dropped), each as tag + setting: the form the
+// decode benchmark's use_setting recognises.
+std::vector<std::string> ab_list(const std::string& list, const char* tag) {
+  std::vector<std::string> v;
+  for (std::string rest = list; !rest.empty();) {
+    const size_t semi = rest.find(';');
+    if (semi != 0) v.push_back(tag + rest.substr(0, semi));
+    rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
+  }
+  return v;
+}
+
 // "a,b,c" as strings; "" and "none" give an empty list.
 std::vector<std::string> split_list(const char* s) {
   std::vector<std::string> v;
@@ -180,30 +192,9 @@ bool parse(int argc, char** argv, Options& o) {
       }
     }
     else if (a == "--gemv") o.gemv = true;
-    else if (a == "--small-gemv") {  // entries join the A/B list as "sg:NAME"
-      o.ab.clear();
-      for (std::string rest = next(); !rest.empty();) {
-        const size_t semi = rest.find(';');
-        if (semi != 0) o.ab.push_back("sg:" + rest.substr(0, semi));
-        rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
-      }
-    }
-    else if (a == "--split-ring") {  // entries join the A/B list as "sr:N"
-      o.ab.clear();
-      for (std::string rest = next(); !rest.empty();) {
-        const size_t semi = rest.find(';');
-        if (semi != 0) o.ab.push_back("sr:" + rest.substr(0, semi));
-        rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
-      }
-    }
-    else if (a == "--gemv-path") {  // entries join the A/B list as "gp:NAME"
-      o.ab.clear();
-      for (std::string rest = next(); !rest.empty();) {
-        const size_t semi = rest.find(';');
-        if (semi != 0) o.ab.push_back("gp:" + rest.substr(0, semi));
-        rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
-      }
-    }
+    else if (a == "--small-gemv") o.ab = ab_list(next(), "sg:");  // entries "sg:NAME"
+    else if (a == "--split-ring") o.ab = ab_list(next(), "sr:");  // entries "sr:N"
+    else if (a == "--gemv-path") o.ab = ab_list(next(), "gp:");  // entries "gp:NAME"
     else if (a == "--sampling") o.sampling = true;
     else if (a == "--sampling-vocab") o.sampling_options.vocab = std::atoi(next());
     else if (a == "--sampling-rows") o.sampling_options.rows = parse_list(next());
@@ -520,10 +511,9 @@ int run(const Options& o) {
   const cuda::CudaBackendStats st = cuda::backend_stats(*e.backend);
   std::printf("graphs   %lld steps replayed, %lld eager, %lld graphs built\n", static_cast<long long>(st.steps_graph),
               static_cast<long long>(st.steps_eager), static_cast<long long>(st.graphs_built));
-  std::printf("attn ops %lld chunk split, %lld fused decode (%lld early K/V), %lld clusters (TERN_CUDA_ATTN_CLUSTER=%d)\n",
+  std::printf("attn ops %lld chunk split, %lld fused decode (%lld early K/V), %lld compact\n",
               static_cast<long long>(st.chunk_splits), static_cast<long long>(st.fused_attentions),
-              static_cast<long long>(st.fused_early_kv), static_cast<long long>(st.cluster_attentions),
-              st.attention_cluster);
+              static_cast<long long>(st.fused_early_kv), static_cast<long long>(st.compact_attentions));
   return 0;
 }
 

@@ -9,6 +9,18 @@
 #include "models/rope_table.h"
 
 namespace tern {
+namespace {
+
+// True when the plan wants the logits of every token, in order (decode steps, verifies).
+bool all_rows_need_logits(const BatchPlan& plan) {
+  if (static_cast<int>(plan.logit_rows.size()) != plan.n_tokens()) return false;
+  for (size_t i = 0; i < plan.logit_rows.size(); ++i) {
+    if (plan.logit_rows[i] != static_cast<int32_t>(i)) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 Result<Tensor> DecoderModel::weight(const std::string& name, int64_t rows, int64_t cols) {
   const gguf::TensorInfo* info = file_->find_tensor(name);
@@ -110,9 +122,18 @@ void DecoderModel::forward(const BatchPlan& plan, KvPool& kv, const Outputs& out
   for (int l = 0; l < config_.n_layers; ++l) forward_layer(l, x, kv.layer(l));
   if (m == 0) return;
 
+  // The final norm reads the rows that need logits and writes them to a tensor of their own, so
+  // that a backend can fold it into the head product as that launch's prologue (the CUDA
+  // backend does: one launch instead of a gather, a norm and the head). When every row needs
+  // logits (a decode step, a verify) there is nothing to gather; otherwise the rows go to the
+  // layers' norm buffer first, which is free once the last layer has run.
   Tensor hidden = ws_.logit_hidden.slice_rows(0, m);
-  ops::gather_logit_rows(b, x, hidden);
-  ops::rms_norm(b, hidden, output_norm_, config_.rms_eps, hidden);
+  Tensor rows = x;
+  if (!all_rows_need_logits(plan)) {
+    rows = ws_.norm.slice_rows(0, m);
+    ops::gather_logit_rows(b, x, rows);
+  }
+  ops::rms_norm(b, rows, output_norm_, config_.rms_eps, hidden);
   Tensor out = ws_.logits.slice_rows(0, m);
   ops::matmul(b, output_, hidden, out);
   last_logit_rows_ = m;

@@ -41,7 +41,7 @@ class DecoderModel : public Model {
     Tensor k, v;            // [n, hk * hd]
     Tensor gate, up;        // [n, f]
     Tensor out;             // [n, d]: attention / ffn output before the residual add
-    Tensor logit_hidden;    // [m, d], m = rows needing logits
+    Tensor logit_hidden;    // [m, d], m = rows needing logits: the final norm of those rows
     Tensor logits;          // [m, V]
   };
   Workspace ws_;

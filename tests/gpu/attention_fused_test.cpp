@@ -1,15 +1,12 @@
 // The fused decode attention (attention.h "fused decode", attention_fused.cuh: the layer's rope of
-// q and k, its K/V cache write and the chunk merge inside the chunk-split attention launch)
-// against the separate launches (rope + K/V write, attention, chunk merge), bit for bit: the
+// q and k and its K/V cache write inside the chunk-split attention launch) against the separate
+// launches (rope + K/V write, attention, chunk merge), bit for bit: the
 // attention output of every step and both caches after them, over GQA groups (a group of 7: two head
 // slices, only slice 0 writes the cache), head_dim 64 to 256, f16 and f32 caches, softcap,
 // sliding windows, partial and NeoX rotations, decodes at contexts on both sides of chunk and
 // span boundaries (1 and 2 chunks per block), steps of several sequences, and steps that must
-// not fuse (a verify tile), each mode (rope and merge, merge alone, rope alone). The cluster merge
-// (attention_cluster.cu: the chunk records folded from the cluster's shared memory in the same
-// launch) against the same reference, with and without the fused rope, 1 to 16 blocks per
-// cluster (several steps per block where the chunks outnumber the blocks). Then the counters
-// under CUDA graph replays, and graph executables not updated across cluster shapes.
+// not fuse (a verify tile), the early work before the PDL wait, and the compact decode kernel.
+// Then the same under CUDA graph replays.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -119,20 +116,13 @@ std::vector<float> caches_of(Backend& b, Cache& cache) {
 // compact: CudaBackendOptions::attention_compact (0 off; 1 / 2 the compact decode kernel with the
 // rope launch kept / taken in, where it applies: f16 caches, head_dim 64 / 128, groups up to 4;
 // 3 takes it in at head_dim <= 64 only, the default).
-std::unique_ptr<Backend> make_fused(int fused, int chunk_split, int cluster = 0, int early = 0, int compact = 0) {
+std::unique_ptr<Backend> make_fused(int fused, int chunk_split, int early = 0, int compact = 0) {
   cuda::CudaBackendOptions o;
   o.attention_fused_decode = fused;
   o.attention_chunk_split = chunk_split;
-  o.attention_cluster = cluster;
   o.attention_fused_early_kv = early;
   o.attention_compact = compact;
   return gputest::make_cuda(o);
-}
-
-// Whether this device runs the cluster merge (sm_90+; elsewhere the setting resolves to off).
-bool clusters_available() {
-  auto b = make_fused(3, -1, 16);
-  return b != nullptr && cuda::backend_stats(*b).attention_cluster > 0;
 }
 
 TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
@@ -140,45 +130,30 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
   auto want = make_fused(0, -1);
   ASSERT_TRUE(want != nullptr);
   std::vector<std::unique_ptr<Backend>> got;
-  std::vector<bool> fuses, clusters, earlies, compacts;
-  auto add = [&](int fused, int chunk_split, int cluster, int early = 0, int compact = 0) {
-    got.push_back(make_fused(fused, chunk_split, cluster, early, compact));
+  std::vector<bool> fuses, earlies, compacts;
+  auto add = [&](int fused, int chunk_split, int early = 0, int compact = 0) {
+    got.push_back(make_fused(fused, chunk_split, early, compact));
     compacts.push_back(compact != 0);
     fuses.push_back(fused != 0 && compact == 0);
-    clusters.push_back(cluster > 0);
-    earlies.push_back(early > 0 && (fused == 1 || fused == 3 || fused == 4) && cluster == 0);  // (modes with the rope)
+    earlies.push_back(early > 0 && fused == 3);  // (with the fused rope only)
   };
-  add(1, -1, 0);  // the default chunk split per plan
-  add(1, 1, 0);   // one chunk per block everywhere it applies
-  add(1, 2, 0);   // two chunks per block
-  add(2, -1, 0);  // the merge alone (the rope launch stays)
-  add(3, 1, 0);   // the rope alone (the chunk merge kernel stays)
+  add(3, -1);  // the default chunk split per plan
+  add(3, 1);   // one chunk per block everywhere it applies
+  add(3, 2);   // two chunks per block
+  add(0, 2);   // no fusion, two chunks per block
   // The first K/V copies (1) and the rotation factors (2) before the PDL wait, fused rope only.
-  add(3, -1, 0, 1);
-  add(3, -1, 0, 2);
-  add(3, 1, 0, 2);
-  add(1, 2, 0, 1);
-  add(2, -1, 0, 2);  // (no fused rope: nothing moves)
-  // The lean last-block merge (4: one acq_rel count, the records in one round trip).
-  add(4, -1, 0, 2);
-  add(4, 1, 0, 2);
-  add(4, 2, 0, 0);
+  add(3, -1, 1);
+  add(3, -1, 2);
+  add(3, 1, 2);
+  add(3, 2, 1);
+  add(0, -1, 2);  // (no fused rope: nothing moves)
   // The compact decode kernel (attention_compact.cu), the rope launch kept (1) or taken in (2),
   // where it applies (the other shapes run the fused decode of `fused`).
-  add(3, -1, 0, 2, 1);
-  add(3, 1, 0, 0, 2);
-  add(3, 2, 0, 2, 2);
-  add(0, -1, 0, 0, 2);
-  add(3, -1, 0, 2, 3);  // the default: taken in at head_dim 64, kept at 128
-  if (clusters_available()) {
-    add(3, -1, 16);  // clusters with the fused rope (the default mode)
-    add(0, -1, 16);  // clusters, the rope launch kept
-    add(1, 2, 8);    // (the last-block merge gives way to the cluster's)
-    add(3, 1, 4);    // up to 16 chunks per block: several steps, three K/V stages
-    add(0, 2, 2);
-    add(0, 2, 0);    // (the same without clusters)
-    add(3, -1, 1);   // one block takes every chunk and folds its own records
-  }
+  add(3, -1, 2, 1);
+  add(3, 1, 0, 2);
+  add(3, 2, 2, 2);
+  add(0, -1, 0, 2);
+  add(3, -1, 2, 3);  // the default: taken in at head_dim 64, kept at 128
   for (const auto& b : got) ASSERT_TRUE(b != nullptr);
   uint32_t seed = 4100;
   for (const Case& c : kCases) {
@@ -206,11 +181,10 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
     plans.emplace_back();  // a verify tile next to a decode: not fused
     add_sequence(plans.back(), 700, 3, take(703));
     add_sequence(plans.back(), 300, 1, take(301));
-    std::vector<int64_t> before, before_clusters, before_early, before_compact;
+    std::vector<int64_t> before, before_early, before_compact;
     for (const auto& b : got) before_compact.push_back(cuda::backend_stats(*b).compact_attentions);
     for (const auto& b : got) before.push_back(cuda::backend_stats(*b).fused_attentions);
     for (const auto& b : got) before_early.push_back(cuda::backend_stats(*b).fused_early_kv);
-    for (const auto& b : got) before_clusters.push_back(cuda::backend_stats(*b).cluster_attentions);
     for (size_t pi = 0; pi < plans.size(); ++pi) {
       SCOPED_TRACE("plan " + std::to_string(pi) + " (" + std::to_string(plans[pi].n_tokens()) + " tokens, last position " +
                    std::to_string(plans[pi].positions.back()) + ")");
@@ -249,11 +223,6 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
         } else {
           EXPECT_EQ(st.fused_early_kv, before_early[i]) << "backend " << i;
         }
-        if (clusters[i]) {
-          EXPECT_GT(st.cluster_attentions, before_clusters[i] + 5) << "backend " << i;
-        } else {
-          EXPECT_EQ(st.cluster_attentions, 0) << "backend " << i;
-        }
       }
     }
     EXPECT_EQ(cuda::backend_stats(*want).fused_attentions, 0);
@@ -261,28 +230,24 @@ TEST(GpuAttentionFused, FusedDecodeEqualsSeparateLaunchesBitwise) {
   }
 }
 
-// The fused blocks' counters must be back at zero after every launch: a batched decode step of
-// two layers (two fused launches sharing the counters) run 5 times with the same buffers, so it
-// replays as a CUDA graph, equals the separate launches' result every time; the same for the
-// rope alone (3, the default mode: no counters, the chunk merge kernel).
+// A batched decode step of two layers (two fused launches) run 5 times with the same buffers, so
+// it replays as a CUDA graph, equals the separate launches' result every time, with the early
+// work before the PDL wait and with the compact kernel.
 TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
   TERN_REQUIRE_GPU();
   const Case c{{32, 8, 128, DType::F16}, {0, false, 1.0f}};
-  // (mode, most blocks per cluster, attention_fused_early_kv, attention_compact)
-  std::vector<std::tuple<int, int, int, int>> configs = {{1, 0, 0, 0}, {3, 0, 0, 0}, {3, 0, 2, 0}, {1, 0, 1, 0},
-                                                         {4, 0, 2, 0}, {3, 0, 2, 1}, {0, 0, 0, 2}, {3, 0, 2, 3}};
-  // (clusters of 8 blocks: the step's 16 clusters are resident at once, so the launch takes them)
-  if (clusters_available()) configs.insert(configs.end(), {{3, 8, 0, 0}, {0, 8, 0, 0}});
-  for (const auto& [mode, cluster, early, compact] : configs) {
-    SCOPED_TRACE("mode " + std::to_string(mode) + " cluster " + std::to_string(cluster) + " early " +
-                 std::to_string(early) + " compact " + std::to_string(compact));
+  // (mode, attention_fused_early_kv, attention_compact)
+  const std::vector<std::tuple<int, int, int>> configs = {{3, 0, 0}, {3, 2, 0}, {3, 1, 0},
+                                                          {3, 2, 1}, {0, 0, 2}, {3, 2, 3}};
+  for (const auto& [mode, early, compact] : configs) {
+    SCOPED_TRACE("mode " + std::to_string(mode) + " early " + std::to_string(early) + " compact " +
+                 std::to_string(compact));
     auto want = make_fused(0, -1);
-    auto got = make_fused(mode, -1, cluster, early, compact);
+    auto got = make_fused(mode, -1, early, compact);
     ASSERT_TRUE(want != nullptr && got != nullptr);
     Cache want_cache(*want, c.s, 300, 4700), got_cache(*got, c.s, 300, 4700);
     BatchPlan plan;
-    const std::vector<int> contexts = cluster > 0 ? std::vector<int>{1000, 129} : std::vector<int>{1000, 300, 129};
-    for (int ctx : contexts) {
+    for (int ctx : {1000, 300, 129}) {
       const auto blocks = want_cache.take_blocks(ctx + 1);
       EXPECT_EQ(got_cache.take_blocks(ctx + 1), blocks);
       add_sequence(plan, ctx, 1, blocks);
@@ -320,53 +285,10 @@ TEST(GpuAttentionFused, FusedDecodeRepeatsUnderGraphs) {
     } else if (mode != 0) {
       EXPECT_GE(cuda::backend_stats(*got).fused_attentions, 10);
     }
-    if (cluster > 0) {
-      EXPECT_GE(cuda::backend_stats(*got).cluster_attentions, 10);
-    }
     if (early > 0 && compact == 0) {
       EXPECT_GE(cuda::backend_stats(*got).fused_early_kv, 10);
     }
   }
-}
-
-// A CUDA graph executable is not updated in place across cluster shapes (step_queue.cpp
-// cluster_shapes): clustered steps of 9 contexts, each repeated so it replays as a graph, fill
-// the backend's 8 graph slots; then single-span steps without clusters (contexts below 128, whose
-// graph has the same nodes) are captured and must compute what the reference does. Before the
-// guard they replayed through an updated clustered executable and returned zeros.
-TEST(GpuAttentionFused, GraphUpdatesKeepClusterShapes) {
-  TERN_REQUIRE_GPU();
-  if (!clusters_available()) GTEST_SKIP() << "no thread-block clusters on this device";
-  const Case c{{32, 8, 128, DType::F16}, {0, false, 1.0f}};
-  auto want = make_fused(3, -1, 0);
-  auto got = make_fused(3, -1, 8);
-  ASSERT_TRUE(want != nullptr && got != nullptr);
-  Cache want_cache(*want, c.s, 300, 4800), got_cache(*got, c.s, 300, 4800);
-  const auto blocks = want_cache.take_blocks(1100);
-  EXPECT_EQ(got_cache.take_blocks(1100), blocks);
-  LayerInputs w = upload(*want, c, 1, 4810), g = upload(*got, c, 1, 4810);
-  const HostTensor q = gputest::host_f32(gputest::download(*want, w.q.t), 1, w.q.t.cols);
-  const HostTensor k = gputest::host_f32(gputest::download(*want, w.k.t), 1, w.k.t.cols);
-  auto step = [&](Backend& b, LayerInputs& in, Cache& cache, const BatchPlan& plan) {
-    b.copy_from_host(q.t.data, in.q.t);  // (the separate rope rotates q and k in place)
-    b.copy_from_host(k.t.data, in.k.t);
-    b.begin_step(plan);
-    record_layer(b, c, in, cache.dev_view());
-    return gputest::download(b, in.out.t);
-  };
-  const int64_t graphs_before = cuda::backend_stats(*got).steps_graph;
-  for (int pos : {130, 200, 300, 400, 500, 600, 700, 800, 900, 100, 110, 120, 1000, 127}) {
-    BatchPlan plan;
-    add_sequence(plan, pos, 1, blocks);
-    for (int r = 0; r < 3; ++r) {
-      SCOPED_TRACE("position " + std::to_string(pos) + " repeat " + std::to_string(r));
-      const auto want_out = step(*want, w, want_cache, plan);
-      const auto out = step(*got, g, got_cache, plan);
-      EXPECT_TRUE(gputest::bitwise_equal(out, want_out)) << first_difference(out, want_out);
-    }
-  }
-  EXPECT_GE(cuda::backend_stats(*got).steps_graph, graphs_before + 14) << "the steps were not replayed as graphs";
-  EXPECT_GE(cuda::backend_stats(*got).cluster_attentions, 10);
 }
 
 }  // namespace

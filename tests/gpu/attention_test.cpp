@@ -330,6 +330,17 @@ TEST_F(GpuAttention, GroupSpanKernelEqualsPairKernelBitwise) {
   expect_split_kernels_equal(*pair, got, 1900);
 }
 
+// The reference of the split-kernel comparisons: kernel 2 (whole spans, one block each, the merge
+// kernel) always in split mode, no chunk split, no early K/V copies.
+cuda::CudaBackendOptions pair_reference_options() {
+  cuda::CudaBackendOptions o;
+  o.attention_split = cuda::AttentionSplit::kAlways;
+  o.attention_span_kernel = 2;
+  o.attention_chunk_split = 0;
+  o.attention_early_kv = 0;
+  return o;
+}
+
 // The chunk split (AttentionArgs::chunk_split: a block per 1 or 2 chunks of a span, each chunk's
 // (m, l, a) stored unfolded, the chunk merge folding them into span partials and those into the
 // result) against whole-span blocks and the merge kernel, bit for bit: kernels 2, 3 (2 and 4
@@ -339,11 +350,7 @@ TEST_F(GpuAttention, GroupSpanKernelEqualsPairKernelBitwise) {
 // a tile's last position, tokens of one tile owning different chunks, windows and softcap all
 // occur.
 TEST_F(GpuAttention, ChunkSplitEqualsPairKernelBitwise) {
-  cuda::CudaBackendOptions pair_opts;
-  pair_opts.attention_split = cuda::AttentionSplit::kAlways;
-  pair_opts.attention_span_kernel = 2;
-  pair_opts.attention_chunk_split = 0;
-  pair_opts.attention_early_kv = 0;
+  const cuda::CudaBackendOptions pair_opts = pair_reference_options();
   std::unique_ptr<Backend> pair = gputest::make_cuda(pair_opts);
   std::vector<std::unique_ptr<Backend>> got;
   const struct {
@@ -527,11 +534,7 @@ TEST_F(GpuAttention, PersistentSpanBlocksEqualOneBlockPerSpan) {
 // where the launcher falls back to the ring kernel: 2 stages, the chunk split, early K/V.
 // Shapes other than head_dim 128 with an f16 cache run kernel 3 without it (the flag is ignored).
 TEST_F(GpuAttention, SplitKvRingEqualsPairKernelBitwise) {
-  cuda::CudaBackendOptions pair_opts;
-  pair_opts.attention_split = cuda::AttentionSplit::kAlways;
-  pair_opts.attention_span_kernel = 2;
-  pair_opts.attention_chunk_split = 0;
-  pair_opts.attention_early_kv = 0;
+  const cuda::CudaBackendOptions pair_opts = pair_reference_options();
   std::unique_ptr<Backend> pair = gputest::make_cuda(pair_opts);
   const struct {
     int kernel, split, early;
@@ -565,11 +568,7 @@ TEST_F(GpuAttention, SplitKvRingEqualsPairKernelBitwise) {
 // tokens of a tile: two position ranges), a group of 8 (two head slices of 4) and a sliding
 // window, against kernel 2 bit for bit, with 755 alongside; the lean form must have run.
 TEST_F(GpuAttention, LeanWarpSpecializedRingEqualsPairKernelBitwise) {
-  cuda::CudaBackendOptions pair_opts;
-  pair_opts.attention_split = cuda::AttentionSplit::kAlways;
-  pair_opts.attention_span_kernel = 2;
-  pair_opts.attention_chunk_split = 0;
-  pair_opts.attention_early_kv = 0;
+  const cuda::CudaBackendOptions pair_opts = pair_reference_options();
   std::unique_ptr<Backend> pair = gputest::make_cuda(pair_opts);
   std::vector<std::unique_ptr<Backend>> got;
   for (int kernel : {755, 1779, 1747}) {
@@ -592,11 +591,7 @@ TEST_F(GpuAttention, LeanWarpSpecializedRingEqualsPairKernelBitwise) {
 // blocks (the backend's grid and 5 columns walking ~26 spans). The launch counters show the lean
 // kernel and the sliced merge ran.
 TEST_F(GpuAttention, LeanRingSlicedMergeBitwise) {
-  cuda::CudaBackendOptions pair_opts;
-  pair_opts.attention_split = cuda::AttentionSplit::kAlways;
-  pair_opts.attention_span_kernel = 2;
-  pair_opts.attention_chunk_split = 0;
-  pair_opts.attention_early_kv = 0;
+  const cuda::CudaBackendOptions pair_opts = pair_reference_options();
   cuda::CudaBackendOptions sliced_opts = pair_opts;
   sliced_opts.attention_span_kernel = 1779 + 16384;
   const int64_t lean_before = cuda::attention_span_ws_lean_launches();

@@ -25,7 +25,7 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_ATTN_FOLD_MERGE", "TERN_CUDA_ATTN_FOLD_MAX_SPANS", "TERN_CUDA_ATTN_CHUNK_SPLIT",
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
     "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING",
-    "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD", "TERN_CUDA_ATTN_CLUSTER",
+    "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD",
     "TERN_CUDA_GEMV_MIXED", "TERN_CUDA_ATTN_FUSED_EARLY_KV", "TERN_CUDA_ATTN_COMPACT", "TERN_CUDA_GEMV_STREAM_BLOCKS"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
@@ -197,28 +197,28 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
 // The float GEMV at n = 1: the register-streamed kernel with its SwiGLU epilogue by default; the
 // previous kernels, a fixed shape or no epilogue on request.
 // The fused decode attention (CudaBackendOptions::attention_fused_decode): the option wins, else
-// TERN_CUDA_ATTN_FUSED=0-4, else the default; the values map to AttentionArgs::fused flags (0
-// none, 1 rope and merge, 2 merge, 3 rope, 4 rope and the lean merge) and others keep the default.
+// TERN_CUDA_ATTN_FUSED=0 / 3, else the default; 0 maps to no AttentionArgs::fused flag, 3 to the
+// rope, and every other value (1, 2 and 4 were the last-block merge modes, removed) keeps the
+// default.
 TEST_F(BackendSettingsTest, FusedDecodeSwitch) {
-  using cuda::kAttnFusedMerge;
   using cuda::kAttnFusedRope;
   const int def = cuda::fused_decode_flags(cuda::kDefaultFusedDecode);
-  EXPECT_EQ(def, kAttnFusedRope);  // the rope alone: the mode measured faster
+  EXPECT_EQ(def, kAttnFusedRope);  // the rope taken in: the mode measured faster
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_fused_decode, def);
-  const std::pair<const char*, int> env_cases[] = {
-      {"0", 0}, {"1", kAttnFusedRope | kAttnFusedMerge}, {"2", kAttnFusedMerge}, {"3", kAttnFusedRope},
-      {"4", kAttnFusedRope | kAttnFusedMerge | cuda::kAttnFusedLeanMerge}, {"5", def}, {"yes", def}, {"11", def}, {"", def}};
+  const std::pair<const char*, int> env_cases[] = {{"0", 0},   {"3", kAttnFusedRope}, {"1", def},  {"2", def},
+                                                   {"4", def}, {"5", def},            {"yes", def}, {"11", def},
+                                                   {"", def}};
   for (const auto& [value, flags] : env_cases) {
     setenv("TERN_CUDA_ATTN_FUSED", value, 1);
     EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_fused_decode, flags) << value;
   }
   CudaBackendOptions o;
   o.attention_fused_decode = 0;
-  setenv("TERN_CUDA_ATTN_FUSED", "1", 1);
+  setenv("TERN_CUDA_ATTN_FUSED", "3", 1);
   EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, 0);
   o.attention_fused_decode = 2;
   setenv("TERN_CUDA_ATTN_FUSED", "0", 1);
-  EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, kAttnFusedMerge);
+  EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, def);
   o.attention_fused_decode = 9;
   EXPECT_EQ(resolve_settings(o, 9, true).attention_fused_decode, def);
 }
@@ -270,27 +270,6 @@ TEST_F(BackendSettingsTest, FusedEarlyKvSwitch) {
   const BackendSettings s = resolve_settings(CudaBackendOptions{}, 9, true);
   EXPECT_TRUE(s.attention_early_kv);
   EXPECT_EQ(s.attention_fused_early_kv, 0);
-}
-
-// The cluster merge (CudaBackendOptions::attention_cluster: most blocks per cluster): the option
-// wins (capped at 16), else TERN_CUDA_ATTN_CLUSTER=0-16, else the default; off before sm_90.
-TEST_F(BackendSettingsTest, ClusterMergeSwitch) {
-  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_cluster, cuda::kDefaultAttnCluster);
-  const std::pair<const char*, int> env_cases[] = {{"0", 0},  {"1", 1},  {"8", 8},  {"16", 16},
-                                                   {"17", cuda::kDefaultAttnCluster}, {"-1", cuda::kDefaultAttnCluster},
-                                                   {"8x", cuda::kDefaultAttnCluster}, {"", cuda::kDefaultAttnCluster}};
-  for (const auto& [value, blocks] : env_cases) {
-    setenv("TERN_CUDA_ATTN_CLUSTER", value, 1);
-    EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_cluster, blocks) << value;
-    EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 8, true).attention_cluster, 0) << value;  // no clusters on sm_80
-  }
-  CudaBackendOptions o;
-  o.attention_cluster = 0;
-  setenv("TERN_CUDA_ATTN_CLUSTER", "16", 1);
-  EXPECT_EQ(resolve_settings(o, 9, true).attention_cluster, 0);
-  o.attention_cluster = 40;
-  EXPECT_EQ(resolve_settings(o, 9, true).attention_cluster, 16);
-  EXPECT_EQ(resolve_settings(o, 8, true).attention_cluster, 0);
 }
 
 TEST_F(BackendSettingsTest, FloatGemvSettings) {

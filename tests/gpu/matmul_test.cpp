@@ -215,6 +215,14 @@ TEST_F(GpuMatmul, FusedLaunchesEqualSeparateOnes) {
   }
 }
 
+// A backend on the legacy GEMV kernels (CudaBackendOptions::legacy_gemv): the reference the
+// faster kernels are compared with bit for bit.
+std::unique_ptr<Backend> make_legacy() {
+  cuda::CudaBackendOptions o;
+  o.legacy_gemv = true;
+  return gputest::make_cuda(o);
+}
+
 // The default GEMV kernels (bulk-copy staging for 16-byte aligned quantized rows, the
 // bulk-staged float kernel) against the previous ones (CudaBackendOptions::legacy_gemv):
 // the same canonical sums, so the same bits, for aligned rows (bulk path) and rows that are not
@@ -222,9 +230,7 @@ TEST_F(GpuMatmul, FusedLaunchesEqualSeparateOnes) {
 // (TERN_CUDA_GEMV_STAGE_BYTES: 2 stages, the default, 16 stages) so that stage reuse wraps many
 // times within a warp's rows.
 TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
-  cuda::CudaBackendOptions legacy_options;
-  legacy_options.legacy_gemv = true;
-  std::unique_ptr<Backend> legacy = gputest::make_cuda(legacy_options);
+  std::unique_ptr<Backend> legacy = make_legacy();
   ASSERT_NE(legacy, nullptr);
   std::vector<std::unique_ptr<Backend>> fresh;
   for (const char* budget : {"1", "0", "1000000"}) {
@@ -327,9 +333,7 @@ TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
 // both boundaries), and split rows fold their parts per matrix row: each output must be the
 // legacy kernels' bits.
 TEST_F(GpuMatmul, RowsKernelOnFusedMatricesEqualsLegacy) {
-  cuda::CudaBackendOptions legacy_options;
-  legacy_options.legacy_gemv = true;
-  std::unique_ptr<Backend> legacy = gputest::make_cuda(legacy_options);
+  std::unique_ptr<Backend> legacy = make_legacy();
   ASSERT_NE(legacy, nullptr);
   const int64_t rows[3] = {71, 53, 20};
   for (const auto& [rows_per_step, parts] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{1, 2}, std::pair{1, 4}}) {
@@ -414,9 +418,7 @@ std::vector<float> activations_with_runs(int64_t cols, uint32_t seed) {
 // shifted back): nibbles of 8..15 and negative sums must come out as the legacy kernels' bits.
 // Rows of 14336 end in a half step; the activations include runs of +-max.
 TEST_F(GpuMatmul, RowsKernelOnRawQuantBytesEqualsLegacy) {
-  cuda::CudaBackendOptions legacy_options;
-  legacy_options.legacy_gemv = true;
-  std::unique_ptr<Backend> legacy = gputest::make_cuda(legacy_options);
+  std::unique_ptr<Backend> legacy = make_legacy();
   ASSERT_NE(legacy, nullptr);
   std::vector<std::unique_ptr<Backend>> fresh;
   fresh.push_back(gputest::make_cuda());
@@ -552,9 +554,7 @@ TEST_F(GpuMatmul, StreamedFloatKernelEqualsPreviousKernels) {
 // finite), the activations include runs of +-max: products with several pairs per warp, the
 // half step of 14336-wide rows, an odd row count (a pair with a missing row).
 TEST_F(GpuMatmul, StreamKernelOn8BShapesEqualsLegacy) {
-  cuda::CudaBackendOptions legacy_options;
-  legacy_options.legacy_gemv = true;
-  std::unique_ptr<Backend> legacy = gputest::make_cuda(legacy_options);
+  std::unique_ptr<Backend> legacy = make_legacy();
   ASSERT_NE(legacy, nullptr);
   std::vector<std::unique_ptr<Backend>> fresh;
   fresh.push_back(gputest::make_cuda());

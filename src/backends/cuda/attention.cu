@@ -346,7 +346,6 @@ void launch_attention(const AttentionArgs& a, const LaunchEnv& env) {
 
 void init_attention(int max_smem_bytes) {
   init_attention_span(max_smem_bytes);
-  init_attention_cluster(max_smem_bytes);
   TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_chunk_kernel<__half, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        max_smem_bytes));
   TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_chunk_kernel<__half, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,

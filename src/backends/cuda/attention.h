@@ -160,46 +160,16 @@
 // Fused decode (two-chunk kernels with the chunk split, AttentionArgs::fused; attention_fused.cuh):
 // in a step of one token per sequence the backend may take the layer's rope launch (rope of q and
 // k plus the K/V write, the record right before the attention) into the attention launch
-// (kAttnFusedRope), and may let the last block of each (tile, KV head, head slice) fold the chunk
-// records (the chunk merge's fold_records, attention_chunk_fold.cuh) instead of the chunk merge
-// kernel (kAttnFusedMerge): with both, one launch per layer instead of three. Blocks rotate their
-// q as they load it (rope.cuh, the rope kernel's expressions); the block whose rows hold the
-// token's position computes that K/V row into its ring (not copied: nobody wrote it yet) and, for
-// head slice 0, writes it to the cache with the cache write's conversions. Same q, same K/V bytes,
-// same chunk records, same fold: same bits, output and cache (tests/gpu/attention_fused_test.cpp).
-// TERN_CUDA_ATTN_FUSED=0/1/2/3 (CudaBackendOptions::attention_fused_decode): off / both / the
-// merge / the rope (the default). Measured on the H200 (bench/RESULTS.md, session 6, 8B shape,
-// us/layer of rope + attention): the rope alone 16.6 -> 14.9 at 1k, 12.8 -> 10.3 at 128, 34.6 ->
-// 32.0 at 4k; the merge by the last block 3 us slower at 1k (the counter, its fence and the
-// reload behind the last block cost more than the merge kernel's PDL hand-off, as in session 4's
-// folded span merge), and in whole-model decode both modes with it lost ~11% (8B Q4_K_M 1k).
-// Its lean form (kAttnFusedLeanMerge, TERN_CUDA_ATTN_FUSED=4, session 8): one acq_rel atomic
-// instead of two membar.sc fences around the count, and the records in one round trip (every
-// (m, l) into shared memory, the a values of up to 20 records in registers, before one barrier):
-// 1 us faster than mode 1 at 1k in the attention bench, still 12% slower in 8B decode; ncu shows
-// the cost as a tail of the merging blocks (bench/RESULTS.md, session 8).
-//
-// Cluster merge (chunk split on sm_90+, AttentionArgs::cluster_blocks; attention_cluster.cu;
-// TERN_CUDA_ATTN_CLUSTER=n / CudaBackendOptions::attention_cluster: at most n blocks per cluster,
-// 0 off): the chunk-split attention and its merge in one launch without a counter. One
-// thread-block cluster per (tile, KV head x head slice) of ceil(chunks / cpb) blocks, cpb =
-// ceil(chunks / n) (the plan's last position; 16 blocks at most, a non-portable cluster size);
-// block r computes the records of chunks [r cpb, r cpb + cpb) two per step (2 or 3 K/V stages),
-// with the two-chunk kernels' step functions, into its own shared memory (PairQueries::local0),
-// then a cluster barrier (arrive.release / wait.acquire) and each block folds a slice of the
-// tile's nq x hd outputs, one thread per output reading the records of every chunk from the
-// owning block's shared memory (mapa) with chunk_fold::fold_records_at, the chunk merge kernel's
-// fold; a second barrier keeps the records alive until every peer has read them. Same records,
-// same fold: the chunk merge's bits (GpuAttentionFused.*). With the fused rope (kAttnFusedRope)
-// the first K/V stages are issued before the PDL wait (the step's own rows are computed in the
-// launch, every row copied was written by an earlier step: early_kv's argument with nothing to
-// defer) and a chunk's new rows are computed when its stage is issued. It replaces the
-// last-block merge (kAttnFusedMerge). Planned only where every cluster of the launch is resident
-// at once (cudaOccupancyMaxActiveClusters), else the chunk merge kernel. Graphs: a cached
-// executable is not updated in place across cluster shapes (step_queue.cpp cluster_shapes).
-// Measured on the H200 (bench/RESULTS.md, session 7; opt-in, off by default): the cluster kernel
-// alone 33 us in ncu at 1k against 25 for the chunk-split kernel + chunk merge; pipelined 14.7 vs
-// 14.5 us/layer with the rope at 1k, 9.4 vs 10.2 at 128, 44 vs 31 at 4k; 8B Q4_K_M 330 vs 364 tok/s.
+// (kAttnFusedRope). Blocks rotate their q as they load it (rope.cuh, the rope kernel's
+// expressions); the block whose rows hold the token's position computes that K/V row into its
+// ring (not copied: nobody wrote it yet) and, for head slice 0, writes it to the cache with the
+// cache write's conversions. Same q, same K/V bytes: same bits, output and cache
+// (tests/gpu/attention_fused_test.cpp). TERN_CUDA_ATTN_FUSED=0/3
+// (CudaBackendOptions::attention_fused_decode): off / on (the default). Measured on the H200
+// (bench/RESULTS.md, session 6, 8B shape, us/layer of rope + attention): 16.6 -> 14.9 at 1k, 12.8
+// -> 10.3 at 128, 34.6 -> 32.0 at 4k. Merging in the launch too, by the last block of each (tile,
+// KV head, head slice) through a counter (sessions 6 and 8, plain and lean), measured slower in
+// every form (8B Q4_K_M 1k -11 to -12%: the merging blocks' tail) and was removed in session 10.
 //
 // Compact decode (AttentionArgs::span_kernel + kSpanCompact, attention_compact.cu; session 8, issue 7;
 // TERN_CUDA_ATTN_COMPACT=0/1/2, CudaBackendOptions::attention_compact): in a step of one token per
@@ -260,16 +230,6 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
 void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env);
 // Raises the span kernels' shared-memory limit (init_attention calls it).
 void init_attention_span(int max_smem_bytes);
-// Cluster merge (attention_cluster.cu): for a chunk-split plan `a` (plan_attention_span done)
-// whose last position is max_position, sets a.cluster_blocks / cluster_chunks / cluster_stages
-// (clusters of at most max_blocks blocks, each taking cluster_chunks consecutive chunks) and
-// returns true where such a launch fits (shared memory, a cluster resident); else leaves them 0.
-// Only on sm_90+ devices (the caller checks).
-bool plan_attention_cluster(AttentionArgs& a, int max_blocks, int max_position, int max_smem_bytes);
-// The clustered launch of `a` (cluster_blocks > 0): attention and merge, no merge kernel.
-void launch_attention_cluster(const AttentionArgs& a, const LaunchEnv& env);
-// Raises the cluster kernels' shared-memory limit and allows 16-block clusters (sm_90+ only).
-void init_attention_cluster(int max_smem_bytes);
 // Compact decode (attention_compact.cu): whether the compact per-chunk kernel can run the
 // chunk-split plan `a` (plan_attention_span done; max_tile_tokens: the plan's largest tile), and
 // its launch (launch_attention_span calls it, then the chunk merge kernel).

@@ -278,10 +278,6 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
 }
 
 void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
-  if (a.cluster_blocks > 0) {  // the chunk split with its merge in the same launch (attention_cluster.cu)
-    launch_attention_cluster(a, env);
-    return;
-  }
   if ((a.span_kernel & kSpanCompact) != 0) {  // the compact per-chunk kernel (attention_compact.cu), then the chunk merge
     launch_attention_compact(a, env);
     launch_chunk_merge(a, env);
@@ -339,7 +335,6 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
     launch_span<float>(a, env, grid, span_smem(a, sh, a.kv_stages).total);
   }
   if (a.fold_merge) return;  // the span blocks merged (attention_span_merge.cuh)
-  if (a.fused & kAttnFusedMerge) return;  // the last chunk block of each KV head merged (attention_fused.cuh)
   if (a.chunk_split > 0) {
     launch_chunk_merge(a, env);
     return;

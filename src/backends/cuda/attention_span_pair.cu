@@ -288,13 +288,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_span_pair_kern
         issue_half(gi + kStages + 1, true);
       }
     }
-    if (cs > 0) {  // the chunk records are stored (one step, one item)
-      if (a.fused & kAttnFusedMerge) {
-        fused::merge_if_last<kThreads>(a, tile, it.y, it.ny, max_pos, tok_pos, tok_partial, t0, nt, h0, nh,
-                                       reinterpret_cast<float*>(sm + L.kv), L.total - L.kv);
-      }
-      return;
-    }
+    if (cs > 0) return;  // the chunk records are stored (one step, one item)
     span_merge::finish_span<kThreads>(out, a, tile, n_tile_spans, tok_partial, t0, nt, h0, nh, span, it.y, it.ny,
                                       sm + L.kv, L.total - L.kv);
     if (k + 1 < n_items) __syncthreads();  // the partial stored before the next span resets the state

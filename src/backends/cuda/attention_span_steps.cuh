@@ -55,17 +55,12 @@ struct PairQueries {
   float* chunk_out;
   const int* tok_partial;  // [tile tokens] first partial slot of each token
   int span, chunk0, n_heads, h0;
-  // Cluster merge (attention_cluster.cu): >= 0, the block's first chunk; chunk_out is then the
-  // block's own records in shared memory, [chunk - local0][na][hd + 2] (span is 0, chunk0 the
-  // step's first chunk counted from position 0).
-  int local0 = -1;
 
   // Query qi's record for chunk c of the step, or nullptr where its token does not reach that
   // chunk (the chunk merge reads a token's chunks up to its own position only).
   __device__ float* chunk_rec(int qi, int c) const {
     const int tt = qi / nh, cc = chunk0 + c;
     if (span * kAttnSpanTokens + cc * C > tok_pos[tt]) return nullptr;
-    if (local0 >= 0) return chunk_out + (int64_t{cc - local0} * na + qi) * (hd + 2);
     const int64_t rec = (int64_t{tok_partial[tt] + span} * kAttnSpanChunks + cc) * n_heads + h0 + qi % nh;
     return chunk_out + rec * (hd + 2);
   }

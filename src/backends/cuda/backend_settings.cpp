@@ -204,26 +204,13 @@ int attention_split_ring(const CudaBackendOptions& options) {
   if (env[0] >= '0' && env[0] <= '0' + kMaxSplitRing && env[1] == '\0') return env[0] - '0';
   return kDefaultSplitRing;
 }
-// The fused decode attention: the option wins when set (0-4), else TERN_CUDA_ATTN_FUSED (a single
-// digit 0-4), else kDefaultFusedDecode.
+// The fused decode attention: the option wins when set (0 or 3), else TERN_CUDA_ATTN_FUSED ("0" or
+// "3"), else kDefaultFusedDecode.
 int attention_fused_decode(const CudaBackendOptions& options) {
   if (options.attention_fused_decode >= 0) return fused_decode_flags(options.attention_fused_decode);
   const char* env = std::getenv("TERN_CUDA_ATTN_FUSED");
-  if (env != nullptr && env[0] >= '0' && env[0] <= '4' && env[1] == '\0') return fused_decode_flags(env[0] - '0');
+  if (env != nullptr && (env[0] == '0' || env[0] == '3') && env[1] == '\0') return fused_decode_flags(env[0] - '0');
   return fused_decode_flags(kDefaultFusedDecode);
-}
-// The cluster merge: the option wins when set (0-16, larger values 16), else TERN_CUDA_ATTN_CLUSTER
-// (a number 0-16), else kDefaultAttnCluster; 0 before sm_90 (no clusters).
-int attention_cluster(const CudaBackendOptions& options, int cc_major) {
-  if (cc_major < 9) return 0;
-  if (options.attention_cluster >= 0) return std::min(options.attention_cluster, 16);
-  const char* env = std::getenv("TERN_CUDA_ATTN_CLUSTER");
-  if (env != nullptr && env[0] != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(env, &end, 10);
-    if (*end == '\0' && n >= 0 && n <= 16) return static_cast<int>(n);
-  }
-  return kDefaultAttnCluster;
 }
 // The compact decode attention: the option wins when set (0-3, larger values 3), else
 // TERN_CUDA_ATTN_COMPACT ("0" to "3"), else kDefaultAttnCompact.
@@ -261,7 +248,6 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.attention_fused_early_kv = attention_fused_early_kv(options);
   s.attention_split_ring = attention_split_ring(options);
   s.attention_fused_decode = attention_fused_decode(options);
-  s.attention_cluster = attention_cluster(options, cc_major);
   s.attention_compact = attention_compact(options);
   s.fuse_gemv = use_gemv_fusion(options) && s.gemv_path != GemvPath::kLegacy;
   s.fuse_swiglu = s.fuse_gemv && use_swiglu_fusion(options);
@@ -282,10 +268,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
 int fused_decode_flags(int mode) {
   switch (mode) {
     case 0: return 0;
-    case 1: return kAttnFusedRope | kAttnFusedMerge;
-    case 2: return kAttnFusedMerge;
     case 3: return kAttnFusedRope;
-    case 4: return kAttnFusedRope | kAttnFusedMerge | kAttnFusedLeanMerge;
     default: return fused_decode_flags(kDefaultFusedDecode);
   }
 }

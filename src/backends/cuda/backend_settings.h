@@ -24,18 +24,11 @@ constexpr int kMaxSplitRing = 5;
 constexpr int kDefaultFusedEarlyKv = 2;
 
 // The fused decode attention's default (CudaBackendOptions::attention_fused_decode values): 3, the
-// rope alone. On the H200 (bench/RESULTS.md, session 6) it took a decode layer's rope + attention
-// from 16.6 to 14.9 us at 1k (8B shape; SmolLM2's 13.2 -> 10.7) and SmolLM2 Q4_1 from 1,061 to
-// 1,106 tok/s at ctx 128, 8B Q4_K_M unchanged (355 / 354); the merge by the last block (1, 2)
-// measured slower everywhere (8B attention alone at 1k 14.6 -> 17.8 us, Q4_K_M 355 -> 315). Its lean
-// form (4, session 8: one acq_rel count, the records in one round trip) too: 8B Q4_K_M at 1k
-// 345 against 394 tok/s, SmolLM2 Q4_1 1,092 against 1,157 at ctx 128 (bench/RESULTS.md).
+// rope taken in. On the H200 (bench/RESULTS.md, session 6) it took a decode layer's rope +
+// attention from 16.6 to 14.9 us at 1k (8B shape; SmolLM2's 13.2 -> 10.7) and SmolLM2 Q4_1 from
+// 1,061 to 1,106 tok/s at ctx 128, 8B Q4_K_M unchanged (355 / 354). (The merge by the last block,
+// modes 1, 2 and 4, measured slower everywhere and was removed in session 10.)
 constexpr int kDefaultFusedDecode = 3;
-
-// The cluster merge's default (CudaBackendOptions::attention_cluster: most blocks per cluster, 0
-// off). Off: on the H200 (bench/RESULTS.md, session 7) clusters of 16 decoded 8B Q4_K_M at 1k at
-// 330 against 364 tok/s and SmolLM2 2-5% slower; only ctx 128 attention was faster (10.2 -> 9.4 us).
-constexpr int kDefaultAttnCluster = 0;
 
 // The compact decode attention's default (CudaBackendOptions::attention_compact: 0 off, 1 on
 // with the rope launch kept, 2 on with the rope taken into it, 3 on with the rope taken in at
@@ -63,9 +56,8 @@ struct BackendSettings {
   bool attention_early_kv = false;  // TERN_CUDA_ATTN_EARLY_KV (0 / 1)
   int attention_fused_early_kv = kDefaultFusedEarlyKv;  // TERN_CUDA_ATTN_FUSED_EARLY_KV (0-2)
   int attention_split_ring = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING (0-5): default_span_kernel
-  // TERN_CUDA_ATTN_FUSED (0-4) as AttentionArgs::fused flags (kAttnFusedRope | kAttnFusedMerge ...)
+  // TERN_CUDA_ATTN_FUSED (0 / 3) as AttentionArgs::fused flags (kAttnFusedRope)
   int attention_fused_decode = kAttnFusedRope;
-  int attention_cluster = 0;  // TERN_CUDA_ATTN_CLUSTER (0-16): most blocks per cluster; 0 before sm_90
   int attention_compact = kDefaultAttnCompact;  // TERN_CUDA_ATTN_COMPACT (0-2): attention_compact.cu
   bool fuse_gemv = false;           // GEMV fusion, not on GemvPath::kLegacy (TERN_CUDA_FUSE=0 off)
   bool fuse_swiglu = false;         // its SwiGLU prologue (TERN_CUDA_FUSE=swiglu / noswiglu)
@@ -103,9 +95,7 @@ int default_chunk_split(int n_split_items, int max_tile_spans, int max_position,
                         int span_kernel);
 
 // The fused decode's flags (AttentionArgs::fused) of a CudaBackendOptions::attention_fused_decode
-// value: 0 none, 1 rope and merge, 2 merge, 3 rope, 4 rope and the lean last-block merge
-// (kAttnFusedLeanMerge: one acq_rel count, the records in one round trip); others as
-// kDefaultFusedDecode.
+// value: 0 none, 3 the rope; others as kDefaultFusedDecode.
 int fused_decode_flags(int mode);
 
 }  // namespace tern::cuda

@@ -84,7 +84,6 @@ class CudaBackend final : public Backend {
         attention_fused_early_kv_(settings.attention_fused_early_kv),
         attention_split_ring_(settings.attention_split_ring),
         attention_fused_decode_(settings.attention_fused_decode),
-        attention_cluster_(settings.attention_cluster),
         attention_compact_(settings.attention_compact),
         fuse_gemv_(settings.fuse_gemv),
         fuse_swiglu_(settings.fuse_swiglu),
@@ -130,10 +129,8 @@ class CudaBackend final : public Backend {
     s.gemv_mixed = gemv_mixed_joins_;
     s.fused_kv_writes = fused_kv_writes_;
     s.fused_attentions = fused_attentions_;
-    s.cluster_attentions = cluster_attentions_;
     s.compact_attentions = compact_attentions_;
     s.fused_early_kv = fused_early_kv_;
-    s.attention_cluster = attention_cluster_;
     s.gemv_path = static_cast<int>(gemv_path_);
     return s;
   }
@@ -447,8 +444,7 @@ class CudaBackend final : public Backend {
       // Early K/V copies compare each row's slot with the step's kv_slots: small steps only.
       a.early_kv = attention_early_kv_ && plan_.n_tokens <= 16 ? 1 : 0;
       // The compact decode kernel (attention_compact.cu): the same records; not for a kernel
-      // picked explicitly (TERN_CUDA_ATTN_SPAN: it runs as asked), and neither the cluster merge
-      // nor the fused decode's last-block merge with it.
+      // picked explicitly (TERN_CUDA_ATTN_SPAN: it runs as asked).
       if (attention_compact_ != 0 && attention_span_ < 0 && attention_compact_applies(a, layout_.max_tile_tokens)) {
         a.span_kernel |= kSpanCompact;
         a.early_kv = 0;
@@ -460,14 +456,7 @@ class CudaBackend final : public Backend {
       }
       const bool compact = (a.span_kernel & kSpanCompact) != 0;
       if (a.chunk_split > 0 && !compact && attention_fused_decode_ != 0) fuse_decode(a);
-      // The cluster merge (attention_cluster.cu): the chunk records folded on chip in the same
-      // launch; it replaces the chunk merge kernel and the last-block merge alike (same bits).
-      if (a.chunk_split > 0 && !compact && attention_cluster_ > 0 &&
-          plan_attention_cluster(a, attention_cluster_, layout_.max_position, max_smem_bytes_)) {
-        a.fused &= ~kAttnFusedMerge;
-        ++cluster_attentions_;
-      }
-      if ((a.fused & kAttnFusedRope) != 0 && a.early_kv != 0 && a.cluster_blocks == 0) ++fused_early_kv_;
+      if ((a.fused & kAttnFusedRope) != 0 && a.early_kv != 0) ++fused_early_kv_;
     }
     AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
     std::memcpy(&rec, &a, sizeof(a));
@@ -717,10 +706,9 @@ class CudaBackend final : public Backend {
   }
   // Fused decode (attention.h; attention_fused.cuh): a chunk-split attention in a step of one
   // token per sequence takes the layer's rope launch (the record right before it: the rope of
-  // this q and of k, with the K/V write into this attention's cache) into its own launch, and
-  // its last blocks merge, so the chunk merge kernel is not launched either. The fused blocks
-  // read the un-rotated q, k and v while they write out: out must not overlap them.
-  // attention_fused_decode_ (kAttnFusedRope, kAttnFusedMerge) says which of the two it may take.
+  // this q and of k, with the K/V write into this attention's cache) into its own launch. The
+  // fused blocks read the un-rotated q, k and v while they write out: out must not overlap them.
+  // attention_fused_decode_ (kAttnFusedRope) says whether it may.
   void fuse_decode(AttentionArgs& a) {
     if (layout_.max_tile_tokens != 1) return;
     if ((attention_fused_decode_ & kAttnFusedRope) != 0 && take_rope_into_attention(*queue_, plan_, a)) {
@@ -730,10 +718,6 @@ class CudaBackend final : public Backend {
       // before is the q/k/v projection (the rope launch, which wrote the cache, is this one now).
       // (early_kv 2 keeps the rotation factors in the block's score buffer: one token per tile.)
       a.early_kv = attention_fused_early_kv_;
-    }
-    if ((attention_fused_decode_ & kAttnFusedMerge) != 0) {
-      a.fused |= kAttnFusedMerge | (attention_fused_decode_ & kAttnFusedLeanMerge);
-      a.merge_counters = merge_counters(a);
     }
     if (a.fused != 0) ++fused_attentions_;
   }
@@ -798,10 +782,8 @@ class CudaBackend final : public Backend {
   int attention_fused_early_kv_ = 0;  // AttentionArgs::early_kv with the fused rope (TERN_CUDA_ATTN_FUSED_EARLY_KV)
   int attention_split_ring_ = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING / option
   int attention_fused_decode_ = 0;  // AttentionArgs::fused flags (TERN_CUDA_ATTN_FUSED / option)
-  int attention_cluster_ = 0;       // most blocks per cluster of the cluster merge, 0 off (TERN_CUDA_ATTN_CLUSTER)
   int attention_compact_ = 0;       // the compact decode kernel, 0 off (TERN_CUDA_ATTN_COMPACT)
   int64_t compact_attentions_ = 0;
-  int64_t cluster_attentions_ = 0;
   int64_t fused_early_kv_ = 0;  // fused attention ops with their first K/V copies before the PDL wait
   int64_t folded_merges_ = 0;
   int64_t chunk_splits_ = 0;

@@ -111,18 +111,11 @@ struct CudaBackendOptions {
   // backend_settings.cpp's default (kDefaultSplitRing).
   int attention_split_ring = -1;
   // Fused decode (attention.h; same bits): in steps of one token per sequence whose attention
-  // takes the chunk split, the layer's rope of q and k and its K/V write (one rope launch) and /
-  // or the chunk merge run inside the attention launch. 0 = off, 1 = both (one launch per layer
-  // instead of three), 2 = the merge only (the rope launch stays), 3 = the rope only (the chunk
-  // merge kernel stays: the default, the only one measured faster on the H200);
-  // -1 = TERN_CUDA_ATTN_FUSED (same values) or else backend_settings.cpp's default (3).
+  // takes the chunk split, the layer's rope of q and k and its K/V write (one rope launch) run
+  // inside the attention launch. 0 = off, 3 = on (the default; the numbering keeps the values of
+  // the modes that also merged in the last block, removed in session 10); -1 =
+  // TERN_CUDA_ATTN_FUSED (0 / 3) or else backend_settings.cpp's default (3).
   int attention_fused_decode = -1;
-  // Cluster merge (attention.h; same bits; sm_90+): a chunk-split attention runs as thread-block
-  // clusters of at most this many blocks (1-16) per (tile, KV head), which fold the chunk records
-  // from each other's shared memory instead of the chunk merge kernel; 0 = off; -1 =
-  // TERN_CUDA_ATTN_CLUSTER (0-16) or else backend_settings.h kDefaultAttnCluster (0: measured
-  // slower on the H200, bench/RESULTS.md).
-  int attention_cluster = -1;
   // Compact decode (attention.h; same bits): a chunk-split attention in a step of one token per
   // sequence (f16 cache, head_dim 64 / 128, GQA groups up to 4) runs the compact per-chunk kernel
   // (attention_compact.cu) and the chunk merge kernel; 0 = off, 1 = on with the rope as its own
@@ -201,10 +194,8 @@ struct CudaBackendStats {
   int64_t chunk_splits = 0;      // split attention ops run with the chunk split (attention.h)
   int64_t fused_kv_writes = 0;   // kv_write ops that joined the preceding rope's launch
   int64_t fused_attentions = 0;  // attention ops that took their rope launch and merge in (fused decode)
-  int64_t cluster_attentions = 0;  // chunk-split attention ops run as clusters (the merge on chip)
   int64_t compact_attentions = 0;  // chunk-split attention ops run by the compact kernel
   int64_t fused_early_kv = 0;  // fused decode attention ops that copied K/V before the PDL wait
-  int attention_cluster = 0;       // the resolved cluster merge setting (0: off, always before sm_90)
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int64_t gemv_mixed = 0;        // products that joined a launch of another weight type (gemv_mixed)
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:

@@ -449,13 +449,16 @@ bool use_pipe(const MatmulArgs& a) {
 
 // Shapes of the two-buffer kernel (two batches of kRows x kUnroll words per lane): 1x8 and 2x4
 // (sixteen 16-byte words of 2-byte types in registers, two blocks per SM) and 1x4 (eight, four
-// blocks). rows == 0: 1x8 unless two-row units split better over the warps.
+// blocks). rows == 0: 2x4 unless one-row units split better over the warps (alone on the H200 the
+// 8B F16 o projection, whose units split equally well both ways, took 10.56 us at 2x4 against
+// 11.64 at 1x8; q+k+v, whose two-row units leave a second round to half the warps, 15.84
+// against 15.56: bench/RESULTS.md, session 10).
 template <DType T>
 void launch_pipe_shape(const MatmulArgs& a, const LaunchEnv& env, int rows, int unroll) {
   if (rows <= 0) {
     const double b24 = balance(a, 2, blocks_per_sm_of(gemv_float_pipe_kernel<T, 2, 4>, a));
     const double b18 = balance(a, 1, blocks_per_sm_of(gemv_float_pipe_kernel<T, 1, 8>, a));
-    rows = b24 > 1.05 * b18 ? 2 : 1;
+    rows = b24 >= b18 ? 2 : 1;
     unroll = rows == 1 ? 8 : 4;
   }
   if (rows >= 2) launch_pipe_instance<T, 2, 4>(a, env);
@@ -490,24 +493,14 @@ void launch_shape(const MatmulArgs& a, const LaunchEnv& env, int rows, int unrol
 
 template <DType T, int kRows, int kUnroll, bool kPair>
 void allow_instance(int max_smem_bytes) {
-  auto* kernel = gemv_float_stream_kernel<T, kRows, kUnroll, kPair>;
-  cudaFuncAttributes attr{};
-  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kStaticSmemBytes),
-                 "gemv_float_stream: static shared memory exceeds kStaticSmemBytes");
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       max_smem_bytes - kStaticSmemBytes));
+  allow_dynamic_smem(gemv_float_stream_kernel<T, kRows, kUnroll, kPair>, max_smem_bytes, kStaticSmemBytes,
+                     "gemv_float_stream: static shared memory exceeds kStaticSmemBytes");
 }
 
 template <DType T, int kRows, int kUnroll>
 void allow_pipe_instance(int max_smem_bytes) {
-  auto* kernel = gemv_float_pipe_kernel<T, kRows, kUnroll>;
-  cudaFuncAttributes attr{};
-  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kStaticSmemBytes),
-                 "gemv_float_stream: static shared memory exceeds kStaticSmemBytes");
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       max_smem_bytes - kStaticSmemBytes));
+  allow_dynamic_smem(gemv_float_pipe_kernel<T, kRows, kUnroll>, max_smem_bytes, kStaticSmemBytes,
+                     "gemv_float_stream: static shared memory exceeds kStaticSmemBytes");
 }
 
 template <DType T>

@@ -442,12 +442,8 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
 
 template <DType T, bool kBulk, int kTile, bool kPair = false, bool kEarly = false>
 void allow_smem_instance(int max_smem_bytes) {
-  cudaFuncAttributes attr{};
-  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_quant_kernel<T, kBulk, kTile, kPair, kEarly>));
-  TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
-                 "gemv: static shared memory exceeds kFusionStaticSmemBytes");
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<T, kBulk, kTile, kPair, kEarly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       max_smem_bytes - kFusionStaticSmemBytes));
+  allow_dynamic_smem(gemv_quant_kernel<T, kBulk, kTile, kPair, kEarly>, max_smem_bytes, kFusionStaticSmemBytes,
+                     "gemv: static shared memory exceeds kFusionStaticSmemBytes");
 }
 
 template <DType T>

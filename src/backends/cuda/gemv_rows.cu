@@ -553,12 +553,8 @@ void launch_rows_shape(const MatmulArgs& a, const LaunchEnv& env, RowsShape s, i
 // One instance's shared memory: the device's whole budget less the fusion's static part.
 template <typename Kernel>
 void allow_instance_smem(Kernel* k, int max_smem_bytes) {
-  cudaFuncAttributes attr{};
-  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
-  TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
-                 "gemv_rows: static shared memory exceeds kFusionStaticSmemBytes");
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       max_smem_bytes - kFusionStaticSmemBytes));
+  allow_dynamic_smem(k, max_smem_bytes, kFusionStaticSmemBytes,
+                     "gemv_rows: static shared memory exceeds kFusionStaticSmemBytes");
 }
 
 // The mixed-type instance (q4_k head, q6_k tail, two rows per step).

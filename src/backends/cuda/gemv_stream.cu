@@ -274,13 +274,8 @@ bool fits(const MatmulArgs& a) {
 
 template <DType T, DType T2, int kMinBlocks>
 void allow_blocks(int max_smem_bytes) {
-  auto* kernel = gemv_stream_kernel<T, T2, kMinBlocks>;
-  cudaFuncAttributes attr{};
-  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(kFusionStaticSmemBytes),
-                 "gemv_stream: static shared memory exceeds kFusionStaticSmemBytes");
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       max_smem_bytes - kFusionStaticSmemBytes));
+  allow_dynamic_smem(gemv_stream_kernel<T, T2, kMinBlocks>, max_smem_bytes, kFusionStaticSmemBytes,
+                     "gemv_stream: static shared memory exceeds kFusionStaticSmemBytes");
 }
 
 template <DType T, DType T2 = T>

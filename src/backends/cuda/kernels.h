@@ -324,15 +324,8 @@ struct AttentionArgs {
                     // [n_partials, kAttnSpanChunks, n_heads, head_dim + 2]
   // Fused decode (two-chunk span kernels with the chunk split, one token per sequence; attention.h,
   // "fused decode"), flags: kAttnFusedRope: q is rotated in the blocks and the new K/V rows
-  // written by them (rope); kAttnFusedMerge: the last block of each (tile, KV head, head slice)
-  // folds the chunk records (merge_counters) instead of the chunk merge kernel.
+  // written by them (rope).
   int fused;
-  // Cluster merge (attention_cluster.cu, sm_90; chunk split only): blocks per thread-block
-  // cluster, one cluster per (tile, KV head x head slice), each block taking cluster_chunks
-  // consecutive chunks and the cluster folding the records in shared memory; 0: the chunk merge.
-  int cluster_blocks;
-  int cluster_chunks;
-  int cluster_stages;  // K/V stages of a cluster block (2 or 3)
   AttentionRope rope;
   DevicePlan plan;
 };
@@ -347,12 +340,6 @@ constexpr int kAttnTcTileTokens = 128;                              // tensor-co
 
 // AttentionArgs::fused flags.
 constexpr int kAttnFusedRope = 1;
-constexpr int kAttnFusedMerge = 2;
-// With kAttnFusedMerge (attention_fused.cuh merge_if_last, session 8): the block counts itself
-// done with one acq_rel atomic after its barrier (no sequentially consistent fences), and the last
-// block loads every chunk record of its queries in one round trip (16 records per batch took two
-// at a 1k context). Same records, same fold: same bits.
-constexpr int kAttnFusedLeanMerge = 4;
 
 // Bytes of attention partials a split launch needs.
 size_t attention_partials_bytes(const AttentionArgs& a);

@@ -19,8 +19,20 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
+#include "core/check.h"
 
 namespace tern::cuda {
+
+// Lets `kernel` take up to max_smem_bytes - static_budget bytes of dynamic shared memory (the
+// device's opt-in limit less the static part its launcher budgets for), once it is checked that
+// the kernel's static shared memory fits that budget; `what` names the budget in the failure.
+template <typename... Params>
+void allow_dynamic_smem(void (*kernel)(Params...), int max_smem_bytes, int static_budget, const char* what) {
+  cudaFuncAttributes attr{};
+  TERN_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  TERN_CHECK_MSG(attr.sharedSizeBytes <= static_cast<size_t>(static_budget), what);
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes - static_budget));
+}
 
 template <typename... Params, typename... Args>
 void launch_kernel(const LaunchEnv& env, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,

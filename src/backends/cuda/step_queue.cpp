@@ -18,24 +18,6 @@ const Args& args_of(const OpRecord& r) {
   return *reinterpret_cast<const Args*>(r.args);
 }
 
-// The thread-block cluster shape (blocks, K/V stages) of each attention launch in order, empty
-// when none is clustered (attention_cluster.cu). A cached executable is updated in place only
-// from a graph with the same shapes: on the H200 (driver 580) a step without clusters replayed
-// from an executable updated from one with them computed nothing (zero outputs in
-// GpuAttentionFused / GpuAttention tests), as if the node kept its cluster dimension.
-std::vector<int> cluster_shapes(const std::vector<OpRecord>& ops) {
-  std::vector<int> shapes;
-  bool any = false;
-  for (const OpRecord& r : ops) {
-    if (r.kind != OpKind::kAttention) continue;
-    const AttentionArgs& a = args_of<AttentionArgs>(r);
-    shapes.push_back(a.cluster_blocks * 8 + a.cluster_stages);
-    any |= a.cluster_blocks > 0;
-  }
-  if (!any) shapes.clear();
-  return shapes;
-}
-
 void launch_one(const OpRecord& r, const LaunchEnv& s) {
   switch (r.kind) {
     case OpKind::kEmbed: launch_embed(args_of<EmbedArgs>(r), s); return;
@@ -80,10 +62,6 @@ StepQueue::CachedGraph& StepQueue::capture(const std::vector<OpRecord>& ops) {
                               [](const CachedGraph& a, const CachedGraph& b) { return a.last_used < b.last_used; });
   }
   bool updated = false;
-  if (slot->exec != nullptr && cluster_shapes(slot->ops) != cluster_shapes(ops)) {
-    TERN_CUDA_CHECK(cudaGraphExecDestroy(slot->exec));  // (a new instantiation instead: see cluster_shapes)
-    slot->exec = nullptr;
-  }
   if (slot->exec != nullptr) {
     cudaGraphExecUpdateResultInfo info;
     updated = cudaGraphExecUpdate(slot->exec, graph, &info) == cudaSuccess;
