@@ -28,6 +28,16 @@
 # gemv-rows: each GEMV alone with the multi-row / split-row kernel (TERN_CUDA_GEMV=rows) in each
 #   shape (RxP: R rows per warp step, P warps per row) next to the default, then 8B Q4_K_M / Q8_0
 #   decode with TERN_CUDA_GEMV=default and =rows.
+# tests-shards: the whole test_gpu in four parallel gtest shards, with the long
+#   PersistentSpanBlocksEqualOneBlockPerSpan as a fifth process beside them (~3 minutes on an
+#   H200 in sessions 9-10, against ~6 for tests); memcheck: compute-sanitizer on the attention at
+#   200 / 1,024 / 8,192 positions and a SmolLM2-shape Q4_K_M prefill + decode.
+# table: the issue-7 decode table in separate processes (8B Q4_K_M at 1k / 2k / 4k / 32k, Q8_0
+#   and F16 at 1k, F16 at 32k, SmolLM2 Q4_1 at 128 / 1k), the 4k prefills, the 30k + 2k append,
+#   batch 8 / 32.
+# merge-ab: the sliced span merge's serial fold (TERN_CUDA_ATTN_SPLIT_RING=5, the default) against
+#   its prescaled fold (6): the attention alone at 32k, then 8B Q4_K_M and F16 decode at 32k, each
+#   as gpu_bench's in-process A/B (--split-ring "5;6": two rounds, the second reversed).
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -88,6 +98,50 @@ for step in "${steps[@]}"; do
       # The first failures in full (trace lines name the case).
       grep -B1 -A10 "Failure$" "$OUT/test_gpu.txt" | head -120
       tail -3 "$OUT/test_gpu.txt"
+      ;;
+    tests-shards)
+      echo "== test_gpu: 4 shards + PersistentSpanBlocksEqualOneBlockPerSpan, in parallel"
+      long='GpuAttention.PersistentSpanBlocksEqualOneBlockPerSpan'
+      pids=()
+      for i in 0 1 2 3; do
+        GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 400 "$BIN/test_gpu" --gtest_color=no \
+          --gtest_filter="-$long" >"$OUT/test_gpu-shard$i.txt" 2>&1 &
+        pids+=($!)
+      done
+      timeout 400 "$BIN/test_gpu" --gtest_color=no --gtest_filter="$long" >"$OUT/test_gpu-long.txt" 2>&1 &
+      pids+=($!)
+      for p in "${pids[@]}"; do wait "$p"; echo "   process $p: exit $?"; done
+      cat "$OUT"/test_gpu-shard*.txt "$OUT/test_gpu-long.txt" >"$OUT/test_gpu.txt"
+      grep -E "^\[  (PASSED|FAILED) " "$OUT/test_gpu.txt"
+      awk '/^\[  PASSED  \]/ { p += $4 } /^\[  FAILED  \] [0-9]+ test/ { f += $4 }
+           END { printf "   test_gpu: %d passed, %d failed\n", p, f }' "$OUT/test_gpu.txt"
+      grep -B1 -A10 "Failure$" "$OUT/test_gpu.txt" | head -120
+      ;;
+    memcheck)
+      echo "== compute-sanitizer memcheck: attention at 200 / 1,024 / 8,192, SmolLM2-shape Q4_K_M"
+      timeout 200 compute-sanitizer --tool memcheck --print-limit 10 "$BIN/gpu_bench" --attn \
+        --attn-ctx 200,1024,8192 --attn-prefill "" --attn-reps 1 >"$OUT/memcheck-attn.txt" 2>&1
+      echo "   attention: exit $?; $(grep -h "ERROR SUMMARY" "$OUT/memcheck-attn.txt")"
+      timeout 200 compute-sanitizer --tool memcheck --print-limit 10 "$BIN/gpu_bench" --preset smollm2-135m \
+        --mix q4_k_m --ctx 128 --prefill 64 --decode-steps 4 >"$OUT/memcheck-model.txt" 2>&1
+      echo "   model: exit $?; $(grep -h "ERROR SUMMARY" "$OUT/memcheck-model.txt")"
+      ;;
+    table)
+      bench table-q4k 200 --preset llama3-8b --mix q4_k_m --ctx 1024,2048,4096 --prefill 4096 --batch 8,32
+      bench table-q4k-32k 200 --preset llama3-8b --mix q4_k_m --ctx 32768 --prefill "" --chunk 4096 --tc-prefill --decode-steps 32
+      bench table-q8 150 --preset llama3-8b --mix q8_0 --ctx 1024 --prefill ""
+      bench table-f16 200 --preset llama3-8b --mix f16 --ctx 1024 --prefill 4096 --gemm-peak
+      bench table-f16-32k 200 --preset llama3-8b --mix f16 --ctx 32768 --prefill "" --chunk 4096 --tc-prefill --decode-steps 32
+      bench table-append 200 --preset llama3-8b --mix f16 --ctx "" --prefill "" --decode-steps 0 --append 30720+2048 --chunk 2048 --tc-prefill
+      bench table-small 60 --preset smollm2-135m --mix q4_1 --ctx 128,1024 --prefill "" --batch 8,32
+      ;;
+    merge-ab)
+      bench merge-ab-attn 60 --attn --attn-ctx 32768 --attn-prefill "" \
+        --attn-env "TERN_CUDA_ATTN_SPLIT_RING=5;TERN_CUDA_ATTN_SPLIT_RING=6" --attn-rounds 2
+      bench merge-ab-q4k 200 --preset llama3-8b --mix q4_k_m --ctx 32768 --prefill "" --chunk 4096 --tc-prefill \
+        --decode-steps 32 --split-ring "5;6"
+      bench merge-ab-f16 200 --preset llama3-8b --mix f16 --ctx 32768 --prefill "" --chunk 4096 --tc-prefill \
+        --decode-steps 32 --split-ring "5;6"
       ;;
     sanitize)
       echo "== compute-sanitizer memcheck (subset)"

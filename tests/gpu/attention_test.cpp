@@ -588,18 +588,24 @@ TEST_F(GpuAttention, LeanWarpSpecializedRingEqualsPairKernelBitwise) {
 // ring: 18163, TERN_CUDA_ATTN_SPLIT_RING=5, the default at head_dim 128 / f16 since session 9)
 // against kernel 2 and its one-block-per-head merge, bit for bit, at 3100 positions (GQA groups 3
 // and 8 over several blocks, a window) and at 32k-33k decodes and a verify with persistent
-// blocks (the backend's grid and 5 columns walking ~26 spans). The launch counters show the lean
-// kernel and the sliced merge ran.
+// blocks (the backend's grid and 5 columns walking ~26 spans); each with the serial fold and the
+// prescaled one (+ 32768, kSpanMergePrescaled: 13 spans are one group of 8 and 5 alone, 126 an
+// odd count of groups, 129 an even one; the window's empty spans take the identity fold). The
+// launch counters show the lean kernel and both merges ran.
 TEST_F(GpuAttention, LeanRingSlicedMergeBitwise) {
   const cuda::CudaBackendOptions pair_opts = pair_reference_options();
   cuda::CudaBackendOptions sliced_opts = pair_opts;
   sliced_opts.attention_span_kernel = 1779 + 16384;
+  cuda::CudaBackendOptions prescaled_opts = pair_opts;
+  prescaled_opts.attention_span_kernel = 1779 + 16384 + 32768;
   const int64_t lean_before = cuda::attention_span_ws_lean_launches();
   const int64_t sliced_before = cuda::attention_span_merge_sliced_launches();
+  const int64_t prescaled_before = cuda::attention_span_merge_prescaled_launches();
   {
     std::unique_ptr<Backend> pair = gputest::make_cuda(pair_opts);
     std::vector<std::unique_ptr<Backend>> got;
     got.push_back(gputest::make_cuda(sliced_opts));
+    got.push_back(gputest::make_cuda(prescaled_opts));
     ASSERT_TRUE(pair != nullptr);
     for (const auto& b : got) ASSERT_TRUE(b != nullptr);
     const Shape shapes[] = {{12, 4, 128, DType::F16}, {16, 2, 128, DType::F16}, {8, 2, 128, DType::F16, 0.0f, 300}};
@@ -612,6 +618,7 @@ TEST_F(GpuAttention, LeanRingSlicedMergeBitwise) {
     auto want = gputest::make_cuda(pair_opts);
     std::vector<std::unique_ptr<Backend>> got;
     got.push_back(gputest::make_cuda(sliced_opts));
+    got.push_back(gputest::make_cuda(prescaled_opts));
     ASSERT_TRUE(want != nullptr);
     for (const auto& b : got) ASSERT_TRUE(b != nullptr);
     const Shape s{32, 8, 128, DType::F16};
@@ -626,6 +633,7 @@ TEST_F(GpuAttention, LeanRingSlicedMergeBitwise) {
   }
   EXPECT_GT(cuda::attention_span_ws_lean_launches(), lean_before) << "the lean form never ran";
   EXPECT_GT(cuda::attention_span_merge_sliced_launches(), sliced_before) << "the sliced merge never ran";
+  EXPECT_GT(cuda::attention_span_merge_prescaled_launches(), prescaled_before) << "the prescaled fold never ran";
 }
 
 // The split K/V ring at long contexts, where blocks are persistent (span_kernel 243 = 115 + 128:

@@ -167,7 +167,9 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 4);
   setenv("TERN_CUDA_ATTN_SPLIT_RING", "5", 1);
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 5);
-  setenv("TERN_CUDA_ATTN_SPLIT_RING", "6", 1);  // no such form: the default
+  setenv("TERN_CUDA_ATTN_SPLIT_RING", "6", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, 6);
+  setenv("TERN_CUDA_ATTN_SPLIT_RING", "7", 1);  // no such form: the default
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_split_ring, cuda::kDefaultSplitRing);
 
   setenv("TERN_CUDA_ATTN_SPAN", "5", 1);  // no kernel 5
@@ -190,6 +192,8 @@ TEST_F(BackendSettingsTest, ExplicitOptionsWinAndBadValuesFallBack) {
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, 755);
   setenv("TERN_CUDA_ATTN_SPAN", "1779", 1);  // + 1024: its lean form
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, 1779);
+  setenv("TERN_CUDA_ATTN_SPAN", "50931", 1);  // + 16384 + 32768: the sliced merge, prescaled
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, 50931);
   setenv("TERN_CUDA_ATTN_SPAN", "2051", 1);  // 2048 + 3: no such flag
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).attention_span, -1);
 }
@@ -349,6 +353,7 @@ TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 3), 755);  // split ring, warp-specialized
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 4), 1779);  // its lean form
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 5), 18163);  // + the sliced span merge
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 6), 50931);  // + its prescaled fold
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16), 18163);     // the default
   EXPECT_EQ(cuda::default_span_kernel(64, DType::F16, 2), 2);
   EXPECT_EQ(cuda::default_span_kernel(64, DType::F16), 2);     // SmolLM2

@@ -245,5 +245,7 @@ int64_t attention_span_ws_launches();
 int64_t attention_span_ws_lean_launches();
 // Launches of the sliced span merge (kSpanMergeSliced) in this process so far.
 int64_t attention_span_merge_sliced_launches();
+// ... of those, with the prescaled fold (kSpanMergePrescaled).
+int64_t attention_span_merge_prescaled_launches();
 
 }  // namespace tern::cuda

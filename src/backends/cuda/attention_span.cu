@@ -51,6 +51,7 @@ int g_max_smem = 0;  // the span kernels' shared-memory limit (init_attention_sp
 std::atomic<int64_t> g_ws_launches{0};  // attention_span_ws_launches
 std::atomic<int64_t> g_ws_lean_launches{0};  // attention_span_ws_lean_launches
 std::atomic<int64_t> g_merge_sliced_launches{0};  // attention_span_merge_sliced_launches
+std::atomic<int64_t> g_merge_prescaled_launches{0};  // attention_span_merge_prescaled_launches
 // TERN_CUDA_ATTN_SPAN_HPB=1/2/4 (read when a backend is created; A/B timing): q heads per block
 // of the span kernels instead of plan_attention_span's choice (capped at the GQA group).
 int g_force_hpb = 0;
@@ -193,12 +194,13 @@ __global__ void __launch_bounds__(kMergeThreads) attention_span_merge_kernel(Att
 
 // kSpanMergeSliced: the same fold with a block per (token, head, kMergeSliceDims dimensions), so a
 // single decode's heads fill more SMs (merge_token_head_slice); kMergeSliceBatch spans per batch.
+// kPrescaled (kSpanMergePrescaled): the fold's products formed by the whole block ahead of it.
 constexpr int kMergeSliceDims = 32;
 constexpr int kMergeSliceBatch = 256;
-template <int kTrigger>
+template <int kTrigger, bool kPrescaled>
 __global__ void __launch_bounds__(kMergeThreads) attention_span_merge_sliced_kernel(AttentionArgs a) {
   extern __shared__ __align__(16) unsigned char sm[];
-  span_merge::merge_token_head_slice<kMergeThreads, kMergeSliceDims, kTrigger>(
+  span_merge::merge_token_head_slice<kMergeThreads, kMergeSliceDims, kTrigger, kPrescaled>(
       a, blockIdx.x, blockIdx.y, static_cast<int>(blockIdx.z) * kMergeSliceDims, reinterpret_cast<float*>(sm),
       kMergeSliceBatch);
 }
@@ -260,7 +262,7 @@ bool plan_attention_span(AttentionArgs& a, int n_sm, int max_smem_bytes, int pre
   if (base == 3 && ring_form && cs == 0 && (kernel & kSpanSplitRing) != 0) {
     flags |= kernel & (kSpanSplitRing | kSpanValueQueryPairs | kSpanWarpSpecialized | kSpanWsLean);
   }
-  flags |= kernel & kSpanMergeSliced;  // (the merge kernel of whole spans; ignored elsewhere)
+  flags |= kernel & (kSpanMergeSliced | kSpanMergePrescaled);  // (the merge kernel of whole spans; ignored elsewhere)
   const bool pair = base == 2 || base == 3;
   const int min_stages = pair ? 2 : 1;
   // A chunk-split block holds at most 2 chunks: 2 stages, and the smaller block fits more per SM.
@@ -344,10 +346,18 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
     const dim3 grid(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads),
                     static_cast<unsigned>(a.head_dim / kMergeSliceDims));
     const size_t smem = span_merge::batch_bytes(kMergeSliceDims, kMergeSliceBatch);
-    if (merge_trigger(a) == kMergeTriggerFolded) {
-      launch_kernel(env, attention_span_merge_sliced_kernel<kMergeTriggerFolded>, grid, kMergeThreads, smem, a);
+    const bool folded = merge_trigger(a) == kMergeTriggerFolded;
+    if ((a.span_kernel & kSpanMergePrescaled) != 0) {
+      g_merge_prescaled_launches.fetch_add(1, std::memory_order_relaxed);
+      launch_kernel(env,
+                    folded ? attention_span_merge_sliced_kernel<kMergeTriggerFolded, true>
+                           : attention_span_merge_sliced_kernel<kMergeTriggerEnter, true>,
+                    grid, kMergeThreads, smem, a);
     } else {
-      launch_kernel(env, attention_span_merge_sliced_kernel<kMergeTriggerEnter>, grid, kMergeThreads, smem, a);
+      launch_kernel(env,
+                    folded ? attention_span_merge_sliced_kernel<kMergeTriggerFolded, false>
+                           : attention_span_merge_sliced_kernel<kMergeTriggerEnter, false>,
+                    grid, kMergeThreads, smem, a);
     }
     return;
   }
@@ -359,6 +369,9 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
 int64_t attention_span_ws_launches() { return g_ws_launches.load(std::memory_order_relaxed); }
 int64_t attention_span_ws_lean_launches() { return g_ws_lean_launches.load(std::memory_order_relaxed); }
 int64_t attention_span_merge_sliced_launches() { return g_merge_sliced_launches.load(std::memory_order_relaxed); }
+int64_t attention_span_merge_prescaled_launches() {
+  return g_merge_prescaled_launches.load(std::memory_order_relaxed);
+}
 
 void init_attention_span(int max_smem_bytes) {
   int dev = 0;

@@ -49,6 +49,10 @@ constexpr int kSpanWsLean = 1024;
 // The span merge kernel with a block per (token, head, 32 dimensions) instead of per (token,
 // head) (attention_span.cu; session 9): each dimension's fold unchanged, so the same bits.
 constexpr int kSpanMergeSliced = 16384;
+// With kSpanMergeSliced: the sliced merge's fold products (l x sb, a x sb) formed by the whole block
+// ahead of the serial fold, which then runs one multiply and one add per span and value, with no
+// branch (span_merge::prescale_batch, prescaled_fold; session 11). The same bits.
+constexpr int kSpanMergePrescaled = 32768;
 static_assert(kSpanMaxStages == kAttnSpanChunks, "4 stages hold a whole span");
 
 struct SpanShape {

@@ -145,10 +145,11 @@ int attention_span_kernel(const CudaBackendOptions& options) {
   // kSpanHeadsFirst, kSpanPersistent, kSpanValuePairs), e.g. 19, 35, 83, 115; + 128 = split K/V
   // ring, + 256 = values on 8 warps, + 512 = warp-specialized ring (kSpanSplitRing,
   // kSpanValueQueryPairs, kSpanWarpSpecialized), + 1024 = its lean form (kSpanWsLean), e.g. 243,
-  // 499, 755, 1779.
+  // 499, 755, 1779; + 16384 = the sliced span merge, + 32768 its prescaled fold (kSpanMergeSliced,
+  // kSpanMergePrescaled), e.g. 18163, 50931.
   // Unset: -1, chosen per shape (default_span_kernel), every choice with the same bits.
   if (env != nullptr && *env != '\0') {
-    const int v = std::atoi(env), kernel = v & ~(16 | 32 | 64 | 128 | 256 | 512 | 1024);
+    const int v = std::atoi(env), kernel = v & ~(16 | 32 | 64 | 128 | 256 | 512 | 1024 | 16384 | 32768);
     if (v >= 0 && kernel <= 3 && (v == 0 || kernel != 0)) return v;
   }
   return -1;
@@ -288,13 +289,16 @@ int fused_decode_flags(int mode) {
 // since session 9): 18163 = 1779 + 16384, the same with the span merge kernel sliced by 32
 // dimensions (kSpanMergeSliced: 128 blocks instead of 32 for a 32k decode's 32 heads), the merge
 // alone 13.9 -> 11.4 us in ncu, 8B Q4_K_M at 32k 250.9 -> 254.9 tok/s (one in-process A/B; F16
-// not measured apart). bench/RESULTS.md "Decode attention at long context: the split K/V ring",
+// not measured apart); 6 (opt-in, session 11, not yet measured on a device): 50931 = 18163 + 32768,
+// the sliced merge with its fold's products formed by the whole block ahead of the serial fold
+// (kSpanMergePrescaled). bench/RESULTS.md "Decode attention at long context: the split K/V ring",
 // "... warp-specialized", "... the lean warp-specialized ring" and "... what bounds the lean ring".
 int default_span_kernel(int head_dim, DType kv_dtype, int split_ring) {
   constexpr int kSplitRing = 128, kValueQueryPairs = 256, kWarpSpecialized = 512, kWsLean = 1024;  // attention_span.cuh
-  constexpr int kMergeSliced = 16384;
+  constexpr int kMergeSliced = 16384, kMergePrescaled = 32768;
   if (head_dim != 128 || kv_dtype != DType::F16) return 2;
   constexpr int kLean = 115 + kSplitRing + kWarpSpecialized + kWsLean;
+  if (split_ring >= 6) return kLean + kMergeSliced + kMergePrescaled;
   if (split_ring >= 5) return kLean + kMergeSliced;
   if (split_ring >= 4) return kLean;
   if (split_ring >= 3) return 115 + kSplitRing + kWarpSpecialized;

@@ -13,8 +13,8 @@ namespace tern::cuda {
 // default_span_kernel's form at head dim 128 with an f16 cache (CudaBackendOptions::attention_split_ring).
 // 5 since session 9 (1779 with the sliced span merge; 4 before).
 constexpr int kDefaultSplitRing = 5;
-// The largest split-ring form (default_span_kernel).
-constexpr int kMaxSplitRing = 5;
+// The largest split-ring form (default_span_kernel; 6: the prescaled merge fold, opt-in until measured).
+constexpr int kMaxSplitRing = 6;
 
 // The fused decode attention's work before its PDL wait when neither the option nor
 // TERN_CUDA_ATTN_FUSED_EARLY_KV sets it (CudaBackendOptions::attention_fused_early_kv): 0 none,
@@ -55,7 +55,7 @@ struct BackendSettings {
   int attention_chunk_split = -1;   // TERN_CUDA_ATTN_CHUNK_SPLIT (0 / 1 / 2); -1: default_chunk_split
   bool attention_early_kv = false;  // TERN_CUDA_ATTN_EARLY_KV (0 / 1)
   int attention_fused_early_kv = kDefaultFusedEarlyKv;  // TERN_CUDA_ATTN_FUSED_EARLY_KV (0-2)
-  int attention_split_ring = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING (0-5): default_span_kernel
+  int attention_split_ring = kDefaultSplitRing;  // TERN_CUDA_ATTN_SPLIT_RING (0-6): default_span_kernel
   // TERN_CUDA_ATTN_FUSED (0 / 3) as AttentionArgs::fused flags (kAttnFusedRope)
   int attention_fused_decode = kAttnFusedRope;
   int attention_compact = kDefaultAttnCompact;  // TERN_CUDA_ATTN_COMPACT (0-2): attention_compact.cu
