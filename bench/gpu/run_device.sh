@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks in one go, for a machine with an NVIDIA GPU (run from the repository
-# root). Uses the prebuilt test_gpu and gpu_bench in $BIN when they start there; otherwise builds
-# them with that machine's nvcc (GTest from $BIN/googletest). Full logs go to $OUT; the console
-# gets a short summary.
+# root). Uses the prebuilt test_gpu and gpu_bench in $BIN (bench/gpu/pack_device.sh packs them)
+# when they start there; otherwise builds them with that machine's nvcc (GTest from
+# $BIN/googletest). Full logs go to $OUT; the console gets a short summary.
 #
-#   OUT=/tmp/out BIN=.device/gpu bench/gpu/run_device.sh [tests] [sanitize] [bench-small]
-#       [bench-8b-q4k] [bench-8b-q8] [bench-8b-f16] [bench-long] [bench-tc] [gemm] [profile-small] [profile-8b]
+#   OUT=/tmp/out BIN=.device/gpu bench/gpu/run_device.sh [tests] [tests-shards] [memcheck] [table]
+#       [merge-ab] [sanitize] [bench-small] [bench-8b-q4k] [bench-8b-q8] [bench-8b-f16] [bench-long]
+#       [bench-tc] [gemm] [profile-small] [profile-8b] ...
 # bench-tc: 8B Q4_K_M prefill at 512 / 4096 tokens with the opt-in tensor-core prefill (one chunk).
 # attn: the attention op alone (gpu_bench --attn): decode at 1k / 32k (default kernel), prefill
 #   512 without and 512 / 4096 / 2048-on-30720 with the tensor-core kernel.
@@ -44,6 +45,11 @@ OUT=${OUT:-gpu-out}
 BIN=${BIN:-.device/gpu}
 mkdir -p "$OUT"
 export TERN_TEST_DATA="$PWD/tests/data"
+# Binaries packed by bench/gpu/pack_device.sh: unpacked here; the CUPTI library beside them.
+for f in test_gpu gpu_bench; do
+  if [[ -f "$BIN/$f.xz" && ! -x "$BIN/$f" ]]; then xz -dkf "$BIN/$f.xz" && chmod +x "$BIN/$f"; fi
+done
+export LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(tests bench-small bench-8b-q4k)
 
