@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "core/bytes.h"
 #include "formats/gguf.h"
 
 namespace tern::cli {
@@ -21,20 +22,6 @@ struct InspectOptions {
 
 constexpr size_t kArrayItemsShown = 6;
 constexpr size_t kStringBytesShown = 80;
-
-std::string human_bytes(uint64_t n_bytes) {
-  char buf[32];
-  if (n_bytes >= (uint64_t{1} << 30)) {
-    std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(n_bytes) / (1 << 30));
-  } else if (n_bytes >= (uint64_t{1} << 20)) {
-    std::snprintf(buf, sizeof(buf), "%.2f MiB", static_cast<double>(n_bytes) / (1 << 20));
-  } else if (n_bytes >= 1024) {
-    std::snprintf(buf, sizeof(buf), "%.2f KiB", static_cast<double>(n_bytes) / 1024);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%" PRIu64 " B", n_bytes);
-  }
-  return buf;
-}
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "[";

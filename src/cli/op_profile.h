@@ -31,12 +31,14 @@ class OpProfiler final : public Backend {
   std::string_view name() const override { return inner_->name(); }
   Device device() const override { return inner_->device(); }
   std::unique_ptr<Buffer> alloc(size_t bytes) override { return inner_->alloc(bytes); }
+  std::optional<MemoryInfo> memory_info() const override { return inner_->memory_info(); }
   Tensor upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) override {
     return inner_->upload_weight(host, owner);
   }
   void copy_from_host(const void* src, Tensor& dst) override;
   void copy_to_host(const Tensor& src, void* dst) override;
   void begin_step(const BatchPlan& plan) override;
+  void cancel_step() override { inner_->cancel_step(); }
 
   void embed(const Tensor& table, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;

@@ -405,15 +405,23 @@ void Engine::step() {
     step_runners_.clear();
     for (const auto& ap : running_)
       if (ap->planned) step_runners_.push_back(&ap->runner);
-    const StepOutputs out = step_.forward(*model_, plan_, *pool_, step_runners_);
-    ++metrics_.steps;
-    metrics_.step_tokens += plan_.n_tokens();
+    // A step the backend cannot hold (out of memory for its activations) fails its requests with
+    // that message; the others, and later requests, go on (smaller steps still fit).
+    const Result<StepOutputs> stepped = step_.forward(*model_, plan_, *pool_, step_runners_);
+    if (stepped.is_ok()) {
+      ++metrics_.steps;
+      metrics_.step_tokens += plan_.n_tokens();
+    }
     for (auto& ap : running_) {
       Active& a = *ap;
       if (!a.planned) continue;
       a.planned = false;
+      if (!stepped.is_ok()) {
+        fail(a, stepped.status());
+        continue;
+      }
       const int before = a.runner.stats().generated_tokens;
-      Status s = a.runner.consume(out);
+      Status s = a.runner.consume(stepped.value());
       generated += a.runner.stats().generated_tokens - before;
       if (!s.is_ok()) {
         fail(a, s);
@@ -421,13 +429,15 @@ void Engine::step() {
         finish(a);
       }
     }
-    const double dt = now_seconds() - t_step;
-    metrics_.prefill_step_tokens += prefill_rows;
-    if (prefill_rows > 0) {
-      metrics_.prefill_seconds = metrics_.prefill_seconds + dt;
-    } else {
-      metrics_.decode_seconds = metrics_.decode_seconds + dt;
-      metrics_.decode_step_tokens += generated;
+    if (stepped.is_ok()) {
+      const double dt = now_seconds() - t_step;
+      metrics_.prefill_step_tokens += prefill_rows;
+      if (prefill_rows > 0) {
+        metrics_.prefill_seconds = metrics_.prefill_seconds + dt;
+      } else {
+        metrics_.decode_seconds = metrics_.decode_seconds + dt;
+        metrics_.decode_step_tokens += generated;
+      }
     }
   } else if (!progressed && !running_.empty()) {
     // Nothing could run: the pool is held by running requests. Free the youngest holder; when the

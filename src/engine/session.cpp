@@ -203,7 +203,7 @@ Status drive(SequenceRunner& runner, Model& model, KvPool& pool, BatchPlan& plan
     }
     // A greedy runner needs only each row's argmax, a sampling one the row's candidates: the
     // logits stay on the device unless the runner needs them (StepRunner).
-    const StepOutputs out = step.forward(model, plan, pool, runners);
+    TERN_ASSIGN_OR_RETURN(const StepOutputs out, step.forward(model, plan, pool, runners));
     TERN_RETURN_IF_ERROR(runner.consume(out));
   }
   return Status::ok();

@@ -1,13 +1,14 @@
 #include "engine/step_outputs.h"
 
 #include <algorithm>
+#include <string>
 
 #include "engine/sequence_runner.h"
 
 namespace tern {
 
-StepOutputs StepRunner::forward(Model& model, const BatchPlan& plan, KvPool& pool,
-                                std::span<SequenceRunner* const> runners) {
+Result<StepOutputs> StepRunner::forward(Model& model, const BatchPlan& plan, KvPool& pool,
+                                        std::span<SequenceRunner* const> runners) {
   const size_t rows = plan.logit_rows.size();
   const int n_vocab = model.config().n_vocab;
   OutputNeed need = OutputNeed::kArgmax;
@@ -55,7 +56,11 @@ StepOutputs StepRunner::forward(Model& model, const BatchPlan& plan, KvPool& poo
       return std::span<const float>(fetched_);
     };
   }
-  model.forward(plan, pool, out);
+  try {
+    model.forward(plan, pool, out);
+  } catch (const OutOfMemory& e) {
+    return error("a step of " + std::to_string(plan.n_tokens()) + " tokens: " + e.what());
+  }
   return step;
 }
 

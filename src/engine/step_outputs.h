@@ -30,8 +30,11 @@ struct StepOutputs {
 class StepRunner {
  public:
   // Runs model.forward(plan) for `runners` (those with rows in the plan) and returns their
-  // outputs, valid until the next call.
-  StepOutputs forward(Model& model, const BatchPlan& plan, KvPool& pool, std::span<SequenceRunner* const> runners);
+  // outputs, valid until the next call. A backend that runs out of memory for the step (its
+  // activations grow with the step's tokens) is an error naming the step; the runners' rows
+  // were not computed, and the model and pool stay usable for smaller steps.
+  Result<StepOutputs> forward(Model& model, const BatchPlan& plan, KvPool& pool,
+                              std::span<SequenceRunner* const> runners);
 
  private:
   std::vector<float> logits_;

@@ -1,7 +1,10 @@
 #include "kv/kv_pool.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
+
+#include "core/bytes.h"
 
 namespace tern {
 
@@ -40,12 +43,29 @@ Result<std::unique_ptr<KvPool>> KvPool::create(Backend& backend, const KvPoolCon
   pool->backend_ = &backend;
   const int64_t rows = static_cast<int64_t>(config.n_blocks) * config.block_tokens;
   const int64_t cols = static_cast<int64_t>(config.n_kv_heads) * config.head_dim;
-  const size_t bytes = row_bytes(config.dtype, cols) * static_cast<size_t>(rows);
+  size_t bytes = 0;  // one layer's K (or V)
+  if (__builtin_mul_overflow(row_bytes(config.dtype, cols), static_cast<size_t>(rows), &bytes) ||
+      bytes > SIZE_MAX / 2 / static_cast<size_t>(config.n_layers)) {
+    return error("kv cache: " + std::to_string(config.n_blocks) + " blocks of " + std::to_string(config.block_tokens) +
+                 " tokens exceed any memory");
+  }
+  // What the pool takes in all, for the message when it does not fit (the allocations made so
+  // far are freed with the pool).
+  auto too_large = [&](const char* why) {
+    const uint64_t total = 2 * static_cast<uint64_t>(bytes) * static_cast<uint64_t>(config.n_layers);
+    return error("kv cache: " + std::to_string(config.n_blocks) + " blocks of " + std::to_string(config.block_tokens) +
+                 " tokens (" + human_bytes(total) + " for " + std::to_string(config.n_layers) +
+                 " layers) do not fit: " + why + "; a smaller context (--ctx) or KV budget (--kv-mem) needs less");
+  };
   for (int l = 0; l < config.n_layers; ++l) {
     KvLayerView view;
     view.block_tokens = config.block_tokens;
     for (Tensor* t : {&view.k, &view.v}) {
-      pool->buffers_.push_back(backend.alloc(bytes));
+      try {
+        pool->buffers_.push_back(backend.alloc(bytes));
+      } catch (const OutOfMemory& e) {
+        return too_large(e.what());
+      }
       *t = Tensor::view(pool->buffers_.back()->data(), config.dtype, rows, cols, backend.device());
     }
     pool->layers_.push_back(view);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/argmax.h"
+#include "core/bytes.h"
 #include "core/quant_ref.h"
 #include "core/top_candidates.h"
 #include "models/rope_table.h"
@@ -35,7 +36,13 @@ Result<Tensor> DecoderModel::weight(const std::string& name, int64_t rows, int64
   }
   Tensor host = Tensor::view(const_cast<uint8_t*>(info->data), info->type, rows, cols);
   std::unique_ptr<Buffer> owner;
-  Tensor t = backend_->upload_weight(host, owner);
+  Tensor t;
+  try {
+    t = backend_->upload_weight(host, owner);
+  } catch (const OutOfMemory& e) {
+    return error("model: tensor '" + name + "' (" + human_bytes(info->n_bytes) + ", after " +
+                 human_bytes(weight_bytes_) + " of weights): " + e.what());
+  }
   if (owner) weight_buffers_.push_back(std::move(owner));
   weight_bytes_ += info->n_bytes;
   return t;
@@ -85,10 +92,9 @@ Status DecoderModel::load_common(const ModelConfig& config, const ModelOptions& 
 
 void DecoderModel::ensure_workspace(int n_tokens, int n_logit_rows) {
   if (n_tokens <= ws_tokens_ && n_logit_rows <= ws_logit_rows_) return;
-  ws_tokens_ = std::max(n_tokens, ws_tokens_);
-  ws_logit_rows_ = std::max(n_logit_rows, ws_logit_rows_);
+  const int want_tokens = std::max(n_tokens, ws_tokens_), want_logit_rows = std::max(n_logit_rows, ws_logit_rows_);
   const ModelConfig& c = config_;
-  const int64_t n = ws_tokens_, m = std::max(ws_logit_rows_, 1);
+  const int64_t n = want_tokens, m = std::max(want_logit_rows, 1);
   const int64_t q_cols = int64_t{c.n_heads} * c.head_dim, kv_cols = int64_t{c.n_kv_heads} * c.head_dim;
   struct Slot {
     Tensor* t;
@@ -100,15 +106,30 @@ void DecoderModel::ensure_workspace(int n_tokens, int n_logit_rows) {
                         {&ws_.logit_hidden, m, c.n_embd}, {&ws_.logits, m, c.n_vocab}};
   size_t total = 0;
   for (const Slot& s : slots) total += (static_cast<size_t>(s.rows * s.cols) * 4 + 63) / 64 * 64;
+  // The old workspace goes first (a device holds one at a time). An allocation that fails
+  // (OutOfMemory, which the step's caller reports) leaves none, and the next step sizes its own.
+  workspace_buffer_.reset();
+  ws_tokens_ = ws_logit_rows_ = 0;
   workspace_buffer_ = backend_->alloc(total);
   auto* base = static_cast<uint8_t*>(workspace_buffer_->data());
   for (const Slot& s : slots) {
     *s.t = Tensor::view(base, DType::F32, s.rows, s.cols, backend_->device());
     base += (static_cast<size_t>(s.rows * s.cols) * 4 + 63) / 64 * 64;
   }
+  ws_tokens_ = want_tokens;
+  ws_logit_rows_ = want_logit_rows;
 }
 
 void DecoderModel::forward(const BatchPlan& plan, KvPool& kv, const Outputs& outputs) {
+  try {
+    forward_step(plan, kv, outputs);
+  } catch (const OutOfMemory&) {
+    backend_->cancel_step();  // the step's work not yet run is dropped; the caller reports it
+    throw;
+  }
+}
+
+void DecoderModel::forward_step(const BatchPlan& plan, KvPool& kv, const Outputs& outputs) {
   const int n = plan.n_tokens();
   const int m = static_cast<int>(plan.logit_rows.size());
   TERN_CHECK(n > 0 && plan.positions.size() == static_cast<size_t>(n) && plan.kv_slots.size() == static_cast<size_t>(n));

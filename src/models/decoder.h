@@ -51,6 +51,8 @@ class DecoderModel : public Model {
 
  private:
   void ensure_workspace(int n_tokens, int n_logit_rows);
+  // forward's body; forward drops the step's pending work when it throws OutOfMemory.
+  void forward_step(const BatchPlan& plan, KvPool& kv, const Outputs& outputs);
 
   std::shared_ptr<const gguf::File> file_;
   Backend* backend_;

@@ -1,6 +1,8 @@
 // general.architecture -> factory. Adding an architecture is one file plus one line here.
+#include <optional>
 #include <string>
 
+#include "core/bytes.h"
 #include "models/architectures.h"
 
 namespace tern {
@@ -23,7 +25,19 @@ Result<std::unique_ptr<Model>> load_model(std::shared_ptr<const gguf::File> file
                                           const ModelOptions& options) {
   TERN_ASSIGN_OR_RETURN(ModelConfig config, read_model_config(*file));
   for (const Entry& e : kArchitectures) {
-    if (config.arch == e.arch) return e.make(std::move(file), backend, config, options);
+    if (config.arch != e.arch) continue;
+    // A device that cannot hold the weights is told before any is uploaded (an upload that still
+    // runs out, beside other users of the device, names its tensor: DecoderModel::weight).
+    if (const std::optional<MemoryInfo> mem = backend.memory_info()) {
+      uint64_t need = 0;
+      for (const gguf::TensorInfo& t : file->tensors()) need += t.n_bytes;
+      if (need > mem->free_bytes) {
+        return error("model: the weights need " + human_bytes(need) + " of " + std::string(backend.name()) +
+                     " device memory; " + human_bytes(mem->free_bytes) + " of its " + human_bytes(mem->total_bytes) +
+                     " are free");
+      }
+    }
+    return e.make(std::move(file), backend, config, options);
   }
   std::string known;
   for (const Entry& e : kArchitectures) known += std::string(known.empty() ? "" : ", ") + e.arch;

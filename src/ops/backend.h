@@ -7,8 +7,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/argmax.h"
@@ -17,6 +21,25 @@
 #include "ops/batch_plan.h"
 
 namespace tern {
+
+// What Backend::alloc throws when the memory it allocates from cannot hold the request: a
+// std::bad_alloc whose what() names the memory, the size asked for and, where the backend can
+// tell, what was free. Loading a model and creating a KV pool turn it into an error Status that
+// also names what the memory was for.
+class OutOfMemory : public std::bad_alloc {
+ public:
+  explicit OutOfMemory(std::string message) : message_(std::move(message)) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
+
+// The memory a backend allocates from, where it can tell (a device's; the host's is not tracked).
+struct MemoryInfo {
+  uint64_t free_bytes = 0;
+  uint64_t total_bytes = 0;
+};
 
 // An owned allocation on a backend's device.
 class Buffer {
@@ -58,8 +81,11 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual Device device() const = 0;
 
-  // Memory.
+  // Memory. alloc throws OutOfMemory when the request does not fit.
   virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
+  // Free and total bytes of the memory alloc draws from, or nothing where the backend allocates
+  // from the host (whose weights stay in the file's mapping).
+  virtual std::optional<MemoryInfo> memory_info() const { return std::nullopt; }
   // Makes a host weight usable by this backend. The CPU backend may return the view itself
   // (weights stay in the mmap); a GPU backend uploads into `owner` storage it keeps alive.
   virtual Tensor upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) = 0;
@@ -96,6 +122,9 @@ class Backend {
 
   // Step: uploads the plan once; the plan-dependent ops below use it.
   virtual void begin_step(const BatchPlan& plan) = 0;
+  // Drops the current step's work that has not run yet: a step abandoned half-way (an op threw
+  // OutOfMemory) must not run later. A backend that runs ops as they come has nothing to drop.
+  virtual void cancel_step() {}
 
   // Ops. Shapes are validated in ops.h before they reach a backend.
   // out[t, :] = table[plan.token_ids[t], :] converted to F32.

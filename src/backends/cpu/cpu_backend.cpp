@@ -1,5 +1,6 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -8,6 +9,7 @@
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/ops_ref.h"
 #include "core/argmax.h"
+#include "core/bytes.h"
 #include "core/check.h"
 
 namespace tern::cpu {
@@ -17,8 +19,8 @@ class HostBuffer final : public Buffer {
  public:
   explicit HostBuffer(size_t bytes) : bytes_(bytes) {
     // 64-byte alignment: a cache line and an AVX-512 register.
-    data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (data_ == nullptr) throw std::bad_alloc();
+    data_ = bytes <= kMaxBytes ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : nullptr;
+    if (data_ == nullptr) throw OutOfMemory("out of host memory: cannot allocate " + human_bytes(bytes));
     std::memset(data_, 0, bytes);
   }
   ~HostBuffer() override { std::free(data_); }
@@ -26,6 +28,7 @@ class HostBuffer final : public Buffer {
   size_t bytes() const override { return bytes_; }
 
  private:
+  static constexpr size_t kMaxBytes = SIZE_MAX / 2;  // (the rounding up must not wrap)
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };

@@ -4,8 +4,10 @@
 #include "backends/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,9 +26,23 @@
 #include "backends/cuda/matmul_tc.h"
 #include "backends/cuda/step_queue.h"
 #include "backends/cuda/tc_gemm.h"
+#include "core/bytes.h"
 
 namespace tern::cuda {
 namespace {
+
+// What an allocation that failed says: the size asked for, and what the device had free.
+std::string out_of_memory_message(size_t bytes, cudaError_t err) {
+  std::string m = "out of GPU memory: cannot allocate " + human_bytes(bytes);
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    m += " (" + human_bytes(free_bytes) + " free of " + human_bytes(total_bytes) + ")";
+  } else {
+    (void)cudaGetLastError();
+  }
+  if (err != cudaErrorMemoryAllocation) m += std::string(": ") + cudaGetErrorString(err);
+  return m;
+}
 
 // Device memory. Freeing first flushes the queue: pending (not yet launched) records may still
 // point into this allocation.
@@ -37,9 +53,10 @@ class DeviceBuffer final : public Buffer {
   DeviceBuffer(size_t bytes, cudaStream_t stream, std::weak_ptr<StepQueue> queue)
       : bytes_(bytes), queue_(std::move(queue)) {
     // A little slack past the end: kernels may over-read up to one 16-byte word of a weight row.
-    if (cudaMalloc(&data_, bytes + 64) != cudaSuccess) {
+    const cudaError_t err = bytes <= SIZE_MAX - 64 ? cudaMalloc(&data_, bytes + 64) : cudaErrorMemoryAllocation;
+    if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      throw std::bad_alloc();
+      throw OutOfMemory(out_of_memory_message(bytes, err));
     }
     TERN_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes + 64, stream));
   }
@@ -139,6 +156,15 @@ class CudaBackend final : public Backend {
     return std::make_unique<DeviceBuffer>(bytes, stream_, queue_);
   }
 
+  std::optional<MemoryInfo> memory_info() const override {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return std::nullopt;
+    }
+    return MemoryInfo{free_bytes, total_bytes};
+  }
+
   Tensor upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) override {
     TERN_CHECK_MSG(host.device == Device::kCpu, "upload_weight: the source must be host memory");
     owner = alloc(host.bytes());
@@ -190,6 +216,8 @@ class CudaBackend final : public Backend {
     TERN_CUDA_CHECK(cudaMemcpy2DAsync(dst.data, dst.row_stride, src.data, src.row_stride, width,
                                       static_cast<size_t>(src.rows), cudaMemcpyDeviceToDevice, stream_));
   }
+
+  void cancel_step() override { queue_->discard(); }
 
   void begin_step(const BatchPlan& plan) override {
     queue_->flush();  // the previous step's records read the plan buffer we are about to refill

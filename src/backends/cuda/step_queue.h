@@ -67,6 +67,8 @@ class StepQueue {
 
   // Runs every pending record on the stream (asynchronously). Never syncs the host.
   void flush();
+  // Drops every pending record unrun (a step abandoned half-way: CudaBackend::cancel_step).
+  void discard() { pending_.clear(); }
   bool empty() const { return pending_.empty(); }
   const CudaBackendStats& stats() const { return stats_; }
 
