@@ -325,6 +325,17 @@ void OutputParser::end_call(std::vector<OutputEvent>* out) {
   call_started_ = false;
 }
 
+bool OutputParser::name_too_long(size_t start, size_t delim_at, size_t delim_len) const {
+  const size_t seen = delim_at == std::string::npos ? buf_.size() - start : delim_at + delim_len - 1 - start;
+  return seen > kMaxNameBytes;
+}
+
+bool OutputParser::fail_long_name(std::vector<OutputEvent>* out, size_t start) {
+  pos_ = start + kMaxNameBytes + 1;
+  fail_call(out);
+  return true;
+}
+
 void OutputParser::fail_call(std::vector<OutputEvent>* out) {
   // Llama 3: a leading JSON object that never looked like a call is just text.
   const bool plain = opt_.format == OutputFormat::Llama3 && !call_started_ && call_name_.empty() &&
@@ -467,24 +478,16 @@ bool OutputParser::step_call(std::vector<OutputEvent>* out, bool at_end) {
     }
     case Stage::MistralName: {
       const size_t bracket = buf_.find('[', pos_);
-      if (bracket == std::string::npos) {
-        if (buf_.size() - pos_ > kMaxNameBytes) {
-          pos_ = buf_.size();
-          fail_call(out);
-          return true;
-        }
-        return false;
-      }
+      if (name_too_long(pos_, bracket, 1)) return fail_long_name(out, pos_);
+      if (bracket == std::string::npos) return false;
       std::string name = buf_.substr(pos_, bracket - pos_);
       while (!name.empty() && is_ws(name.back())) name.pop_back();
       size_t after = bracket;
       if (starts_with_at(buf_, after, kMistralCallId, &partial)) {
         // [CALL_ID]id[ARGS]: the model's own id is dropped; tern numbers calls itself.
         const size_t args = buf_.find(kMistralArgs, after);
-        if (args == std::string::npos) {
-          if (buf_.size() - after > kMaxNameBytes) return pos_ = buf_.size(), fail_call(out), true;
-          return false;
-        }
+        if (name_too_long(after, args, kMistralArgs.size())) return fail_long_name(out, after);
+        if (args == std::string::npos) return false;
         after = args;
       } else if (partial) {
         return false;
@@ -726,10 +729,8 @@ bool OutputParser::step_xml(std::vector<OutputEvent>* out, bool at_end) {
       if (!starts_with_at(buf_, pos_, kFunctionOpen, &partial)) return partial ? false : (fail_call(out), true);
       const size_t name_start = pos_ + kFunctionOpen.size();
       const size_t gt = buf_.find('>', name_start);
-      if (gt == std::string::npos) {
-        if (buf_.size() - name_start > kMaxNameBytes) return pos_ = buf_.size(), fail_call(out), true;
-        return false;
-      }
+      if (name_too_long(name_start, gt, 1)) return fail_long_name(out, name_start);
+      if (gt == std::string::npos) return false;
       call_name_ = buf_.substr(name_start, gt - name_start);
       if (!tool_known(call_name_)) return fail_call(out), true;
       pos_ = gt + 1;
@@ -742,10 +743,8 @@ bool OutputParser::step_xml(std::vector<OutputEvent>* out, bool at_end) {
       if (starts_with_at(buf_, pos_, kParamOpen, &partial)) {
         const size_t key_start = pos_ + kParamOpen.size();
         const size_t gt = buf_.find('>', key_start);
-        if (gt == std::string::npos) {
-          if (buf_.size() - key_start > kMaxNameBytes) return pos_ = buf_.size(), fail_call(out), true;
-          return false;
-        }
+        if (name_too_long(key_start, gt, 1)) return fail_long_name(out, key_start);
+        if (gt == std::string::npos) return false;
         key_ = buf_.substr(key_start, gt - key_start);
         pos_ = gt + 1;
         value_start_ = pos_;

@@ -101,6 +101,12 @@ class OutputParser {
   void emit_args(std::vector<OutputEvent>* out, std::string fragment);
   void end_call(std::vector<OutputEvent>* out);
   void fail_call(std::vector<OutputEvent>* out);
+  // A name running from buf_[start] to a delimiter of delim_len bytes found at delim_at (npos:
+  // not yet) is too long when a byte-at-a-time feed would have seen kMaxNameBytes bytes after
+  // start with no whole delimiter in them: the same verdict however the output was split. The
+  // call then fails at start + kMaxNameBytes + 1, where that feed would have stopped.
+  bool name_too_long(size_t start, size_t delim_at, size_t delim_len) const;
+  bool fail_long_name(std::vector<OutputEvent>* out, size_t start);
   void emit_text(std::vector<OutputEvent>* out, std::string text, bool malformed);
   bool tool_known(const std::string& name) const;
   std::string param_json(const std::string& key, const std::string& raw) const;

@@ -150,6 +150,40 @@ TEST(OutputParser, ControlByteInArgumentsFailsAtTheSameByteHoweverSplit) {
             "START(call00000 get_weather)ARGS(call00000 {\"city\": \"P)BAD_END(call00000)BAD_TEXT(" + call + ")");
 }
 
+TEST(OutputParser, OverlongNamesFailAtTheSameByteHoweverSplit) {
+  // Found by fuzz_jinja: a name longer than the parser's limit (256 bytes) was refused when its
+  // end came in a later piece but taken when it came in the same one. Now the verdict and the
+  // byte the call fails at are the same either way, for each kind of name: Qwen3-Coder's
+  // function and parameter names and Mistral's tool name and call id. Names of 256 bytes pass
+  // the limit (and are refused or taken on their own merits).
+  for (const size_t n : {size_t{256}, size_t{257}, size_t{300}}) {
+    SCOPED_TRACE(n);
+    const std::string name(n, 'k');
+    const std::string fn = "<tool_call>\n<function=" + name + ">\n</function>\n</tool_call> after";
+    const std::string got_fn = parse_everywhere(options(OutputFormat::Qwen3Coder), fn);
+    EXPECT_EQ(got_fn.rfind("BAD_TEXT(", 0), 0u) << got_fn;  // no such tool, or too long: text either way
+    const std::string param = "<tool_call>\n<function=get_weather>\n<parameter=" + name +
+                              ">\nParis\n</parameter>\n</function>\n</tool_call>";
+    const std::string got_param = parse_everywhere(options(OutputFormat::Qwen3Coder), param);
+    if (n <= 256) {
+      EXPECT_EQ(got_param, "START(call00000 get_weather)ARGS(call00000 {\"" + name + "\": \"Paris\"})END(call00000)");
+    } else {
+      EXPECT_EQ(got_param.rfind("START(call00000 get_weather)BAD_END(call00000)BAD_TEXT(", 0), 0u) << got_param;
+    }
+    const std::string mistral = "[TOOL_CALLS]" + name + "[ARGS]{}";
+    const std::string got_mistral = parse_everywhere(options(OutputFormat::Mistral), mistral);
+    EXPECT_EQ(got_mistral.rfind("BAD_TEXT(", 0), 0u) << got_mistral;
+    const std::string id = "[TOOL_CALLS]get_weather[CALL_ID]" + name + "[ARGS]{}";
+    const std::string got_id = parse_everywhere(options(OutputFormat::Mistral), id);
+    // An id whose bytes and "[ARGS]" but one fit in the limit is read; a longer one fails.
+    if (n + 5 <= 256) {
+      EXPECT_EQ(got_id, "START(call00000 get_weather)ARGS(call00000 {})END(call00000)");
+    } else {
+      EXPECT_EQ(got_id.rfind("BAD_TEXT(", 0), 0u) << got_id;
+    }
+  }
+}
+
 TEST(OutputParser, UnknownToolNameDegradesToFlaggedText) {
   const std::string call = "<tool_call>{\"name\": \"rm_rf\", \"arguments\": {\"path\": \"/\"}}</tool_call>";
   EXPECT_EQ(parse_everywhere(options(OutputFormat::Hermes), "ok " + call), "TEXT(ok )BAD_TEXT(" + call + ")");
