@@ -110,6 +110,7 @@ void DecoderModel::ensure_workspace(int n_tokens, int n_logit_rows) {
   // (OutOfMemory, which the step's caller reports) leaves none, and the next step sizes its own.
   workspace_buffer_.reset();
   ws_tokens_ = ws_logit_rows_ = 0;
+  last_logit_rows_ = 0;  // (the last forward's logit rows went with it)
   workspace_buffer_ = backend_->alloc(total);
   auto* base = static_cast<uint8_t*>(workspace_buffer_->data());
   for (const Slot& s : slots) {
