@@ -685,9 +685,15 @@ bool OutputParser::step_json_object(std::vector<OutputEvent>* out, bool at_end, 
   ++pos_;
   Result<Value> whole = parse_json(std::string_view(buf_).substr(obj_start_, pos_ - obj_start_));
   if (!whole.is_ok() || call_name_.empty()) return fail_call(out), true;
-  if (const Value* args = whole->get(args_seen_ && whole->get("arguments") ? "arguments" : "parameters")) {
-    if (args->is_string() && !(parse_json(args->as_string()).is_ok() && parse_json(args->as_string())->is_object())) {
-      return fail_call(out), true;
+  // The arguments streamed are the first "arguments" / "parameters" value (a repeated key is
+  // skipped); given as a string, it must hold a JSON object. (Checked on that value's own text:
+  // a lookup in the parsed object could see the repeated key's value instead.)
+  if (args_seen_) {
+    const std::string_view raw = std::string_view(buf_).substr(args_start_, args_end_ - args_start_);
+    if (raw.front() == '"') {
+      const Result<Value> s = parse_json(raw);
+      const Result<Value> inner = s.is_ok() && s->is_string() ? parse_json(s->as_string()) : Result<Value>(error("not a string"));
+      if (!inner.is_ok() || !inner->is_object()) return fail_call(out), true;
     }
   }
   *done = true;

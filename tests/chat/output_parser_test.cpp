@@ -184,6 +184,19 @@ TEST(OutputParser, OverlongNamesFailAtTheSameByteHoweverSplit) {
   }
 }
 
+TEST(OutputParser, RepeatedArgumentsKeyChecksTheValueThatWasStreamed) {
+  // Found by fuzz_jinja: with the arguments given twice, the check of a string's JSON looked at
+  // the second value while the first was streamed, so "{her" went out as a well-ended call.
+  const std::string bad = "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": \"{her\", \"parameters\": {}}";
+  EXPECT_EQ(parse_everywhere(options(OutputFormat::Llama3), bad),
+            "START(call00000 get_weather)ARGS(call00000 {her)BAD_END(call00000)BAD_TEXT(" + bad + ")");
+  const std::string good =
+      "<tool_call>{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\", "
+      "\"arguments\": \"{her\"}</tool_call>";
+  EXPECT_EQ(parse_everywhere(options(OutputFormat::Hermes), good),
+            "START(call00000 get_weather)ARGS(call00000 {\"city\": \"Paris\"})END(call00000)");
+}
+
 TEST(OutputParser, UnknownToolNameDegradesToFlaggedText) {
   const std::string call = "<tool_call>{\"name\": \"rm_rf\", \"arguments\": {\"path\": \"/\"}}</tool_call>";
   EXPECT_EQ(parse_everywhere(options(OutputFormat::Hermes), "ok " + call), "TEXT(ok )BAD_TEXT(" + call + ")");
