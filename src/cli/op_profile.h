@@ -32,6 +32,7 @@ class OpProfiler final : public Backend {
   Device device() const override { return inner_->device(); }
   std::unique_ptr<Buffer> alloc(size_t bytes) override { return inner_->alloc(bytes); }
   std::optional<MemoryInfo> memory_info() const override { return inner_->memory_info(); }
+  bool holds_weights() const override { return inner_->holds_weights(); }
   Tensor upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) override {
     return inner_->upload_weight(host, owner);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/bytes.h"
@@ -57,6 +58,16 @@ Result<std::unique_ptr<KvPool>> KvPool::create(Backend& backend, const KvPoolCon
                  " tokens (" + human_bytes(total) + " for " + std::to_string(config.n_layers) +
                  " layers) do not fit: " + why + "; a smaller context (--ctx) or KV budget (--kv-mem) needs less");
   };
+  // Told before anything is allocated where the backend knows its free memory (a host pool
+  // larger than the available RAM would be zero-filled into swap or the OOM killer otherwise).
+  if (const std::optional<MemoryInfo> mem = backend.memory_info()) {
+    const uint64_t total = 2 * static_cast<uint64_t>(bytes) * static_cast<uint64_t>(config.n_layers);
+    if (total > mem->free_bytes) {
+      const std::string why = "only " + human_bytes(mem->free_bytes) + " of the " + std::string(backend.name()) +
+                              " backend's " + human_bytes(mem->total_bytes) + " are free";
+      return too_large(why.c_str());
+    }
+  }
   for (int l = 0; l < config.n_layers; ++l) {
     KvLayerView view;
     view.block_tokens = config.block_tokens;

@@ -28,7 +28,7 @@ Result<std::unique_ptr<Model>> load_model(std::shared_ptr<const gguf::File> file
     if (config.arch != e.arch) continue;
     // A device that cannot hold the weights is told before any is uploaded (an upload that still
     // runs out, beside other users of the device, names its tensor: DecoderModel::weight).
-    if (const std::optional<MemoryInfo> mem = backend.memory_info()) {
+    if (const std::optional<MemoryInfo> mem = backend.holds_weights() ? backend.memory_info() : std::nullopt) {
       uint64_t need = 0;
       for (const gguf::TensorInfo& t : file->tensors()) need += t.n_bytes;
       if (need > mem->free_bytes) {

@@ -83,9 +83,12 @@ class Backend {
 
   // Memory. alloc throws OutOfMemory when the request does not fit.
   virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
-  // Free and total bytes of the memory alloc draws from, or nothing where the backend allocates
-  // from the host (whose weights stay in the file's mapping).
+  // Free and total bytes of the memory alloc draws from (a device's; the host's available
+  // memory for a CPU backend), or nothing where the backend cannot tell.
   virtual std::optional<MemoryInfo> memory_info() const { return std::nullopt; }
+  // True when upload_weight copies every weight into that memory (a device), so a model must
+  // fit it whole; false when weights stay in the file's mapping (the CPU backend).
+  virtual bool holds_weights() const { return false; }
   // Makes a host weight usable by this backend. The CPU backend may return the view itself
   // (weights stay in the mmap); a GPU backend uploads into `owner` storage it keeps alive.
   virtual Tensor upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) = 0;

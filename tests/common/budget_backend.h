@@ -28,6 +28,7 @@ class BudgetBackend final : public Backend {
   std::string_view name() const override { return "budget"; }
   Device device() const override { return inner_.device(); }
   std::optional<MemoryInfo> memory_info() const override { return MemoryInfo{reported_free_, capacity_}; }
+  bool holds_weights() const override { return true; }
   std::unique_ptr<Buffer> alloc(size_t bytes) override {
     if (bytes > capacity_ - *used_) {
       throw OutOfMemory("out of budget memory: cannot allocate " + human_bytes(bytes) + " (" +

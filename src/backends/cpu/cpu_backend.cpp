@@ -1,6 +1,7 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -70,6 +71,22 @@ CpuBackend::CpuBackend(CpuBackendOptions options)
 }
 
 std::unique_ptr<Buffer> CpuBackend::alloc(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
+
+std::optional<MemoryInfo> CpuBackend::memory_info() const {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return std::nullopt;
+  uint64_t available_kb = 0, total_kb = 0;
+  bool have_available = false, have_total = false;
+  char line[256];
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    unsigned long long kb = 0;
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) available_kb = kb, have_available = true;
+    if (std::sscanf(line, "MemTotal: %llu kB", &kb) == 1) total_kb = kb, have_total = true;
+  }
+  std::fclose(f);
+  if (!have_available || !have_total) return std::nullopt;
+  return MemoryInfo{available_kb * 1024, total_kb * 1024};
+}
 
 Tensor CpuBackend::upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) {
   owner.reset();

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "backends/cpu/attention_cpu.h"
@@ -43,6 +44,8 @@ class CpuBackend final : public Backend {
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override;
   Tensor upload_weight(const Tensor& host, std::unique_ptr<Buffer>& owner) override;
+  // The host's available memory (MemAvailable and MemTotal of /proc/meminfo), where readable.
+  std::optional<MemoryInfo> memory_info() const override;
   void copy_from_host(const void* src, Tensor& dst) override;
   void copy_to_host(const Tensor& src, void* dst) override;
 

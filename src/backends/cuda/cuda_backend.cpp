@@ -156,6 +156,8 @@ class CudaBackend final : public Backend {
     return std::make_unique<DeviceBuffer>(bytes, stream_, queue_);
   }
 
+  bool holds_weights() const override { return true; }
+
   std::optional<MemoryInfo> memory_info() const override {
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
