@@ -692,8 +692,12 @@ bool OutputParser::step_json_object(std::vector<OutputEvent>* out, bool at_end, 
     const std::string_view raw = std::string_view(buf_).substr(args_start_, args_end_ - args_start_);
     if (raw.front() == '"') {
       const Result<Value> s = parse_json(raw);
-      const Result<Value> inner = s.is_ok() && s->is_string() ? parse_json(s->as_string()) : Result<Value>(error("not a string"));
-      if (!inner.is_ok() || !inner->is_object()) return fail_call(out), true;
+      bool object = false;
+      if (s.is_ok() && s->is_string()) {
+        const Result<Value> inner = parse_json(s->as_string());
+        object = inner.is_ok() && inner->is_object();
+      }
+      if (!object) return fail_call(out), true;
     }
   }
   *done = true;

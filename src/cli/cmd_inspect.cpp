@@ -64,8 +64,7 @@ int run_inspect(const InspectOptions& opts) {
     return 1;
   }
   const gguf::File& file = *opened;
-  uint64_t n_tensor_bytes = 0;
-  for (const auto& t : file.tensors()) n_tensor_bytes += t.n_bytes;
+  const uint64_t n_tensor_bytes = file.tensor_bytes();
 
   std::printf("file:        %s (%s)\n", file.path().c_str(), human_bytes(file.file_size()).c_str());
   std::printf("version:     %u\n", file.version());

@@ -408,28 +408,29 @@ void Engine::step() {
     // A step the backend cannot hold (out of memory for its activations) fails its requests with
     // that message; the others, and later requests, go on (smaller steps still fit).
     const Result<StepOutputs> stepped = step_.forward(*model_, plan_, *pool_, step_runners_);
-    if (stepped.is_ok()) {
+    if (!stepped.is_ok()) {
+      for (auto& ap : running_) {
+        if (!ap->planned) continue;
+        ap->planned = false;
+        fail(*ap, stepped.status());
+      }
+    } else {
+      const StepOutputs& out = stepped.value();
       ++metrics_.steps;
       metrics_.step_tokens += plan_.n_tokens();
-    }
-    for (auto& ap : running_) {
-      Active& a = *ap;
-      if (!a.planned) continue;
-      a.planned = false;
-      if (!stepped.is_ok()) {
-        fail(a, stepped.status());
-        continue;
+      for (auto& ap : running_) {
+        Active& a = *ap;
+        if (!a.planned) continue;
+        a.planned = false;
+        const int before = a.runner.stats().generated_tokens;
+        Status s = a.runner.consume(out);
+        generated += a.runner.stats().generated_tokens - before;
+        if (!s.is_ok()) {
+          fail(a, s);
+        } else if (a.runner.done()) {
+          finish(a);
+        }
       }
-      const int before = a.runner.stats().generated_tokens;
-      Status s = a.runner.consume(stepped.value());
-      generated += a.runner.stats().generated_tokens - before;
-      if (!s.is_ok()) {
-        fail(a, s);
-      } else if (a.runner.done()) {
-        finish(a);
-      }
-    }
-    if (stepped.is_ok()) {
       const double dt = now_seconds() - t_step;
       metrics_.prefill_step_tokens += prefill_rows;
       if (prefill_rows > 0) {

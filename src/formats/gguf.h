@@ -122,6 +122,12 @@ class File {
                                  std::optional<ValueType> elem_type = std::nullopt) const;
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  // Bytes of all tensor data (what a backend that copies weights must hold).
+  uint64_t tensor_bytes() const {
+    uint64_t n = 0;
+    for (const TensorInfo& t : tensors_) n += t.n_bytes;
+    return n;
+  }
   const TensorInfo* find_tensor(const std::string& name) const;
 
  private:

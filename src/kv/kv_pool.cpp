@@ -52,21 +52,17 @@ Result<std::unique_ptr<KvPool>> KvPool::create(Backend& backend, const KvPoolCon
   }
   // What the pool takes in all, for the message when it does not fit (the allocations made so
   // far are freed with the pool).
-  auto too_large = [&](const char* why) {
-    const uint64_t total = 2 * static_cast<uint64_t>(bytes) * static_cast<uint64_t>(config.n_layers);
+  const uint64_t total = 2 * static_cast<uint64_t>(bytes) * static_cast<uint64_t>(config.n_layers);
+  auto too_large = [&](const std::string& why) {
     return error("kv cache: " + std::to_string(config.n_blocks) + " blocks of " + std::to_string(config.block_tokens) +
                  " tokens (" + human_bytes(total) + " for " + std::to_string(config.n_layers) +
                  " layers) do not fit: " + why + "; a smaller context (--ctx) or KV budget (--kv-mem) needs less");
   };
   // Told before anything is allocated where the backend knows its free memory (a host pool
   // larger than the available RAM would be zero-filled into swap or the OOM killer otherwise).
-  if (const std::optional<MemoryInfo> mem = backend.memory_info()) {
-    const uint64_t total = 2 * static_cast<uint64_t>(bytes) * static_cast<uint64_t>(config.n_layers);
-    if (total > mem->free_bytes) {
-      const std::string why = "only " + human_bytes(mem->free_bytes) + " of the " + std::string(backend.name()) +
-                              " backend's " + human_bytes(mem->total_bytes) + " are free";
-      return too_large(why.c_str());
-    }
+  if (const std::optional<MemoryInfo> mem = backend.memory_info(); mem && total > mem->free_bytes) {
+    return too_large("only " + human_bytes(mem->free_bytes) + " of the " + std::string(backend.name()) +
+                     " backend's " + human_bytes(mem->total_bytes) + " are free");
   }
   for (int l = 0; l < config.n_layers; ++l) {
     KvLayerView view;

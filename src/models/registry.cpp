@@ -29,8 +29,7 @@ Result<std::unique_ptr<Model>> load_model(std::shared_ptr<const gguf::File> file
     // A device that cannot hold the weights is told before any is uploaded (an upload that still
     // runs out, beside other users of the device, names its tensor: DecoderModel::weight).
     if (const std::optional<MemoryInfo> mem = backend.holds_weights() ? backend.memory_info() : std::nullopt) {
-      uint64_t need = 0;
-      for (const gguf::TensorInfo& t : file->tensors()) need += t.n_bytes;
+      const uint64_t need = file->tensor_bytes();
       if (need > mem->free_bytes) {
         return error("model: the weights need " + human_bytes(need) + " of " + std::string(backend.name()) +
                      " device memory; " + human_bytes(mem->free_bytes) + " of its " + human_bytes(mem->total_bytes) +

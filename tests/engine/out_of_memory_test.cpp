@@ -31,8 +31,7 @@ class OutOfMemoryTest : public ::testing::Test {
     auto tok = tok::Tokenizer::from_gguf(*file_);
     ASSERT_TRUE(tok.is_ok()) << tok.status().message();
     tok_ = std::move(tok).value();
-    uint64_t weights = 0;
-    for (const gguf::TensorInfo& t : file_->tensors()) weights += t.n_bytes;
+    const uint64_t weights = file_->tensor_bytes();
     // The weights, the rope table (well under 1 MiB), a 1024-token KV pool (SmolLM2: 22.5 KiB per
     // token) and 6 MiB for the workspace, which takes ~25 KiB per token and 192 KiB per logit row:
     // a short prompt's steps and verifies fit (3.5 MiB with 16 logit rows), 400 tokens do not.

@@ -31,18 +31,12 @@ std::shared_ptr<const gguf::File> tiny_model() {
   return std::make_shared<const gguf::File>(std::move(file).value());
 }
 
-uint64_t weight_bytes(const gguf::File& file) {
-  uint64_t n = 0;
-  for (const gguf::TensorInfo& t : file.tensors()) n += t.n_bytes;
-  return n;
-}
-
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST(MemoryLimit, WeightsOverTheFreeMemoryAreRefusedBeforeAnyUpload) {
   auto file = tiny_model();
   ASSERT_NE(file, nullptr);
-  const uint64_t need = weight_bytes(*file);
+  const uint64_t need = file->tensor_bytes();
   BudgetBackend backend(need * 4, need - 1);  // one byte short of free memory
   auto model = load_model(file, backend, ModelOptions{});
   ASSERT_FALSE(model.is_ok());
@@ -55,7 +49,7 @@ TEST(MemoryLimit, WeightsOverTheFreeMemoryAreRefusedBeforeAnyUpload) {
 TEST(MemoryLimit, AnUploadThatRunsOutNamesItsTensor) {
   auto file = tiny_model();
   ASSERT_NE(file, nullptr);
-  const uint64_t need = weight_bytes(*file);
+  const uint64_t need = file->tensor_bytes();
   BudgetBackend backend(need / 2, need);  // reports enough free, holds half
   auto model = load_model(file, backend, ModelOptions{});
   ASSERT_FALSE(model.is_ok());
@@ -67,7 +61,7 @@ TEST(MemoryLimit, AnUploadThatRunsOutNamesItsTensor) {
 TEST(MemoryLimit, ModelThatFitsLoadsAndKvPoolOverTheRestIsAnError) {
   auto file = tiny_model();
   ASSERT_NE(file, nullptr);
-  const uint64_t need = weight_bytes(*file);
+  const uint64_t need = file->tensor_bytes();
   const uint64_t capacity = need + (uint64_t{1} << 20);  // the weights (and the rope table) and ~1 MiB
   BudgetBackend backend(capacity, capacity);
   auto model = load_model(file, backend, ModelOptions{});
