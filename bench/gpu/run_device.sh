@@ -36,8 +36,8 @@
 # table: the issue-7 decode table in separate processes (8B Q4_K_M at 1k / 2k / 4k / 32k, Q8_0
 #   and F16 at 1k, F16 at 32k, SmolLM2 Q4_1 at 128 / 1k), the 4k prefills, the 30k + 2k append,
 #   batch 8 / 32.
-# merge-ab: the sliced span merge's serial fold (TERN_CUDA_ATTN_SPLIT_RING=5, the default) against
-#   its prescaled fold (6): the attention alone at 32k, then 8B Q4_K_M and F16 decode at 32k, each
+# merge-ab: the sliced span merge's serial fold (TERN_CUDA_ATTN_SPLIT_RING=5, the default until session 12) against
+#   its prescaled fold (6, the default since): the attention alone at 32k, then 8B Q4_K_M and F16 decode at 32k, each
 #   as gpu_bench's in-process A/B (--split-ring "5;6": two rounds, the second reversed).
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail

@@ -585,7 +585,7 @@ TEST_F(GpuAttention, LeanWarpSpecializedRingEqualsPairKernelBitwise) {
 }
 
 // The span merge sliced by 32 dimensions (span_kernel + 16384, kSpanMergeSliced; with the lean
-// ring: 18163, TERN_CUDA_ATTN_SPLIT_RING=5, the default at head_dim 128 / f16 since session 9)
+// ring: 18163, TERN_CUDA_ATTN_SPLIT_RING=5, the default at head_dim 128 / f16 in sessions 9-11)
 // against kernel 2 and its one-block-per-head merge, bit for bit, at 3100 positions (GQA groups 3
 // and 8 over several blocks, a window) and at 32k-33k decodes and a verify with persistent
 // blocks (the backend's grid and 5 columns walking ~26 spans); each with the serial fold and the

@@ -354,7 +354,7 @@ TEST_F(BackendSettingsTest, DefaultSpanKernelPerShape) {
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 4), 1779);  // its lean form
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 5), 18163);  // + the sliced span merge
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F16, 6), 50931);  // + its prescaled fold
-  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16), 18163);     // the default
+  EXPECT_EQ(cuda::default_span_kernel(128, DType::F16), 50931);     // the default
   EXPECT_EQ(cuda::default_span_kernel(64, DType::F16, 2), 2);
   EXPECT_EQ(cuda::default_span_kernel(64, DType::F16), 2);     // SmolLM2
   EXPECT_EQ(cuda::default_span_kernel(128, DType::F32), 2);

@@ -286,12 +286,13 @@ int fused_decode_flags(int mode) {
 // while consumer warps run step s), 32k 86.7 -> 75.9 us/layer, 8k 27.5 -> 25.8 (H200, 8B shape);
 // 4 (the default since session 7): 1779 = 755 + 1024, its lean form (kSpanWsLean: the same steps
 // with fewer instructions around them), 32k 74 -> 60, 8k 25.4 -> 21.6 us/layer; 5 (the default
-// since session 9): 18163 = 1779 + 16384, the same with the span merge kernel sliced by 32
+// from session 9 to 11): 18163 = 1779 + 16384, the same with the span merge kernel sliced by 32
 // dimensions (kSpanMergeSliced: 128 blocks instead of 32 for a 32k decode's 32 heads), the merge
 // alone 13.9 -> 11.4 us in ncu, 8B Q4_K_M at 32k 250.9 -> 254.9 tok/s (one in-process A/B; F16
-// not measured apart); 6 (opt-in, session 11, not yet measured on a device): 50931 = 18163 + 32768,
-// the sliced merge with its fold's products formed by the whole block ahead of the serial fold
-// (kSpanMergePrescaled). bench/RESULTS.md "Decode attention at long context: the split K/V ring",
+// not measured apart); 6 (the default since session 12): 50931 = 18163 + 32768, the sliced merge
+// with its fold's products formed by the whole block ahead of the serial fold
+// (kSpanMergePrescaled): attention alone at 32k 59.8 -> 57.8 us/layer, 8B Q4_K_M at 32k 254.5 ->
+// 261.2 tok/s, F16 160.9 -> 163.0 (H200, in-process A/Bs, session 12). bench/RESULTS.md "Decode attention at long context: the split K/V ring",
 // "... warp-specialized", "... the lean warp-specialized ring" and "... what bounds the lean ring".
 int default_span_kernel(int head_dim, DType kv_dtype, int split_ring) {
   constexpr int kSplitRing = 128, kValueQueryPairs = 256, kWarpSpecialized = 512, kWsLean = 1024;  // attention_span.cuh

@@ -11,9 +11,10 @@
 namespace tern::cuda {
 
 // default_span_kernel's form at head dim 128 with an f16 cache (CudaBackendOptions::attention_split_ring).
-// 5 since session 9 (1779 with the sliced span merge; 4 before).
-constexpr int kDefaultSplitRing = 5;
-// The largest split-ring form (default_span_kernel; 6: the prescaled merge fold, opt-in until measured).
+// 6 since session 12 (50931: the sliced span merge with its prescaled fold; 5 before, the serial
+// fold, from session 9; 4 before that).
+constexpr int kDefaultSplitRing = 6;
+// The largest split-ring form (default_span_kernel; 6: the prescaled merge fold).
 constexpr int kMaxSplitRing = 6;
 
 // The fused decode attention's work before its PDL wait when neither the option nor

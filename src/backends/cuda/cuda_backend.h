@@ -107,7 +107,8 @@ struct CudaBackendOptions {
   // per lane), 3 = 755 (243 + 512: the warp-specialized ring, producer warps scoring step s + 1
   // while consumer warps run step s), 4 = 1779 (755 + 1024: its lean form, the same steps with
   // fewer instructions around them), 5 = 1779 with the span merge sliced by 32 dimensions (the
-  // default since session 9); -1 = TERN_CUDA_ATTN_SPLIT_RING (0-5) or else
+  // default in sessions 9-11), 6 = 5 with the merge's fold products formed ahead of its serial
+  // fold (the default since session 12); -1 = TERN_CUDA_ATTN_SPLIT_RING (0-6) or else
   // backend_settings.cpp's default (kDefaultSplitRing).
   int attention_split_ring = -1;
   // Fused decode (attention.h; same bits): in steps of one token per sequence whose attention
@@ -212,7 +213,7 @@ void set_small_gemv(Backend& backend, int float_pipe, int norm_preload);
 // none is switched to legacy (its sm_90 kernels may be missing, its fusions were chosen).
 void set_gemv_path(Backend& backend, int path);
 // Sets the default long-decode attention form of a CUDA backend from now on
-// (CudaBackendOptions::attention_split_ring, 0-5; A/B timing in one process, same bits).
+// (CudaBackendOptions::attention_split_ring, 0-6; A/B timing in one process, same bits).
 void set_attention_split_ring(Backend& backend, int split_ring);
 
 // What benchmarks report next to their timings.
