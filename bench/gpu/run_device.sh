@@ -39,6 +39,11 @@
 # merge-ab: the sliced span merge's serial fold (TERN_CUDA_ATTN_SPLIT_RING=5, the default until session 12) against
 #   its prescaled fold (6, the default since): the attention alone at 32k, then 8B Q4_K_M and F16 decode at 32k, each
 #   as gpu_bench's in-process A/B (--split-ring "5;6": two rounds, the second reversed).
+# default-model: the real default model (SmolLM2-135M-Instruct Q4_1) end to end on the GPU
+#   (GpuDefaultModel.*: against the transformers goldens and the CPU at 8-bit activations). The
+#   file is $TERN_MODEL, or is put together from $MODEL_PARTS/*/*.part* (bench/gpu/pack_model.sh
+#   splits it for two calls: one call carries at most 64 MiB) and checked against the sha256 that
+#   scripts/fetch-model pins.
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -244,6 +249,21 @@ PY
         --ctx 64 --prefill "" --decode-steps 2 >"$OUT/ncu-$step.csv" 2>&1
       echo "   (exit $?)"
       python3 bench/gpu/ncu_step_summary.py "$OUT/ncu-$step.csv" | head -16
+      ;;
+    default-model)
+      if [[ -z ${TERN_MODEL:-} ]]; then
+        export TERN_MODEL=/tmp/default-model.gguf
+        cat "${MODEL_PARTS:-.device/model}"/*/*.part* >"$TERN_MODEL" 2>/dev/null
+      fi
+      pinned=$(sed -n 's/^sha256="\([0-9a-f]*\)"$/\1/p' scripts/fetch-model)
+      if ! echo "$pinned  $TERN_MODEL" | sha256sum --check --status; then
+        echo "== default-model: $TERN_MODEL is missing or not the pinned file"
+      else
+        echo "== test_gpu GpuDefaultModel.* on $TERN_MODEL"
+        timeout 300 "$BIN/test_gpu" --gtest_color=no --gtest_filter='GpuDefaultModel.*' >"$OUT/test_gpu-default-model.txt" 2>&1
+        echo "   (exit $?)"
+        grep -E "^\[  (PASSED|FAILED|SKIPPED) |diverged|worst|Failure|Expected|Which is|where" "$OUT/test_gpu-default-model.txt" | head -60
+      fi
       ;;
     *) echo "unknown step $step" ;;
   esac

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <map>
 
+#include "../common/goldens.h"
 #include "../common/model_fixture.h"
 #include "engine/session.h"
 
@@ -35,28 +36,8 @@ constexpr double kTinyTolerance = 3e-4;
 constexpr double kDefaultReferenceTolerance = 2e-3;
 constexpr double kDefaultFastTolerance = 0.03;
 
-json load_index() {
-  std::ifstream in(std::string(TERN_TEST_DATA) + "/goldens/index.json");
-  EXPECT_TRUE(in.good()) << "tests/data/goldens/index.json missing";
-  return json::parse(in);
-}
-
-std::vector<double> read_logits(const json& file) {
-  const std::string path = std::string(TERN_TEST_DATA) + "/" + file["path"].get<std::string>();
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << path;
-  const size_t n = file["n_rows"].get<size_t>() * file["n_vocab"].get<size_t>();
-  std::vector<double> out(n);
-  if (file["dtype"] == "f64") {
-    in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(n * 8));
-  } else {
-    std::vector<float> f(n);
-    in.read(reinterpret_cast<char*>(f.data()), static_cast<std::streamsize>(n * 4));
-    for (size_t i = 0; i < n; ++i) out[i] = f[i];
-  }
-  EXPECT_EQ(static_cast<size_t>(in.gcount()), n * (file["dtype"] == "f64" ? 8 : 4)) << path;
-  return out;
-}
+json load_index() { return testing::load_golden_index(TERN_TEST_DATA); }
+std::vector<double> read_logits(const json& file) { return testing::read_golden_logits(TERN_TEST_DATA, file); }
 
 std::string model_path(const json& index, const std::string& key) {
   const std::string file = index["models"][key]["file"];
@@ -82,26 +63,9 @@ std::vector<float> all_logits(testing::LoadedTestModel& m, const std::vector<int
   return logits;
 }
 
-struct Diff {
-  double max_abs = 0;
-  bool argmax_agrees = true;
-};
-
+using Diff = testing::GoldenDiff;
 Diff compare_row(const float* ours, const double* truth, int n_vocab, double tolerance) {
-  Diff d;
-  int a = 0, b = 0;
-  double best = -1e300, second = -1e300;
-  for (int v = 0; v < n_vocab; ++v) {
-    d.max_abs = std::max(d.max_abs, std::abs(static_cast<double>(ours[v]) - truth[v]));
-    if (ours[v] > ours[a]) a = v;
-    if (truth[v] > truth[b]) b = v;
-  }
-  for (int v = 0; v < n_vocab; ++v) {
-    if (truth[v] > best) { second = best; best = truth[v]; } else if (truth[v] > second) second = truth[v];
-  }
-  // The argmax may only differ at a true near-tie.
-  d.argmax_agrees = a == b || best - second < tolerance;
-  return d;
+  return testing::compare_golden_row(ours, truth, n_vocab, tolerance);
 }
 
 void check_tiny_model(const std::string& key, bool reference) {
