@@ -129,7 +129,12 @@ constexpr int min_blocks_per_sm() {
 // The kernel's body (gemv_quant_kernel below) is a function of its own: so inlined, it compiles to
 // the sm_90a code that session 8 measured; written into the kernel, the single-row instances'
 // register assignment and scheduling shift (same instructions, same bits, but not the same SASS).
-template <DType T, bool kBulk, int kTile, bool kPair, bool kEarly>
+// kFull: the block's activation tile is whole (nt == kTile), so the per-row loops run a
+// compile-time trip count; the partial last tile of a prefill takes the other instance. The same
+// operations on the same rows either way (the full instance only drops the `j < nt` branches,
+// which ncu found were ~20% of a prefill product's instructions: the branches, their convergence
+// barriers and predicates).
+template <DType T, bool kBulk, int kTile, bool kPair, bool kEarly, bool kFull = false>
 __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stages, int seg_rows, int prefetch) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int kBlockElems = QType<T>::kBlockElems, kBlockBytes = QType<T>::kBlockBytes;
@@ -138,9 +143,9 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cols = static_cast<int>(a.cols);
   const int n_units = cols / 32;
-  const int nt_alloc = a.n < kTile ? static_cast<int>(a.n) : kTile;
+  const int nt_alloc = kFull ? kTile : (a.n < kTile ? static_cast<int>(a.n) : kTile);
   const int64_t x0 = int64_t{blockIdx.x} * kTile;
-  const int nt = static_cast<int>(a.n - x0 < kTile ? a.n - x0 : kTile);
+  const int nt = kFull ? kTile : static_cast<int>(a.n - x0 < kTile ? a.n - x0 : kTile);
   const SmemLayout l = smem_layout<T>(cols, nt_alloc, n_stages, seg_rows);
   uint8_t* xq = smem + l.x_off;
   float* xd = reinterpret_cast<float*>(smem + l.d_off);
@@ -308,6 +313,12 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
 template <DType T, bool kBulk, int kTile, bool kPair = false, bool kEarly = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, kEarly ? 2 : min_blocks_per_sm<T, kBulk, kTile>())
     gemv_quant_kernel(MatmulArgs a, int n_stages, int seg_rows, int prefetch) {
+  if constexpr (kTile > 1) {
+    if (a.n - int64_t{blockIdx.x} * kTile >= kTile) {
+      gemv_quant_body<T, kBulk, kTile, kPair, kEarly, true>(a, n_stages, seg_rows, prefetch);
+      return;
+    }
+  }
   gemv_quant_body<T, kBulk, kTile, kPair, kEarly>(a, n_stages, seg_rows, prefetch);
 }
 
