@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -65,6 +66,29 @@ inline GoldenDiff compare_golden_row(const float* ours, const double* truth, int
   }
   d.argmax_agrees = a == b || best - second < tolerance;
   return d;
+}
+
+// A case's last-row logits (ours) against its stored rows (full vectors where stored) and its
+// top-k values: records a failure, with the case id, for a difference beyond the tolerance or an
+// argmax off a near-tie; returns the worst difference.
+inline double check_case_logits(const std::string& data_dir, const nlohmann::json& c, const std::vector<float>& ours,
+                                int n_vocab, double tolerance) {
+  double worst = 0;
+  for (const nlohmann::json& f : c["logits"]) {
+    const std::vector<double> truth = read_golden_logits(data_dir, f);
+    const GoldenDiff d = compare_golden_row(ours.data(), truth.data(), n_vocab, tolerance);
+    worst = std::max(worst, d.max_abs);
+    EXPECT_LE(d.max_abs, tolerance) << c["id"];
+    EXPECT_TRUE(d.argmax_agrees) << c["id"];
+  }
+  const std::vector<int32_t> top_ids = c["top_k"]["ids"];
+  const std::vector<double> top_values = c["top_k"]["values"];
+  for (size_t i = 0; i < top_ids.size(); ++i) {
+    const double diff = std::abs(ours[top_ids[i]] - top_values[i]);
+    worst = std::max(worst, diff);
+    EXPECT_LE(diff, tolerance) << c["id"] << " top-k id " << top_ids[i];
+  }
+  return worst;
 }
 
 }  // namespace tern::testing

@@ -92,20 +92,7 @@ TEST_F(GpuDefaultModel, LogitsAndGreedyRunsAgainstTransformers) {
     Session s(*gpu.model, *gpu.kv);
     const std::vector<float> ours = last_logits(s, ids);
     ASSERT_EQ(static_cast<int>(ours.size()), n_vocab);
-    for (const json& f : c["logits"]) {
-      const std::vector<double> truth = testing::read_golden_logits(gputest::test_data_dir(), f);
-      const testing::GoldenDiff d = testing::compare_golden_row(ours.data(), truth.data(), n_vocab, kGpuTolerance);
-      worst = std::max(worst, d.max_abs);
-      EXPECT_LE(d.max_abs, kGpuTolerance) << c["id"];
-      EXPECT_TRUE(d.argmax_agrees) << c["id"];
-    }
-    const std::vector<int32_t> top_ids = c["top_k"]["ids"];
-    const std::vector<double> top_values = c["top_k"]["values"];
-    for (size_t i = 0; i < top_ids.size(); ++i) {
-      const double diff = std::abs(ours[top_ids[i]] - top_values[i]);
-      worst = std::max(worst, diff);
-      EXPECT_LE(diff, kGpuTolerance) << c["id"] << " top-k id " << top_ids[i];
-    }
+    worst = std::max(worst, testing::check_case_logits(gputest::test_data_dir(), c, ours, n_vocab, kGpuTolerance));
     ++n_cases;
 
     const json& g = c["greedy"];

@@ -125,20 +125,7 @@ void check_default_model(bool reference) {
     ASSERT_TRUE(logits.is_ok()) << logits.status().message();
     const std::vector<float>& ours = logits.value();
     // Full vectors where stored, else the top-64 values.
-    for (const json& f : c["logits"]) {
-      const std::vector<double> truth = read_logits(f);
-      const Diff d = compare_row(ours.data(), truth.data(), n_vocab, tolerance);
-      worst = std::max(worst, d.max_abs);
-      EXPECT_LE(d.max_abs, tolerance) << c["id"];
-      EXPECT_TRUE(d.argmax_agrees) << c["id"];
-    }
-    const std::vector<int32_t> top_ids = c["top_k"]["ids"];
-    const std::vector<double> top_values = c["top_k"]["values"];
-    for (size_t i = 0; i < top_ids.size(); ++i) {
-      const double diff = std::abs(ours[top_ids[i]] - top_values[i]);
-      worst = std::max(worst, diff);
-      EXPECT_LE(diff, tolerance) << c["id"] << " top-k id " << top_ids[i];
-    }
+    worst = std::max(worst, testing::check_case_logits(TERN_TEST_DATA, c, ours, n_vocab, tolerance));
     ++cases;
     if (reference) continue;  // the greedy runs use the fast backend (the one users get)
 

@@ -33,6 +33,18 @@ __device__ __forceinline__ void load8(DType t, const uint8_t* p, float (&w)[8]) 
   }
 }
 
+// Eight activations: two float4 when aligned, else element by element (the same values).
+__device__ __forceinline__ void load_x8(const float* xr, bool vec, float (&xv)[8]) {
+  if (vec) {
+    const float4 p = reinterpret_cast<const float4*>(xr)[0], q = reinterpret_cast<const float4*>(xr)[1];
+    xv[0] = p.x; xv[1] = p.y; xv[2] = p.z; xv[3] = p.w;
+    xv[4] = q.x; xv[5] = q.y; xv[6] = q.z; xv[7] = q.w;
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) xv[i] = xr[i];
+}
+
 // F32 / F16 / BF16 rows, 16-byte aligned, cols % 8 == 0. Warp per weight row. The bulk-staged
 // kernel of gemv_float.cu (same arithmetic) takes the shapes where it measured faster.
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_float_kernel(MatmulArgs a) {
@@ -55,16 +67,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_float_kernel(MatmulArgs 
 #pragma unroll
     for (int j = 0; j < kGemvMaxXRows; ++j) {
       if (j >= nt) break;
-      const float* xr = a.x + (x0 + j) * a.cols + e;
       float xv[8];
-      if (x_vec) {
-        const float4 p = reinterpret_cast<const float4*>(xr)[0], q = reinterpret_cast<const float4*>(xr)[1];
-        xv[0] = p.x; xv[1] = p.y; xv[2] = p.z; xv[3] = p.w;
-        xv[4] = q.x; xv[5] = q.y; xv[6] = q.z; xv[7] = q.w;
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) xv[i] = xr[i];
-      }
+      load_x8(a.x + (x0 + j) * a.cols + e, x_vec, xv);
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[j] = __fmaf_rn(w[i], xv[i], acc[j]);
     }
@@ -111,16 +115,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_float_tile_kernel(Matmul
 #pragma unroll
     for (int j = 0; j < kTileX; ++j) {
       if (j >= nt) break;
-      const float* xr = a.x + (x0 + j) * a.cols + e;
       float xv[8];
-      if (x_vec) {
-        const float4 p = reinterpret_cast<const float4*>(xr)[0], q = reinterpret_cast<const float4*>(xr)[1];
-        xv[0] = p.x; xv[1] = p.y; xv[2] = p.z; xv[3] = p.w;
-        xv[4] = q.x; xv[5] = q.y; xv[6] = q.z; xv[7] = q.w;
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) xv[i] = xr[i];
-      }
+      load_x8(a.x + (x0 + j) * a.cols + e, x_vec, xv);
 #pragma unroll
       for (int r = 0; r < kTileRows; ++r) {
 #pragma unroll
