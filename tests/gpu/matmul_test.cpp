@@ -185,32 +185,41 @@ TEST_F(GpuMatmul, LargeBatchMatchesReference) {
 // what a separate launch gives.
 TEST_F(GpuMatmul, FusedLaunchesEqualSeparateOnes) {
   Backend& b = *backend_;
-  for (DType t : {DType::Q4_K, DType::F16}) {
-    SCOPED_TRACE(std::string(dtype_name(t)));
-    const int64_t cols = 512, n = 3;
-    const int64_t rows[3] = {64, 16, 24};
-    gputest::HostTensor hw[3];
-    std::unique_ptr<Buffer> owners[3];
-    Tensor w[3];
-    for (int m = 0; m < 3; ++m) {
-      hw[m] = gputest::host_quantized(gputest::random_floats(rows[m] * cols, 500 + m, 0.05f), t, rows[m], cols);
-      w[m] = b.upload_weight(hw[m].t, owners[m]);
-    }
-    const auto xv = gputest::random_floats(n * cols, 510);
-    DeviceTensor x = gputest::device_empty(b, DType::F32, n, cols);
-    b.copy_from_host(xv.data(), x.t);
-    DeviceTensor fused[3], separate[3];
-    for (int m = 0; m < 3; ++m) {
-      fused[m] = gputest::device_empty(b, DType::F32, n, rows[m]);
-      separate[m] = gputest::device_empty(b, DType::F32, n, rows[m]);
-    }
-    for (int m = 0; m < 3; ++m) b.matmul(w[m], x.t, fused[m].t);  // recorded back to back: one launch
-    for (int m = 0; m < 3; ++m) {
-      b.matmul(w[m], x.t, separate[m].t);
-      (void)gputest::download(b, separate[m].t);  // a sync point between them: separate launches
-    }
-    for (int m = 0; m < 3; ++m) {
-      EXPECT_TRUE(gputest::bitwise_equal(gputest::download(b, fused[m].t), gputest::download(b, separate[m].t)));
+  // The second shape's row counts are not multiples of 4: the float tile kernel's row tiles
+  // (matmul.cu, 4 rows a warp at n > 1) straddle the matrices; n = 9 also leaves a partial
+  // activation tile.
+  struct Shape {
+    int64_t rows[3];
+    int64_t n;
+  };
+  for (const Shape& shape : {Shape{{64, 16, 24}, 3}, Shape{{37, 6, 9}, 9}}) {
+    for (DType t : {DType::Q4_K, DType::F16}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " rows " + std::to_string(shape.rows[0]));
+      const int64_t cols = 512, n = shape.n;
+      const int64_t* rows = shape.rows;
+      gputest::HostTensor hw[3];
+      std::unique_ptr<Buffer> owners[3];
+      Tensor w[3];
+      for (int m = 0; m < 3; ++m) {
+        hw[m] = gputest::host_quantized(gputest::random_floats(rows[m] * cols, 500 + m, 0.05f), t, rows[m], cols);
+        w[m] = b.upload_weight(hw[m].t, owners[m]);
+      }
+      const auto xv = gputest::random_floats(n * cols, 510);
+      DeviceTensor x = gputest::device_empty(b, DType::F32, n, cols);
+      b.copy_from_host(xv.data(), x.t);
+      DeviceTensor fused[3], separate[3];
+      for (int m = 0; m < 3; ++m) {
+        fused[m] = gputest::device_empty(b, DType::F32, n, rows[m]);
+        separate[m] = gputest::device_empty(b, DType::F32, n, rows[m]);
+      }
+      for (int m = 0; m < 3; ++m) b.matmul(w[m], x.t, fused[m].t);  // recorded back to back: one launch
+      for (int m = 0; m < 3; ++m) {
+        b.matmul(w[m], x.t, separate[m].t);
+        (void)gputest::download(b, separate[m].t);  // a sync point between them: separate launches
+      }
+      for (int m = 0; m < 3; ++m) {
+        EXPECT_TRUE(gputest::bitwise_equal(gputest::download(b, fused[m].t), gputest::download(b, separate[m].t)));
+      }
     }
   }
 }
