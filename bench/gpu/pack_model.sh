@@ -1,14 +1,35 @@
 #!/usr/bin/env bash
-# Splits the default model (models/SmolLM2-135M-Instruct.Q4_1.gguf, ~98 MB) into two parts for the
-# device machine, whose calls carry at most 64 MiB each (the working tree included): carry
-# .device/model/part1 in one call and .device/model/part2 in the next (the first stays there while
-# the machine is held), then run `MODEL_PARTS=.device/model bench/gpu/run_device.sh default-model`
-# (run from the repository root; the parts' names sort in order).
+# Packs the real default model (models/SmolLM2-135M-Instruct.Q4_1.gguf, ~98 MB) for the device
+# machine, whose calls carry at most 64 MiB each (the working tree, ~10 MB, included), in two
+# parts (run from the repository root, after a Release build with CUDA in $BUILD):
+#   .device/model/part1: the model's first half and the stripped test_gpu (test_gpu.xz)
+#   .device/model/part2: the rest of the model, the stripped tern binary (tern.xz) and the first
+#                        three agent sessions of the replay (sessions.jsonl.xz, from
+#                        $TERN_SHARED_DATA or ../shared/data)
+# Carry .device/model/part1 in one call and .device/model/part2 in the next, at once (the first
+# stays there while the machine is held, ~30 s idle), and run in the second
+#   OUT=$OUT BIN=.device/model/part1 MODEL_PARTS=.device/model bench/gpu/run_device.sh default-model
 set -euo pipefail
+build=${BUILD:-build}
 model=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 dest=${DEST:-.device/model}
-split_at=${SPLIT_BYTES:-49500000}
+shared=${TERN_SHARED_DATA:-../shared/data}
+ninja -C "$build" tern test_gpu
+rm -rf "$dest"
 mkdir -p "$dest/part1" "$dest/part2"
+strip -o "$dest/part1/test_gpu" "$build/tests/test_gpu"
+xz -T2 -9 "$dest/part1/test_gpu"
+strip -o "$dest/part2/tern" "$build/tern"
+xz -T2 -9 "$dest/part2/tern"
+if [[ -f $shared/agentic/swe-sessions.jsonl ]]; then  # the replay's first 3 sessions
+  head -3 "$shared/agentic/swe-sessions.jsonl" | xz -T2 -9 >"$dest/part2/sessions.jsonl.xz"
+fi
+# The model split so that both calls carry the same bytes (each ~55.5 MB, with ~10 MB of tree:
+# a call of 57.9 MB was refused, one of 55.4 MB went).
+size=$(stat -c %s "$model")
+extra1=$(du -cb "$dest/part1" | tail -1 | cut -f1)
+extra2=$(du -cb "$dest/part2" | tail -1 | cut -f1)
+split_at=${SPLIT_BYTES:-$(((size + extra2 - extra1) / 2))}
 head -c "$split_at" "$model" >"$dest/part1/model.part1"
 tail -c +"$((split_at + 1))" "$model" >"$dest/part2/model.part2"
-du -sh "$dest"/part1 "$dest"/part2
+du -sb "$dest"/part1 "$dest"/part2

@@ -39,11 +39,13 @@
 # merge-ab: the sliced span merge's serial fold (TERN_CUDA_ATTN_SPLIT_RING=5, the default until session 12) against
 #   its prescaled fold (6, the default since): the attention alone at 32k, then 8B Q4_K_M and F16 decode at 32k, each
 #   as gpu_bench's in-process A/B (--split-ring "5;6": two rounds, the second reversed).
-# default-model: the real default model (SmolLM2-135M-Instruct Q4_1) end to end on the GPU
-#   (GpuDefaultModel.*: against the transformers goldens and the CPU at 8-bit activations). The
-#   file is $TERN_MODEL, or is put together from $MODEL_PARTS/*/*.part* (bench/gpu/pack_model.sh
-#   splits it for two calls: one call carries at most 64 MiB) and checked against the sha256 that
-#   scripts/fetch-model pins.
+# default-model: the real default model (SmolLM2-135M-Instruct Q4_1) end to end on the GPU:
+#   GpuDefaultModel.* (against the transformers goldens and the CPU), then, where the tern binary
+#   and the agent sessions came with it, three replays of 3 sessions at 64 tokens a turn (GPU with
+#   reuse and the suffix drafter plus its no-reuse baseline; GPU with neither; CPU with reuse and
+#   drafts) and how many turns' texts they share (replay_compare.py). The file is $TERN_MODEL, or
+#   is put together from $MODEL_PARTS/*/*.part* (bench/gpu/pack_model.sh packs it for two calls:
+#   one call carries at most 64 MiB) and checked against the sha256 that scripts/fetch-model pins.
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -263,6 +265,19 @@ PY
         timeout 300 "$BIN/test_gpu" --gtest_color=no --gtest_filter='GpuDefaultModel.*' >"$OUT/test_gpu-default-model.txt" 2>&1
         echo "   (exit $?)"
         grep -E "^\[  (PASSED|FAILED|SKIPPED) |diverged|worst|Failure|Expected|Which is|where" "$OUT/test_gpu-default-model.txt" | head -60
+        parts=${MODEL_PARTS:-.device/model}
+        if compgen -G "$parts/*/tern.xz" >/dev/null && compgen -G "$parts/*/sessions.jsonl.xz" >/dev/null; then
+          xz -dc "$parts"/*/tern.xz >/tmp/tern && chmod +x /tmp/tern
+          xz -dc "$parts"/*/sessions.jsonl.xz >/tmp/sessions.jsonl
+          replay=(/tmp/tern bench replay -m "$TERN_MODEL" --sessions /tmp/sessions.jsonl --n-sessions 3 --max-tokens 64 --json)
+          echo "== tern bench replay, 3 sessions: GPU reuse + suffix drafts (and baseline), GPU neither, CPU"
+          timeout 150 "${replay[@]}" --backend cuda --drafter suffix >"$OUT/replay-cuda.json" 2>"$OUT/replay-cuda.err"
+          timeout 90 "${replay[@]}" --backend cuda --drafter none --restart turn --no-baseline \
+            >"$OUT/replay-cuda-plain.json" 2>"$OUT/replay-cuda-plain.err"
+          timeout 150 "${replay[@]}" --backend cpu -t "$(nproc)" --drafter suffix --no-baseline \
+            >"$OUT/replay-cpu.json" 2>"$OUT/replay-cpu.err"
+          python3 bench/gpu/replay_compare.py "$OUT/replay-cuda.json" "$OUT/replay-cuda-plain.json" "$OUT/replay-cpu.json"
+        fi
       fi
       ;;
     *) echo "unknown step $step" ;;
