@@ -36,9 +36,10 @@
 # table: the issue-7 decode table in separate processes (8B Q4_K_M at 1k / 2k / 4k / 32k, Q8_0
 #   and F16 at 1k, F16 at 32k, SmolLM2 Q4_1 at 128 / 1k), the 4k prefills, the 30k + 2k append,
 #   batch 8 / 32.
-# merge-ab: the sliced span merge's serial fold (TERN_CUDA_ATTN_SPLIT_RING=5, the default until session 12) against
-#   its prescaled fold (6, the default since): the attention alone at 32k, then 8B Q4_K_M and F16 decode at 32k, each
-#   as gpu_bench's in-process A/B (--split-ring "5;6": two rounds, the second reversed).
+# merge-ab: the sliced span merge's serial fold (TERN_CUDA_ATTN_SPLIT_RING=5, the default until
+#   session 12) against its prescaled fold (6, the default since): the attention alone at 32k, then
+#   8B Q4_K_M and F16 decode at 32k, each as gpu_bench's in-process A/B (--split-ring "5;6": two
+#   rounds, the second reversed).
 # default-model: the real default model (SmolLM2-135M-Instruct Q4_1) end to end on the GPU:
 #   GpuDefaultModel.* (against the transformers goldens and the CPU), then, where the tern binary
 #   and the agent sessions came with it, three replays of 3 sessions at 64 tokens a turn (GPU with
@@ -253,9 +254,10 @@ PY
       python3 bench/gpu/ncu_step_summary.py "$OUT/ncu-$step.csv" | head -16
       ;;
     default-model)
+      parts=${MODEL_PARTS:-.device/model}
       if [[ -z ${TERN_MODEL:-} ]]; then
         export TERN_MODEL=/tmp/default-model.gguf
-        cat "${MODEL_PARTS:-.device/model}"/*/*.part* >"$TERN_MODEL" 2>/dev/null
+        cat "$parts"/*/*.part* >"$TERN_MODEL" 2>/dev/null
       fi
       pinned=$(sed -n 's/^sha256="\([0-9a-f]*\)"$/\1/p' scripts/fetch-model)
       if ! echo "$pinned  $TERN_MODEL" | sha256sum --check --status; then
@@ -265,7 +267,6 @@ PY
         timeout 300 "$BIN/test_gpu" --gtest_color=no --gtest_filter='GpuDefaultModel.*' >"$OUT/test_gpu-default-model.txt" 2>&1
         echo "   (exit $?)"
         grep -E "^\[  (PASSED|FAILED|SKIPPED) |diverged|worst|Failure|Expected|Which is|where" "$OUT/test_gpu-default-model.txt" | head -60
-        parts=${MODEL_PARTS:-.device/model}
         if compgen -G "$parts/*/tern.xz" >/dev/null && compgen -G "$parts/*/sessions.jsonl.xz" >/dev/null; then
           xz -dc "$parts"/*/tern.xz >/tmp/tern && chmod +x /tmp/tern
           xz -dc "$parts"/*/sessions.jsonl.xz >/tmp/sessions.jsonl

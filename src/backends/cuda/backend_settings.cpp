@@ -292,8 +292,9 @@ int fused_decode_flags(int mode) {
 // not measured apart); 6 (the default since session 12): 50931 = 18163 + 32768, the sliced merge
 // with its fold's products formed by the whole block ahead of the serial fold
 // (kSpanMergePrescaled): attention alone at 32k 59.8 -> 57.8 us/layer, 8B Q4_K_M at 32k 254.5 ->
-// 261.2 tok/s, F16 160.9 -> 163.0 (H200, in-process A/Bs, session 12). bench/RESULTS.md "Decode attention at long context: the split K/V ring",
-// "... warp-specialized", "... the lean warp-specialized ring" and "... what bounds the lean ring".
+// 261.2 tok/s, F16 160.9 -> 163.0 (H200, in-process A/Bs, session 12). bench/RESULTS.md "Decode
+// attention at long context: the split K/V ring", "... warp-specialized", "... the lean
+// warp-specialized ring" and "... what bounds the lean ring".
 int default_span_kernel(int head_dim, DType kv_dtype, int split_ring) {
   constexpr int kSplitRing = 128, kValueQueryPairs = 256, kWarpSpecialized = 512, kWsLean = 1024;  // attention_span.cuh
   constexpr int kMergeSliced = 16384, kMergePrescaled = 32768;

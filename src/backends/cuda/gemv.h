@@ -32,7 +32,7 @@
 // x in shared memory, weights straight into registers, the RMSNorm prologue and the residual /
 // SwiGLU epilogues in-kernel) takes them; n > 1 takes matmul.cu's register-tiled kernel (a warp
 // per 4 weight rows x 8 activation rows); legacy devices, TERN_CUDA_GEMV=legacy and
-// TERN_CUDA_GEMV_FLOAT=prev take matmul.cu's one-row-per-warp kernel or gemv_float.cu's
+// TERN_CUDA_GEMV_FLOAT=prev take its one-row-per-warp instance (1 x 4) or gemv_float.cu's
 // bulk-staged one. All give the same bits. Every other type
 // supported by dequant.cuh (q5_0, q5_1, q2_k, q3_k, q8_k, and float rows that are not 16-byte
 // aligned) takes a slow generic kernel: lane l owns elements l, l + 32, ... and dequantizes them

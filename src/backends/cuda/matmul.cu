@@ -45,89 +45,54 @@ __device__ __forceinline__ void load_x8(const float* xr, bool vec, float (&xv)[8
   for (int i = 0; i < 8; ++i) xv[i] = xr[i];
 }
 
-// F32 / F16 / BF16 rows, 16-byte aligned, cols % 8 == 0. Warp per weight row. The bulk-staged
-// kernel of gemv_float.cu (same arithmetic) takes the shapes where it measured faster.
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_float_kernel(MatmulArgs a) {
-  pdl_enter();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t gr = int64_t{blockIdx.y} * kGemvWarps + warp;
-  if (gr >= a.total_rows()) return;
-  const MatRow row = mat_row(a, gr);
-  const int64_t x0 = int64_t{blockIdx.x} * kGemvMaxXRows;
-  const int nt = static_cast<int>(a.n - x0 < kGemvMaxXRows ? a.n - x0 : kGemvMaxXRows);
-  const int elem_bytes = a.dtype == DType::F32 ? 4 : 2;
-  const uint8_t* wrow = row.w;
-  // x is read as two float4 when aligned, else element by element: the same values either way.
-  const bool x_vec = (reinterpret_cast<uintptr_t>(a.x) & 15) == 0;
-  float acc[kGemvMaxXRows] = {};
-#pragma unroll 4
-  for (int64_t e = 8 * lane; e < a.cols; e += 256) {
-    float w[8];
-    load8(a.dtype, wrow + e * elem_bytes, w);
-#pragma unroll
-    for (int j = 0; j < kGemvMaxXRows; ++j) {
-      if (j >= nt) break;
-      float xv[8];
-      load_x8(a.x + (x0 + j) * a.cols + e, x_vec, xv);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[j] = __fmaf_rn(w[i], xv[i], acc[j]);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kGemvMaxXRows; ++j) {
-    const float sum = warp_sum_tree(acc[j]);
-    if (lane == 0 && j < nt) {
-      row.y[(x0 + j) * row.rows + row.r] = sum;
-      fused_residual(a, x0 + j, row.r, sum);
-    }
-  }
-}
-
-// The same products for n > 1 (prefill, verify steps, batches), register-tiled: a warp takes
-// kTileRows weight rows against a tile of kTileX activation rows, so each 16-byte weight word is
-// loaded once for kTileX activation rows and each activation chunk once for kTileRows weight rows
-// (4 x 8 x 8 = 256 multiply-adds per 20 loads per lane, against 32 per 9 above, whose n = 512
-// products ncu found bound by L1 throughput: 96% of it, 31% of the issue slots; 8B F16 gate+up
-// 24 ms at n = 512). Every (weight row, activation row) pair runs the kernel above's chain: lane l
-// owns elements 8l .. 8l + 7 of each 256-element chunk, fmaf in element order, chunk after chunk,
-// then warp_sum_tree. So the same bits as gemv_float_kernel and the n = 1 kernels.
-constexpr int kTileRows = 4;
-constexpr int kTileX = 8;
+// F32 / F16 / BF16 rows, 16-byte aligned, cols % 8 == 0, register-tiled: a warp takes kRows
+// weight rows against a tile of kX activation rows, so each 16-byte weight word is loaded once for
+// kX activation rows and each activation chunk once for kRows weight rows. Every (weight row,
+// activation row) pair runs one chain: lane l owns elements 8l .. 8l + 7 of each 256-element
+// chunk, fmaf in element order, chunk after chunk, then warp_sum_tree; so every instance gives
+// the bits of gemv_float.cu's bulk-staged kernel and the n = 1 kernels. n > 1 takes 4 x 8
+// (kFloatTile*): 4 x 8 x 8 = 256 multiply-adds per 20 loads per lane, against 32 per 9 for the
+// warp per row against 4 activation rows (1 x kGemvMaxXRows, the legacy path's), whose n = 512
+// products ncu found bound by L1 throughput (96% of it, 31% of the issue slots; 8B F16 gate+up
+// 24 ms at n = 512, 11.5 ms tiled).
+constexpr int kFloatTileRows = 4;
+constexpr int kFloatTileX = 8;
+template <int kRows, int kX>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_float_tile_kernel(MatmulArgs a) {
   pdl_enter();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t total = a.total_rows();
-  const int64_t gr0 = (int64_t{blockIdx.y} * kGemvWarps + warp) * kTileRows;
+  const int64_t gr0 = (int64_t{blockIdx.y} * kGemvWarps + warp) * kRows;
   if (gr0 >= total) return;
-  const int64_t x0 = int64_t{blockIdx.x} * kTileX;
-  const int nt = static_cast<int>(a.n - x0 < kTileX ? a.n - x0 : kTileX);
+  const int64_t x0 = int64_t{blockIdx.x} * kX;
+  const int nt = static_cast<int>(a.n - x0 < kX ? a.n - x0 : kX);
   const int elem_bytes = a.dtype == DType::F32 ? 4 : 2;
   // A missing row of the last tile re-reads the tile's first row; never stored.
-  MatRow rows[kTileRows];
+  MatRow rows[kRows];
 #pragma unroll
-  for (int r = 0; r < kTileRows; ++r) rows[r] = mat_row(a, gr0 + r < total ? gr0 + r : gr0);
+  for (int r = 0; r < kRows; ++r) rows[r] = mat_row(a, gr0 + r < total ? gr0 + r : gr0);
   const bool x_vec = (reinterpret_cast<uintptr_t>(a.x) & 15) == 0;
-  float acc[kTileRows][kTileX] = {};
+  float acc[kRows][kX] = {};
   for (int64_t e = 8 * lane; e < a.cols; e += 256) {
-    float w[kTileRows][8];
+    float w[kRows][8];
 #pragma unroll
-    for (int r = 0; r < kTileRows; ++r) load8(a.dtype, rows[r].w + e * elem_bytes, w[r]);
+    for (int r = 0; r < kRows; ++r) load8(a.dtype, rows[r].w + e * elem_bytes, w[r]);
 #pragma unroll
-    for (int j = 0; j < kTileX; ++j) {
+    for (int j = 0; j < kX; ++j) {
       if (j >= nt) break;
       float xv[8];
       load_x8(a.x + (x0 + j) * a.cols + e, x_vec, xv);
 #pragma unroll
-      for (int r = 0; r < kTileRows; ++r) {
+      for (int r = 0; r < kRows; ++r) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[r][j] = __fmaf_rn(w[r][i], xv[i], acc[r][j]);
       }
     }
   }
 #pragma unroll
-  for (int r = 0; r < kTileRows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-    for (int j = 0; j < kTileX; ++j) {
+    for (int j = 0; j < kX; ++j) {
       const float sum = warp_sum_tree(acc[r][j]);
       if (lane == 0 && j < nt && gr0 + r < total) {
         rows[r].y[(x0 + j) * rows[r].rows + rows[r].r] = sum;
@@ -135,6 +100,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_float_tile_kernel(Matmul
       }
     }
   }
+}
+
+template <int kRows, int kX>
+void launch_float_tile(const MatmulArgs& a, const LaunchEnv& env) {
+  const int64_t row_blocks = (a.total_rows() + kGemvWarps * kRows - 1) / (kGemvWarps * kRows);
+  TERN_CHECK_MSG(row_blocks <= 65535, "matmul: too many weight rows for one launch");
+  const dim3 grid(static_cast<unsigned>((a.n + kX - 1) / kX), static_cast<unsigned>(row_blocks));
+  launch_kernel(env, gemv_float_tile_kernel<kRows, kX>, grid, kGemvWarps * 32, 0, a);
 }
 
 // Any type dequant_element knows; warp per weight row, lane l owns elements l, l + 32, ...
@@ -176,12 +149,13 @@ bool float_rows_aligned(const MatmulArgs& a) {
 }
 
 // Where the bulk-staged float kernel (gemv_float.cu) measured faster than the one-row-per-warp
-// kernel above (H200, gpu_bench --gemv, both giving the same bits): one activation row and rows
-// of at most 4096 elements (8B F16 q+k+v 47.6% -> 54% of the copy bandwidth, gate+up 68% -> 81%).
-// It lost on 14336-wide rows (ffn_down 52% -> 41%: every chunk re-reads 57 KiB of x through an L1
-// that the stages have shrunk) and on four activation rows (0.64-0.83x). One activation row now
-// takes the register-streamed kernel (gemv_float_stream.cu), so this choice only applies under
-// TERN_CUDA_GEMV_FLOAT=prev (the previous float kernels, for A/B timing).
+// instance above (1 x kGemvMaxXRows; H200, gpu_bench --gemv, both giving the same bits): one
+// activation row and rows of at most 4096 elements (8B F16 q+k+v 47.6% -> 54% of the copy
+// bandwidth, gate+up 68% -> 81%). It lost on 14336-wide rows (ffn_down 52% -> 41%: every chunk
+// re-reads 57 KiB of x through an L1 that the stages have shrunk) and on four activation rows
+// (0.64-0.83x). One activation row now takes the register-streamed kernel
+// (gemv_float_stream.cu), so this choice only applies under TERN_CUDA_GEMV_FLOAT=prev (the
+// previous float kernels, for A/B timing).
 bool float_bulk_measured_faster(const MatmulArgs& a) {
   return a.gemv_path != static_cast<int32_t>(GemvPath::kLegacy) && a.n == 1 && a.cols <= 4096;
 }
@@ -284,19 +258,17 @@ void launch_matmul(const MatmulArgs& fused, const LaunchEnv& env) {
     a.fuse.prologue = GemvPrologue::kNone;
     a.fuse.write_x = 0;
   }
-  const int64_t row_blocks = (a.total_rows() + kGemvWarps - 1) / kGemvWarps;
-  const int64_t x_tiles = (a.n + kGemvMaxXRows - 1) / kGemvMaxXRows;
-  TERN_CHECK_MSG(row_blocks <= 65535, "matmul: too many weight rows for one launch");
-  const dim3 grid(static_cast<unsigned>(x_tiles), static_cast<unsigned>(row_blocks));
   if (float_rows_aligned(a) && float_bulk_measured_faster(a)) {
     launch_gemv_float(a, env);
   } else if (float_rows_aligned(a) && a.n > 1 && a.gemv_path != static_cast<int32_t>(GemvPath::kLegacy)) {
-    const int64_t tile_blocks = (a.total_rows() + kGemvWarps * kTileRows - 1) / (kGemvWarps * kTileRows);
-    const dim3 tile_grid(static_cast<unsigned>((a.n + kTileX - 1) / kTileX), static_cast<unsigned>(tile_blocks));
-    launch_kernel(env, gemv_float_tile_kernel, tile_grid, kGemvWarps * 32, 0, a);
+    launch_float_tile<kFloatTileRows, kFloatTileX>(a, env);
   } else if (float_rows_aligned(a)) {
-    launch_kernel(env, gemv_float_kernel, grid, kGemvWarps * 32, 0, a);
+    launch_float_tile<1, kGemvMaxXRows>(a, env);
   } else {
+    const int64_t row_blocks = (a.total_rows() + kGemvWarps - 1) / kGemvWarps;
+    const int64_t x_tiles = (a.n + kGemvMaxXRows - 1) / kGemvMaxXRows;
+    TERN_CHECK_MSG(row_blocks <= 65535, "matmul: too many weight rows for one launch");
+    const dim3 grid(static_cast<unsigned>(x_tiles), static_cast<unsigned>(row_blocks));
     launch_kernel(env, gemv_generic_kernel, grid, kGemvWarps * 32, 0, a);
   }
   if (a.fuse.glu_out != nullptr) launch_glu_after(a, env);  // a SwiGLU epilogue, as its own kernel
