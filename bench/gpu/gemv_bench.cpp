@@ -233,6 +233,9 @@ bool run_shape(const Shape& s, const GemvBenchOptions& o, const cudaDeviceProp& 
   a.n = n;
   a.max_smem_bytes = static_cast<int>(prop.sharedMemPerBlockOptin);
   a.n_sm = prop.multiProcessorCount;
+  // The backend's activation precision: TERN_CUDA_ACT_BITS=8 or 16 (the default).
+  const char* bits_env = std::getenv("TERN_CUDA_ACT_BITS");
+  a.x_bits = bits_env != nullptr && std::strcmp(bits_env, "8") == 0 ? 8 : 16;
   for (int m = 0; m < a.n_mats; ++m) {
     a.w_stride_bytes[m] = rb;
     a.rows[m] = s.rows[m];

@@ -160,7 +160,7 @@ for step in "${steps[@]}"; do
     sanitize)
       echo "== compute-sanitizer memcheck (subset)"
       timeout 150 compute-sanitizer --tool memcheck --print-limit 10 "$BIN/test_gpu" --gtest_color=no \
-        --gtest_filter='GpuOps.*:GpuMatmul.KQuants:GpuMatmul.LegacyQuants:GpuAttention.PrefillAndMixedBatches:GpuAttention.SplitAndFusedModesAreBitIdentical:GpuModel.GraphReplayEqualsEagerLaunches' \
+        --gtest_filter='GpuOps.*:*GpuMatmul.KQuants*:*GpuMatmul.LegacyQuants*:GpuAttention.PrefillAndMixedBatches:GpuAttention.SplitAndFusedModesAreBitIdentical:GpuModel.GraphReplayEqualsEagerLaunches' \
         >"$OUT/sanitize.txt" 2>&1
       echo "   (exit $?)"
       grep -E "ERROR SUMMARY|Invalid|out of bounds|^\[  (PASSED|FAILED)" "$OUT/sanitize.txt" | head -30
@@ -264,7 +264,7 @@ PY
         echo "== default-model: $TERN_MODEL is missing or not the pinned file"
       else
         echo "== test_gpu GpuDefaultModel.* on $TERN_MODEL"
-        timeout 300 "$BIN/test_gpu" --gtest_color=no --gtest_filter='GpuDefaultModel.*' >"$OUT/test_gpu-default-model.txt" 2>&1
+        timeout 300 "$BIN/test_gpu" --gtest_color=no --gtest_filter='*GpuDefaultModel.*' >"$OUT/test_gpu-default-model.txt" 2>&1
         echo "   (exit $?)"
         grep -E "^\[  (PASSED|FAILED|SKIPPED) |diverged|worst|Failure|Expected|Which is|where" "$OUT/test_gpu-default-model.txt" | head -60
         if compgen -G "$parts/*/tern.xz" >/dev/null && compgen -G "$parts/*/sessions.jsonl.xz" >/dev/null; then

@@ -26,7 +26,8 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_ATTN_EARLY_KV", "TERN_CUDA_GEMV_FLOAT", "TERN_CUDA_GEMV_FLOAT_SHAPE", "TERN_CUDA_GEMV_FLOAT_BLOCKS",
     "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING",
     "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD",
-    "TERN_CUDA_GEMV_MIXED", "TERN_CUDA_ATTN_FUSED_EARLY_KV", "TERN_CUDA_ATTN_COMPACT", "TERN_CUDA_GEMV_STREAM_BLOCKS"};
+    "TERN_CUDA_GEMV_MIXED", "TERN_CUDA_ATTN_FUSED_EARLY_KV", "TERN_CUDA_ATTN_COMPACT", "TERN_CUDA_GEMV_STREAM_BLOCKS",
+    "TERN_CUDA_ACT_BITS"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -390,6 +391,24 @@ TEST_F(BackendSettingsTest, DefaultChunkSplitPerPlan) {
   EXPECT_EQ(cuda::default_chunk_split(56, 7, 1536, 3, 132, pair), 0);  // SmolLM2, 8 at 1.5k: 168
   EXPECT_EQ(cuda::default_chunk_split(4, 4, 1000, 8, 132, ws), 1);     // 4 x 32 = 128 <= 264: one chunk
   EXPECT_EQ(cuda::default_chunk_split(9, 3, 700, 8, 132, ws), 2);      // 3 sequences at 700: 72 (3 spans each)
+}
+
+// The quantized activations' precision: 16 by default (the CPU's), 8 or 16 from the option, and
+// the environment over both; any other value falls back to the default.
+TEST_F(BackendSettingsTest, ActivationBits) {
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 9, true).act_bits, 16);
+  CudaBackendOptions o;
+  o.act_bits = 8;
+  EXPECT_EQ(resolve_settings(o, 9, true).act_bits, 8);
+  o.act_bits = 12;
+  EXPECT_EQ(resolve_settings(o, 9, true).act_bits, 16);
+  setenv("TERN_CUDA_ACT_BITS", "16", 1);
+  o.act_bits = 8;
+  EXPECT_EQ(resolve_settings(o, 9, true).act_bits, 16);
+  setenv("TERN_CUDA_ACT_BITS", "8", 1);
+  EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 8, false).act_bits, 8);
+  setenv("TERN_CUDA_ACT_BITS", "4", 1);  // ignored with a warning
+  EXPECT_EQ(resolve_settings(o, 9, true).act_bits, 8);
 }
 
 }  // namespace

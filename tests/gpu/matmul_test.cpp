@@ -6,12 +6,13 @@
 // Tolerances:
 //   f32, f16, bf16 and the generic kernel (no activation rounding): ||y - y_ref|| / ||y_ref|| <=
 //   1e-5 against matmul_ref (fp32 sums in another order).
-//   q4_0, q4_1, q8_0, q4_k, q5_k, q6_k round activations to int8 per 32 elements (gemv.h), as
-//   llama.cpp and the CPU fast path do. They are checked twice: against an exact (double) product
-//   of the dequantized weights with the activations rounded the same way, per output
-//   |y - y'| <= 1e-5 * sum_k |w_k x'_k| (a layout or scale mistake is off by tens of percent);
-//   and, for outputs large enough to average, against matmul_ref: rel. L2 <= 3e-2 (measured
-//   ~0.6%).
+//   q4_0, q4_1, q8_0, q4_k, q5_k, q6_k round activations per 32 elements (gemv.h) to int16
+//   (CudaBackendOptions::act_bits = 16, the default, as the CPU's default) or int8 (8, as
+//   llama.cpp). Every test of this suite runs at both precisions (the parameter). They are
+//   checked twice: against an exact (double) product of the dequantized weights with the
+//   activations rounded the same way, per output |y - y'| <= 1e-5 * sum_k |w_k x'_k| (a layout or
+//   scale mistake is off by tens of percent); and, for outputs large enough to average, against
+//   matmul_ref: rel. L2 <= 3e-2 at 8 bits (measured ~0.6%), <= 2e-4 at 16.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,21 +45,24 @@ bool rounds_activations(DType t) {
   }
 }
 
-// x as the int8 kernels see it: per 32 elements q = rint(x * (127 / amax)), x' = q * (amax / 127),
-// each step rounded to float32 like the kernel.
-std::vector<float> int8_activations(const std::vector<float>& x) {
+// x as the kernels see it at `bits` (8 or 16): per 32 elements q = rint(x * (q_max / amax)),
+// x' = q * (amax / q_max), q_max = 127 or 32512, each step rounded to float32 like the kernel.
+std::vector<float> rounded_activations(const std::vector<float>& x, int bits) {
+  const float q_max = bits == 16 ? 32512.0f : 127.0f;
   std::vector<float> out(x.size());
   for (size_t b = 0; b < x.size(); b += 32) {
     float amax = 0.0f;
     for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+    // q_max / amax is inf for amax = 0 and overflows for amax below ~1e-34 (16 bits): such a
+    // unit quantizes to zeros.
+    const float quotient = q_max / amax, inv = std::isfinite(quotient) ? quotient : 0.0f, d = amax / q_max;
     for (size_t i = b; i < b + 32; ++i) out[i] = static_cast<float>(std::nearbyint(x[i] * inv)) * d;
   }
   return out;
 }
 
 // Checks y [n, rows] against the exact product of the dequantized weights with x'.
-void expect_matches_int8_product(const Tensor& w_host, const std::vector<float>& xq, int64_t n,
+void expect_matches_rounded_product(const Tensor& w_host, const std::vector<float>& xq, int64_t n,
                                  const std::vector<float>& y) {
   std::vector<float> wrow(static_cast<size_t>(w_host.cols));
   int bad = 0;
@@ -85,8 +89,24 @@ std::string describe(const Case& c, int64_t n) {
          " n=" + std::to_string(n);
 }
 
-class GpuMatmul : public gputest::CudaBackendTest {
+// The parameter: CudaBackendOptions::act_bits of every backend a test makes.
+class GpuMatmul : public ::testing::TestWithParam<int> {
  protected:
+  void SetUp() override {
+    TERN_REQUIRE_GPU();
+    backend_ = gputest::make_cuda(opts());
+    ASSERT_NE(backend_, nullptr);
+  }
+  int bits() const { return GetParam(); }
+  cuda::CudaBackendOptions opts() const {
+    cuda::CudaBackendOptions o;
+    o.act_bits = bits();
+    return o;
+  }
+  // For the tests of float weights alone, which never quantize activations: one run is enough.
+  bool float_only_repeat() const { return bits() != 16; }
+  std::unique_ptr<Backend> backend_;
+
   // Runs one case at several n; checks against the reference and row-by-row invariance.
   void check(const Case& c, const std::vector<int64_t>& ns, uint32_t seed) {
     Backend& b = *backend_;
@@ -119,10 +139,10 @@ class GpuMatmul : public gputest::CudaBackendTest {
       b.matmul(w, x.t, y.t);
       const std::vector<float> got = gputest::download(b, y.t);
       if (rounds_activations(c.dtype)) {
-        const std::vector<float> xq = int8_activations(std::vector<float>(xv.begin(), xv.begin() + n * c.cols));
-        expect_matches_int8_product(w_host.t, xq, n, got);
+        const std::vector<float> xq = rounded_activations(std::vector<float>(xv.begin(), xv.begin() + n * c.cols), bits());
+        expect_matches_rounded_product(w_host.t, xq, n, got);
         if (n * c.rows >= 64) {
-          EXPECT_LE(gputest::rel_l2(got, ref), 3e-2);
+          EXPECT_LE(gputest::rel_l2(got, ref), bits() == 16 ? 2e-4 : 3e-2);
         }
       } else {
         EXPECT_LE(gputest::rel_l2(got, ref), 1e-5);
@@ -133,7 +153,8 @@ class GpuMatmul : public gputest::CudaBackendTest {
   }
 };
 
-TEST_F(GpuMatmul, FloatTypes) {
+TEST_P(GpuMatmul, FloatTypes) {
+  if (float_only_repeat()) GTEST_SKIP() << "float weights: run at 16 bits only";
   uint32_t seed = 10;
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     for (Case c : {Case{t, 1, 256}, Case{t, 37, 576}, Case{t, 300, 4096}, Case{t, 9, 36}}) {
@@ -143,7 +164,7 @@ TEST_F(GpuMatmul, FloatTypes) {
   }
 }
 
-TEST_F(GpuMatmul, LegacyQuants) {
+TEST_P(GpuMatmul, LegacyQuants) {
   uint32_t seed = 100;
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
     // Lane items of 4 units end with 1 (544 = 17 units, 306-byte q4_0 rows), 2 (576), 3 (224)
@@ -156,7 +177,7 @@ TEST_F(GpuMatmul, LegacyQuants) {
   }
 }
 
-TEST_F(GpuMatmul, KQuants) {
+TEST_P(GpuMatmul, KQuants) {
   uint32_t seed = 200;
   for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     // 2304 = 9 blocks (a second step of one block; odd q6_k rows are 2-byte aligned).
@@ -166,7 +187,8 @@ TEST_F(GpuMatmul, KQuants) {
   }
 }
 
-TEST_F(GpuMatmul, GenericKernelTypes) {
+TEST_P(GpuMatmul, GenericKernelTypes) {
+  if (float_only_repeat()) GTEST_SKIP() << "the generic kernel does not round activations: run once";
   uint32_t seed = 300;
   for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K}) {
     const int64_t cols = (t == DType::Q5_0 || t == DType::Q5_1) ? 544 : 2304;
@@ -175,15 +197,42 @@ TEST_F(GpuMatmul, GenericKernelTypes) {
 }
 
 // A large batch (prefill-sized n) takes the same kernel as decode: spot-check a few rows.
-TEST_F(GpuMatmul, LargeBatchMatchesReference) {
+TEST_P(GpuMatmul, LargeBatchMatchesReference) {
   check(Case{DType::Q4_K, 64, 4096}, {67}, 400);
   check(Case{DType::Q8_0, 64, 4096}, {67}, 401);
   check(Case{DType::F16, 64, 4096}, {67}, 402);
 }
 
+// Units whose largest value is so small that q_max / amax overflows (or is zero) quantize to
+// zeros, as on the CPU, instead of multiplying by inf: every output finite and equal to the
+// rounded product, on every kernel family at n = 1 and in a tile.
+TEST_P(GpuMatmul, TinyUnitsQuantizeToZero) {
+  Backend& b = *backend_;
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::Q4_1}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t rows = 64, cols = 4096, n = 3;
+    const auto wv = gputest::random_floats(static_cast<size_t>(rows * cols), 900, 0.05f);
+    gputest::HostTensor w_host = gputest::host_quantized(wv, t, rows, cols);
+    std::unique_ptr<Buffer> w_owner;
+    const Tensor w = b.upload_weight(w_host.t, w_owner);
+    std::vector<float> xv = gputest::random_floats(static_cast<size_t>(n * cols), 901);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int k = 0; k < 32; ++k) xv[i * cols + 64 + k] = (k % 2 ? 1.0f : -1.0f) * 2e-38f;  // unit 2: overflows
+      for (int k = 0; k < 32; ++k) xv[i * cols + 96 + k] = 0.0f;                          // unit 3: zero
+    }
+    DeviceTensor x = gputest::device_empty(b, DType::F32, n, cols);
+    DeviceTensor y = gputest::device_empty(b, DType::F32, n, rows);
+    b.copy_from_host(xv.data(), x.t);
+    b.matmul(w, x.t, y.t);
+    const std::vector<float> got = gputest::download(b, y.t);
+    for (float v : got) ASSERT_TRUE(std::isfinite(v));
+    expect_matches_rounded_product(w_host.t, rounded_activations(xv, bits()), n, got);
+  }
+}
+
 // Consecutive products of one activation (q/k/v) share a launch; each output must be bitwise
 // what a separate launch gives.
-TEST_F(GpuMatmul, FusedLaunchesEqualSeparateOnes) {
+TEST_P(GpuMatmul, FusedLaunchesEqualSeparateOnes) {
   Backend& b = *backend_;
   // The second shape's row counts are not multiples of 4: the float tile kernel's row tiles
   // (matmul.cu, 4 rows a warp at n > 1) straddle the matrices; n = 9 also leaves a partial
@@ -226,8 +275,9 @@ TEST_F(GpuMatmul, FusedLaunchesEqualSeparateOnes) {
 
 // A backend on the legacy GEMV kernels (CudaBackendOptions::legacy_gemv): the reference the
 // faster kernels are compared with bit for bit.
-std::unique_ptr<Backend> make_legacy() {
+std::unique_ptr<Backend> make_legacy(int bits) {
   cuda::CudaBackendOptions o;
+  o.act_bits = bits;
   o.legacy_gemv = true;
   return gputest::make_cuda(o);
 }
@@ -238,20 +288,20 @@ std::unique_ptr<Backend> make_legacy() {
 // (the default falls back to per-lane staging), at several pipeline depths
 // (TERN_CUDA_GEMV_STAGE_BYTES: 2 stages, the default, 16 stages) so that stage reuse wraps many
 // times within a warp's rows.
-TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
-  std::unique_ptr<Backend> legacy = make_legacy();
+TEST_P(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
+  std::unique_ptr<Backend> legacy = make_legacy(bits());
   ASSERT_NE(legacy, nullptr);
   std::vector<std::unique_ptr<Backend>> fresh;
   for (const char* budget : {"1", "0", "1000000"}) {
     setenv("TERN_CUDA_GEMV_STAGE_BYTES", budget, 1);
-    fresh.push_back(gputest::make_cuda());
+    fresh.push_back(gputest::make_cuda(opts()));
     ASSERT_NE(fresh.back(), nullptr);
   }
   // The register-streamed quantized kernel (gemv_stream.cu, n = 1) at one and two blocks per SM
   // (fresh[3], fresh[4]); the products it does not take (steps that are not whole 16-byte
   // pieces: q6_k rows of 2304 / 1024 / 512, q8_0 of 576) fall back to the default's kernels.
   for (const int blocks : {1, 2}) {
-    cuda::CudaBackendOptions options;
+    cuda::CudaBackendOptions options = opts();
     options.stream_gemv = true;
     options.gemv_stream_blocks = blocks;
     fresh.push_back(gputest::make_cuda(options));
@@ -269,7 +319,7 @@ TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
                                    {1, 2, "1000000"}, {1, 4, "1000000"}, {1, 2, "0"}, {1, 4, "1"}};
   for (const RowsShape& r : rows_shapes) {
     setenv("TERN_CUDA_GEMV_STAGE_BYTES", r.budget, 1);
-    cuda::CudaBackendOptions options;
+    cuda::CudaBackendOptions options = opts();
     options.rows_gemv = true;
     options.gemv_rows_per_step = r.rows;
     options.gemv_parts_per_row = r.parts;
@@ -278,7 +328,7 @@ TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
   }
   unsetenv("TERN_CUDA_GEMV_STAGE_BYTES");
   // The single-row kernels alone (the default takes the multi-row kernel for some n = 1 shapes).
-  cuda::CudaBackendOptions single_options;
+  cuda::CudaBackendOptions single_options = opts();
   single_options.single_gemv = true;
   fresh.push_back(gputest::make_cuda(single_options));
   ASSERT_NE(fresh.back(), nullptr);
@@ -341,12 +391,12 @@ TEST_F(GpuMatmul, DefaultKernelsEqualLegacyKernels) {
 // gate/up), so a row set may straddle two matrices (71 + 53 + 20 rows: sets of 2 and 4 cross
 // both boundaries), and split rows fold their parts per matrix row: each output must be the
 // legacy kernels' bits.
-TEST_F(GpuMatmul, RowsKernelOnFusedMatricesEqualsLegacy) {
-  std::unique_ptr<Backend> legacy = make_legacy();
+TEST_P(GpuMatmul, RowsKernelOnFusedMatricesEqualsLegacy) {
+  std::unique_ptr<Backend> legacy = make_legacy(bits());
   ASSERT_NE(legacy, nullptr);
   const int64_t rows[3] = {71, 53, 20};
   for (const auto& [rows_per_step, parts] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{1, 2}, std::pair{1, 4}}) {
-    cuda::CudaBackendOptions options;
+    cuda::CudaBackendOptions options = opts();
     options.rows_gemv = true;
     options.gemv_rows_per_step = rows_per_step;
     options.gemv_parts_per_row = parts;
@@ -426,13 +476,13 @@ std::vector<float> activations_with_runs(int64_t cols, uint32_t seed) {
 // takes q4_k's high nibbles in place as unsigned bytes (16x the nibble, dp4a.u32.s32, the sum
 // shifted back): nibbles of 8..15 and negative sums must come out as the legacy kernels' bits.
 // Rows of 14336 end in a half step; the activations include runs of +-max.
-TEST_F(GpuMatmul, RowsKernelOnRawQuantBytesEqualsLegacy) {
-  std::unique_ptr<Backend> legacy = make_legacy();
+TEST_P(GpuMatmul, RowsKernelOnRawQuantBytesEqualsLegacy) {
+  std::unique_ptr<Backend> legacy = make_legacy(bits());
   ASSERT_NE(legacy, nullptr);
   std::vector<std::unique_ptr<Backend>> fresh;
-  fresh.push_back(gputest::make_cuda());
+  fresh.push_back(gputest::make_cuda(opts()));
   for (const int rows_per_step : {1, 2, 4}) {
-    cuda::CudaBackendOptions options;
+    cuda::CudaBackendOptions options = opts();
     options.rows_gemv = true;
     options.gemv_rows_per_step = rows_per_step;
     fresh.push_back(gputest::make_cuda(options));
@@ -471,8 +521,9 @@ TEST_F(GpuMatmul, RowsKernelOnRawQuantBytesEqualsLegacy) {
 // (a last unit with missing rows), rows wider than a load batch, all-zero activations, and q/k/v
 // fused launches whose units straddle matrices. n = 2 .. 6 take the previous kernels on both
 // sides, and must equal each row computed alone.
-TEST_F(GpuMatmul, StreamedFloatKernelEqualsPreviousKernels) {
-  cuda::CudaBackendOptions previous_options;
+TEST_P(GpuMatmul, StreamedFloatKernelEqualsPreviousKernels) {
+  if (float_only_repeat()) GTEST_SKIP() << "float weights: run at 16 bits only";
+  cuda::CudaBackendOptions previous_options = opts();
   previous_options.previous_float_gemv = true;
   std::unique_ptr<Backend> previous = gputest::make_cuda(previous_options);
   ASSERT_NE(previous, nullptr);
@@ -488,7 +539,7 @@ TEST_F(GpuMatmul, StreamedFloatKernelEqualsPreviousKernels) {
                           Shape{2, 8, 1, true, 0}, Shape{0, 0, 0, false, 1}, Shape{1, 8, 0, false, 1},
                           Shape{1, 8, 1, false, 1}, Shape{1, 4, 0, false, 1}, Shape{2, 4, 0, false, 1},
                           Shape{2, 4, 1, false, 1}}) {
-    cuda::CudaBackendOptions o;
+    cuda::CudaBackendOptions o = opts();
     o.float_gemv_rows = sh.rows;
     o.float_gemv_unroll = sh.unroll;
     o.float_gemv_blocks = sh.blocks;
@@ -562,13 +613,13 @@ TEST_F(GpuMatmul, StreamedFloatKernelEqualsPreviousKernels) {
 // Weight bytes are uniform over 0..255 (every nibble, scale and min value; f16 scales kept
 // finite), the activations include runs of +-max: products with several pairs per warp, the
 // half step of 14336-wide rows, an odd row count (a pair with a missing row).
-TEST_F(GpuMatmul, StreamKernelOn8BShapesEqualsLegacy) {
-  std::unique_ptr<Backend> legacy = make_legacy();
+TEST_P(GpuMatmul, StreamKernelOn8BShapesEqualsLegacy) {
+  std::unique_ptr<Backend> legacy = make_legacy(bits());
   ASSERT_NE(legacy, nullptr);
   std::vector<std::unique_ptr<Backend>> fresh;
-  fresh.push_back(gputest::make_cuda());
+  fresh.push_back(gputest::make_cuda(opts()));
   for (const int blocks : {1, 2}) {
-    cuda::CudaBackendOptions options;
+    cuda::CudaBackendOptions options = opts();
     options.stream_gemv = true;
     options.gemv_stream_blocks = blocks;
     fresh.push_back(gputest::make_cuda(options));
@@ -615,6 +666,9 @@ TEST_F(GpuMatmul, StreamKernelOn8BShapesEqualsLegacy) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(ActBits, GpuMatmul, ::testing::Values(16, 8),
+                         [](const ::testing::TestParamInfo<int>& info) { return "x" + std::to_string(info.param); });
 
 }  // namespace
 }  // namespace tern

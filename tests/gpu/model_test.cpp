@@ -5,7 +5,8 @@
 //   cache: ||gpu - ref|| / ||ref|| <= 2e-4 per row, same greedy token. (With an f16 cache the
 //   two sides' last-bit differences in K and V occasionally round to neighbouring halves, a
 //   2^-11 step; the same fixtures then differ by up to ~7e-4, so that case gets 2e-3.)
-//   quantized mixes (f16 cache): 5e-2 (activations are rounded to int8 in every projection), and
+//   quantized mixes (f16 cache): 5e-2 (activations are rounded per 32 elements in every projection:
+//   to int16 by default, the bound set when they were int8), and
 //   the GPU's greedy token must be within 0.25 of the reference's best logit (random models have
 //   logits of std ~2, so this fails on any real divergence).
 // On the GPU alone, bit for bit: one-step prefill vs chunked vs token-by-token; CUDA graphs vs

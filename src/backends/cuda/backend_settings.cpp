@@ -82,6 +82,17 @@ int on_off_default(const char* name, int option) {
   if (env != nullptr && std::strcmp(env, "0") == 0) return 2;
   return option == 1 || option == 2 ? option : 0;
 }
+// CudaBackendOptions::act_bits, unless TERN_CUDA_ACT_BITS is 8 or 16; any other value of either
+// gives the default, the variable's with a warning.
+int act_bits(const CudaBackendOptions& options) {
+  const char* env = std::getenv("TERN_CUDA_ACT_BITS");
+  if (env != nullptr && *env) {
+    if (std::strcmp(env, "8") == 0) return 8;
+    if (std::strcmp(env, "16") == 0) return 16;
+    std::fprintf(stderr, "tern: ignoring TERN_CUDA_ACT_BITS=%s (expected 8 or 16)\n", env);
+  }
+  return options.act_bits == 8 || options.act_bits == 16 ? options.act_bits : kDefaultActBits;
+}
 bool use_float_swiglu_epilogue(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_GEMV_FLOAT_GLU");
   if (env != nullptr && *env) return std::strcmp(env, "0") != 0;
@@ -263,6 +274,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.gemv_stream_blocks = gemv_shape_override("TERN_CUDA_GEMV_STREAM_BLOCKS", options.gemv_stream_blocks);
   s.gemv_mixed = on_off_default("TERN_CUDA_GEMV_MIXED", options.gemv_mixed);
   s.fuse_float_swiglu_epilogue = s.fuse_gemv && s.gemv_float_kernel == 0 && use_float_swiglu_epilogue(options);
+  s.act_bits = act_bits(options);
   return s;
 }
 

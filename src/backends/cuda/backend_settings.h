@@ -39,6 +39,9 @@ constexpr int kDefaultFusedDecode = 3;
 // 423 and 405 tok/s at 1k).
 constexpr int kDefaultAttnCompact = 3;
 
+// Quantized activations' default precision (CudaBackendOptions::act_bits): 16, the CPU backend's.
+constexpr int kDefaultActBits = 16;
+
 struct BackendSettings {
   bool pdl = false;            // programmatic dependent launch (sm_90+; TERN_CUDA_PDL=0 off)
   bool tc_prefill = false;     // tensor-core prefill (TERN_CUDA_TC_PREFILL=1 / 0)
@@ -75,6 +78,7 @@ struct BackendSettings {
   // default (on), 1 on, 2 off (TERN_CUDA_GEMV_MIXED=1 / 0).
   int gemv_mixed = 0;
   bool fuse_float_swiglu_epilogue = false;  // with fuse_gemv (TERN_CUDA_GEMV_FLOAT_GLU=0 / 1)
+  int act_bits = kDefaultActBits;   // 8 or 16 (TERN_CUDA_ACT_BITS=8 / 16): MatmulArgs::x_bits
 };
 
 // cc_major: the device's compute capability; bulk_compiled: gemv_bulk_compiled() (bulk-copy GEMVs

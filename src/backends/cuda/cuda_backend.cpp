@@ -113,7 +113,8 @@ class CudaBackend final : public Backend {
         gemv_float_pipe_(settings.gemv_float_pipe),
         gemv_norm_preload_(settings.gemv_norm_preload),
         gemv_stream_blocks_(settings.gemv_stream_blocks),
-        gemv_mixed_(settings.gemv_mixed != 2 && prop.major >= 9) {
+        gemv_mixed_(settings.gemv_mixed != 2 && prop.major >= 9),
+        act_bits_(settings.act_bits) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
     if (settings.gemv_float_dynamic) gemv_float_counter_ = alloc(64);  // MatmulArgs::gemv_float_counter
@@ -149,6 +150,7 @@ class CudaBackend final : public Backend {
     s.compact_attentions = compact_attentions_;
     s.fused_early_kv = fused_early_kv_;
     s.gemv_path = static_cast<int>(gemv_path_);
+    s.act_bits = act_bits_;
     return s;
   }
 
@@ -381,6 +383,7 @@ class CudaBackend final : public Backend {
     a.gemv_float_pipe = gemv_float_pipe_;
     a.gemv_norm_preload = gemv_norm_preload_;
     a.gemv_stream_blocks = gemv_stream_blocks_;
+    a.x_bits = act_bits_;
     a.gemv_float_counter = gemv_float_counter_ != nullptr ? static_cast<int*>(gemv_float_counter_->data()) : nullptr;
     add_matrix(a, w, out);
   }
@@ -830,6 +833,7 @@ class CudaBackend final : public Backend {
   int gemv_stream_blocks_ = 0;  // MatmulArgs::gemv_stream_blocks
   bool gemv_mixed_ = false;     // CudaBackendOptions::gemv_mixed (mixed-type launches)
   int64_t gemv_mixed_joins_ = 0;
+  int act_bits_ = kDefaultActBits;  // MatmulArgs::x_bits of every quantized product
   std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks
   std::unique_ptr<Buffer> gemv_float_counter_;  // MatmulArgs::gemv_float_counter (dynamic units)
   int64_t gemv_fusions_ = 0;

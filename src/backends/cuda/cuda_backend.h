@@ -175,6 +175,13 @@ struct CudaBackendOptions {
   // On: it saves the elementwise launch without repeating work (H200, 8B F16 decode with the first
   // version of the kernel: 168.8 tok/s with it, 161.1 without).
   bool fuse_float_swiglu_epilogue = true;
+  // Precision of the activations that meet quantized weights (gemv_items.cuh; float weights
+  // always see float activations): 16 (int16 per element, ~2^-15 of a 32-element unit's largest
+  // value: the CPU backend's default precision, so greedy tokens follow the CPU's) or 8 (int8,
+  // llama.cpp's precision: fewer instructions per weight, logits of SmolLM2-135M Q4_1 off by up
+  // to ~0.8). 0 = the default (16). TERN_CUDA_ACT_BITS=8 / 16 overrides it. Fixed per backend:
+  // a row's arithmetic must not depend on the batch it is in.
+  int act_bits = 0;
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).
@@ -199,6 +206,7 @@ struct CudaBackendStats {
   int64_t fused_early_kv = 0;  // fused decode attention ops that copied K/V before the PDL wait
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int64_t gemv_mixed = 0;        // products that joined a launch of another weight type (gemv_mixed)
+  int act_bits = 16;             // CudaBackendOptions::act_bits as resolved (8 or 16)
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
                                  // 0 default, 1 legacy, 2 multi-row / split-row, 3 single-row,
                                  // 4 register-streamed, 5 default before it)

@@ -16,7 +16,28 @@ namespace tern::cuda::gemv_items {
 constexpr int kItemUnits = 4;
 constexpr int kStepElems = 4096;
 constexpr int kStepUnits = kStepElems / 32;
-constexpr int kGroupPitch = 144;
+
+// Activation precision (MatmulArgs::x_bits, one choice per backend): kXB bytes per quantized
+// activation element. 1: int8, q = rint(x * 127 / amax) per 32-element unit, dotted with the
+// weight codes by dp4a (four products per instruction). 2: int16, q = rint(x * 32512 / amax),
+// dotted by dp2a (two 16-bit x 8-bit products per instruction): the same integers as the CPU
+// backend's 16-bit mode (backends/cpu/matmul_kernels.h: q_max 32512 = 255 * 127 + 127), a step of
+// ~2^-15 of the unit's amax instead of ~2^-7, at twice the dot instructions and tile bytes.
+// A run of kUnits units of a tile row: kUnits * 32 * kXB bytes plus 16 of padding, so that the
+// 16-byte loads of lanes reading consecutive runs start on different banks.
+template <int kUnits, int kXB>
+__host__ __device__ constexpr int run_pitch() {
+  return kUnits * 32 * kXB + 16;
+}
+template <int kXB>
+__host__ __device__ constexpr int group_pitch() {  // a lane item's four units
+  return run_pitch<kItemUnits, kXB>();
+}
+constexpr int kGroupPitch = group_pitch<1>();  // 144
+template <int kXB>
+__host__ __device__ constexpr float x_qmax() {
+  return kXB == 1 ? 127.0f : 32512.0f;
+}
 
 template <DType T>
 struct QType;
@@ -38,18 +59,23 @@ struct XTile {
   int unit_pitch;
 };
 
-// The 128 int8 values of group g (units 4g .. 4g + 3) of tile row j, as 32 words: unit k is
-// X[8k .. 8k + 8), its first 16 elements X[8k .. 8k + 4).
-__device__ __forceinline__ void load_x_group(const XTile& x, int j, int g, uint32_t (&X)[32]) {
-  const uint4* p = reinterpret_cast<const uint4*>(x.q + j * x.row_pitch + g * kGroupPitch);
+// The 128 values of group g (units 4g .. 4g + 3) of tile row j, as 32 * kXB words: unit k is
+// X[8 kXB k .. 8 kXB (k + 1)) (int8: four elements per word; int16: two).
+template <int kXB>
+__device__ __forceinline__ void load_x_words(const uint8_t* q, uint32_t (&X)[32 * kXB]) {
+  const uint4* p = reinterpret_cast<const uint4*>(q);
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
+  for (int k = 0; k < 8 * kXB; ++k) {
     const uint4 v = p[k];
     X[4 * k] = v.x;
     X[4 * k + 1] = v.y;
     X[4 * k + 2] = v.z;
     X[4 * k + 3] = v.w;
   }
+}
+template <int kXB = 1>
+__device__ __forceinline__ void load_x_group(const XTile& x, int j, int g, uint32_t (&X)[32 * kXB]) {
+  load_x_words<kXB>(x.q + j * x.row_pitch + g * group_pitch<kXB>(), X);
 }
 
 // Scales and int sums of the four units of group g of row j.
@@ -60,21 +86,20 @@ __device__ __forceinline__ int4 x_sums(const XTile& x, int j, int g) {
   return reinterpret_cast<const int4*>(x.s + j * x.unit_pitch)[g];
 }
 
-// One lane's view of activation group g of a tile row: its 128 int8 values, the four units'
-// scales, int sums and (q6_k) 16-element half sums. Loaded once and dotted with one or several
-// weight rows' items (the multi-row kernel of gemv_rows.cu shares it between rows).
+// One lane's view of activation group g of a tile row: its 128 values, the four units' scales,
+// int sums and (q6_k) 16-element half sums. Loaded once and dotted with one or several weight
+// rows' items (the multi-row kernel of gemv_rows.cu shares it between rows).
+template <int kXB = 1>
 struct XGroup {
-  uint32_t q[32];
+  static constexpr int kBytes = kXB;
+  uint32_t q[32 * kXB];
   float4 d;
   int4 s;
   int hs[8];
 };
 
-template <bool kSums, bool kHalves>
-__device__ __forceinline__ void load_x(const XTile& x, int j, int g, XGroup& out) {
-  load_x_group(x, j, g, out.q);
-  out.d = x_scales(x, j, g);
-  if constexpr (kSums) out.s = x_sums(x, j, g);
+template <bool kHalves, int kXB>
+__device__ __forceinline__ void load_x_halves(const XTile& x, int j, int g, XGroup<kXB>& out) {
   if constexpr (kHalves) {
     const int4* hp = reinterpret_cast<const int4*>(x.h + j * 2 * x.unit_pitch) + 2 * g;
     const int4 h01 = hp[0], h23 = hp[1];
@@ -83,28 +108,23 @@ __device__ __forceinline__ void load_x(const XTile& x, int j, int g, XGroup& out
   }
 }
 
-// load_x for a tile whose int8 row is laid out by the caller (the streamed kernel's runs of
-// eight units, gemv_stream.cu): group g's 128 values start at q (16-byte aligned); scales, sums
-// and half sums as load_x. The same values, so the same dot products.
-template <bool kSums, bool kHalves>
-__device__ __forceinline__ void load_x_at(const XTile& x, const uint8_t* q, int g, XGroup& out) {
-  const uint4* p = reinterpret_cast<const uint4*>(q);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const uint4 v = p[k];
-    out.q[4 * k] = v.x;
-    out.q[4 * k + 1] = v.y;
-    out.q[4 * k + 2] = v.z;
-    out.q[4 * k + 3] = v.w;
-  }
+template <bool kSums, bool kHalves, int kXB>
+__device__ __forceinline__ void load_x(const XTile& x, int j, int g, XGroup<kXB>& out) {
+  load_x_group<kXB>(x, j, g, out.q);
+  out.d = x_scales(x, j, g);
+  if constexpr (kSums) out.s = x_sums(x, j, g);
+  load_x_halves<kHalves>(x, j, g, out);
+}
+
+// load_x for a tile whose row is laid out by the caller (the streamed kernel's runs of eight
+// units, gemv_stream.cu): group g's values start at q (16-byte aligned); scales, sums and half
+// sums as load_x. The same values, so the same dot products.
+template <bool kSums, bool kHalves, int kXB>
+__device__ __forceinline__ void load_x_at(const XTile& x, const uint8_t* q, int g, XGroup<kXB>& out) {
+  load_x_words<kXB>(q, out.q);
   out.d = x_scales(x, 0, g);
   if constexpr (kSums) out.s = x_sums(x, 0, g);
-  if constexpr (kHalves) {
-    const int4* hp = reinterpret_cast<const int4*>(x.h) + 2 * g;
-    const int4 h01 = hp[0], h23 = hp[1];
-    out.hs[0] = h01.x; out.hs[1] = h01.y; out.hs[2] = h01.z; out.hs[3] = h01.w;
-    out.hs[4] = h23.x; out.hs[5] = h23.y; out.hs[6] = h23.z; out.hs[7] = h23.w;
-  }
+  load_x_halves<kHalves>(x, 0, g, out);
 }
 
 __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
@@ -144,14 +164,40 @@ __device__ __forceinline__ void load_words_a2(const uint8_t* p, uint32_t (&out)[
   }
 }
 
-// Integer dot of 8 weight words (32 elements, each byte one signed or small unsigned value) with
-// unit X[8k .. 8k + 8).
-template <int K>
-__device__ __forceinline__ int unit_dot(const uint32_t (&w)[8], const uint32_t (&X)[32]) {
-  int s = 0;
+// dp2a: two int16 activations (a's halves) times bytes 0-1 (lo) or 2-3 (hi) of the weight word b.
+// kU: b's bytes are unsigned (q4_k's in-place high nibbles, 16x the nibble).
+template <bool kHi, bool kU = false>
+__device__ __forceinline__ int dp2a(uint32_t a, uint32_t b, int c) {
+  int d;
+  if constexpr (kHi && kU) asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  else if constexpr (kHi) asm("dp2a.hi.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  else if constexpr (kU) asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  else asm("dp2a.lo.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// The exact integer dot of weight words w[i0 .. i0 + N) (four codes each, signed or small
+// unsigned bytes; kU: unsigned bytes of any size) with the matching activation elements of unit
+// K of a group's words X: dp4a per word at 8 bits, a lo and a hi dp2a per word at 16.
+template <int K, int i0, int N, int kXB, bool kU = false>
+__device__ __forceinline__ int words_dot(const uint32_t (&w)[8], const uint32_t (&X)[32 * kXB], int s = 0) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) s = dp4a(w[i], X[8 * K + i], s);
+  for (int i = i0; i < i0 + N; ++i) {
+    if constexpr (kXB == 1) {
+      s = kU ? dp4a_u8s8(w[i], X[8 * K + i], s) : dp4a(w[i], X[8 * K + i], s);
+    } else {
+      s = dp2a<false, kU>(X[16 * K + 2 * i], w[i], s);
+      s = dp2a<true, kU>(X[16 * K + 2 * i + 1], w[i], s);
+    }
+  }
   return s;
+}
+
+// Integer dot of 8 weight words (32 elements, each byte one signed or small unsigned value) with
+// unit K of X.
+template <int K, int kXB = 1>
+__device__ __forceinline__ int unit_dot(const uint32_t (&w)[8], const uint32_t (&X)[32 * kXB]) {
+  return words_dot<K, 0, 8, kXB>(w, X);
 }
 
 // --- canonical unit contributions (gemv.h, step 1) ---------------------------------------------
@@ -216,7 +262,7 @@ __device__ __forceinline__ void q40_block(const uint32_t (&w)[18], float* d, uin
 }
 
 // Four 18-byte blocks.
-template <int kRows>
+template <int kRows, int kXB>
 __device__ __forceinline__ void item_dot_q4_0(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
                                       float (&v)[kRows]) {
   uint32_t w[18];
@@ -230,19 +276,19 @@ __device__ __forceinline__ void item_dot_q4_0(const uint8_t* wstep, int lane, in
 #pragma unroll
   for (int j = 0; j < kRows; ++j) {
     if (j >= nt) break;
-    uint32_t X[32];
-    load_x_group(x, j, g, X);
+    uint32_t X[32 * kXB];
+    load_x_group<kXB>(x, j, g, X);
     const float4 dx = x_scales(x, j, g);
     const int4 xs = x_sums(x, j, g);
-    v[j] = item_tree(unit_scaled(d[0], dx.x, unit_dot<0>(q[0], X) - 8 * xs.x),
-                     unit_scaled(d[1], dx.y, unit_dot<1>(q[1], X) - 8 * xs.y),
-                     unit_scaled(d[2], dx.z, unit_dot<2>(q[2], X) - 8 * xs.z),
-                     unit_scaled(d[3], dx.w, unit_dot<3>(q[3], X) - 8 * xs.w), n_valid);
+    v[j] = item_tree(unit_scaled(d[0], dx.x, unit_dot<0, kXB>(q[0], X) - 8 * xs.x),
+                     unit_scaled(d[1], dx.y, unit_dot<1, kXB>(q[1], X) - 8 * xs.y),
+                     unit_scaled(d[2], dx.z, unit_dot<2, kXB>(q[2], X) - 8 * xs.z),
+                     unit_scaled(d[3], dx.w, unit_dot<3, kXB>(q[3], X) - 8 * xs.w), n_valid);
   }
 }
 
 // Four 20-byte blocks: d, m, 16 bytes of nibbles.
-template <int kRows>
+template <int kRows, int kXB>
 __device__ __forceinline__ void item_dot_q4_1(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
                                       float (&v)[kRows]) {
   uint32_t w[20];
@@ -262,14 +308,14 @@ __device__ __forceinline__ void item_dot_q4_1(const uint8_t* wstep, int lane, in
 #pragma unroll
   for (int j = 0; j < kRows; ++j) {
     if (j >= nt) break;
-    uint32_t X[32];
-    load_x_group(x, j, g, X);
+    uint32_t X[32 * kXB];
+    load_x_group<kXB>(x, j, g, X);
     const float4 dx = x_scales(x, j, g);
     const int4 xs = x_sums(x, j, g);
-    v[j] = item_tree(unit_affine(d[0], m[0], dx.x, unit_dot<0>(q[0], X), xs.x),
-                     unit_affine(d[1], m[1], dx.y, unit_dot<1>(q[1], X), xs.y),
-                     unit_affine(d[2], m[2], dx.z, unit_dot<2>(q[2], X), xs.z),
-                     unit_affine(d[3], m[3], dx.w, unit_dot<3>(q[3], X), xs.w), n_valid);
+    v[j] = item_tree(unit_affine(d[0], m[0], dx.x, unit_dot<0, kXB>(q[0], X), xs.x),
+                     unit_affine(d[1], m[1], dx.y, unit_dot<1, kXB>(q[1], X), xs.y),
+                     unit_affine(d[2], m[2], dx.z, unit_dot<2, kXB>(q[2], X), xs.z),
+                     unit_affine(d[3], m[3], dx.w, unit_dot<3, kXB>(q[3], X), xs.w), n_valid);
   }
 }
 
@@ -289,10 +335,12 @@ struct WItemQ8_0 {
     legacy_block<34, 2, 8>(w, &d[2], q[2]);
     legacy_block<34, 3, 8>(w, &d[3], q[3]);
   }
-  __device__ __forceinline__ float dot(const XGroup& x, int n_valid) const {
-    return item_tree(unit_scaled(d[0], x.d.x, unit_dot<0>(q[0], x.q)), unit_scaled(d[1], x.d.y, unit_dot<1>(q[1], x.q)),
-                     unit_scaled(d[2], x.d.z, unit_dot<2>(q[2], x.q)), unit_scaled(d[3], x.d.w, unit_dot<3>(q[3], x.q)),
-                     n_valid);
+  template <int kXB>
+  __device__ __forceinline__ float dot(const XGroup<kXB>& x, int n_valid) const {
+    return item_tree(unit_scaled(d[0], x.d.x, unit_dot<0, kXB>(q[0], x.q)),
+                     unit_scaled(d[1], x.d.y, unit_dot<1, kXB>(q[1], x.q)),
+                     unit_scaled(d[2], x.d.z, unit_dot<2, kXB>(q[2], x.q)),
+                     unit_scaled(d[3], x.d.w, unit_dot<3, kXB>(q[3], x.q)), n_valid);
   }
 };
 
@@ -356,26 +404,25 @@ struct WItemK45 {
       }
     }
   }
-  // Unit K's integer dot with a high-nibble unit (kHigh16): sum of 16 * nibble * x, over 16.
-  template <int K>
-  __device__ __forceinline__ int high_dot(const uint32_t (&w)[8], const uint32_t (&X)[32]) const {
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) s = dp4a_u8s8(w[i], X[8 * K + i], s);
-    return s >> 4;
+  // Unit K's integer dot with a high-nibble unit (kHigh16): sum of 16 * nibble * x (the bytes
+  // unsigned), over 16 (exact: a multiple of 16).
+  template <int K, int kXB>
+  __device__ __forceinline__ int high_dot(const uint32_t (&w)[8], const uint32_t (&X)[32 * kXB]) const {
+    return words_dot<K, 0, 8, kXB, true>(w, X) >> 4;
   }
-  __device__ __forceinline__ float dot(const XGroup& x, int) const {
+  template <int kXB>
+  __device__ __forceinline__ float dot(const XGroup<kXB>& x, int) const {
     int i1, i3;
     if constexpr (kHigh16) {
-      i1 = high_dot<1>(q[1], x.q);
-      i3 = high_dot<3>(q[3], x.q);
+      i1 = high_dot<1, kXB>(q[1], x.q);
+      i3 = high_dot<3, kXB>(q[3], x.q);
     } else {
-      i1 = unit_dot<1>(q[1], x.q);
-      i3 = unit_dot<3>(q[3], x.q);
+      i1 = unit_dot<1, kXB>(q[1], x.q);
+      i3 = unit_dot<3, kXB>(q[3], x.q);
     }
-    return item_tree(unit_kmin(dl[0], ml[0], x.d.x, unit_dot<0>(q[0], x.q), x.s.x),
+    return item_tree(unit_kmin(dl[0], ml[0], x.d.x, unit_dot<0, kXB>(q[0], x.q), x.s.x),
                      unit_kmin(dl[1], ml[1], x.d.y, i1, x.s.y),
-                     unit_kmin(dl[2], ml[2], x.d.z, unit_dot<2>(q[2], x.q), x.s.z),
+                     unit_kmin(dl[2], ml[2], x.d.z, unit_dot<2, kXB>(q[2], x.q), x.s.z),
                      unit_kmin(dl[3], ml[3], x.d.w, i3, x.s.w), kItemUnits);
   }
 };
@@ -419,20 +466,25 @@ struct WItemQ6_K {
       q[3][i] = ((L[8 + i] >> 4) & 0x0f0f0f0fu) | ((H[i] >> 2) & 0x30303030u);
     }
   }
-  __device__ __forceinline__ float dot(const XGroup& x, int) const {
-    int isum[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      int a = 0, c = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        a = dp4a(q[k][i], x.q[8 * k + i], a);
-        c = dp4a(q[k][4 + i], x.q[8 * k + 4 + i], c);
-      }
-      isum[k] = sc[2 * k] * (a - 32 * x.hs[2 * k]) + sc[2 * k + 1] * (c - 32 * x.hs[2 * k + 1]);
+  // Unit K's integer dot. At 16 bits each half's term reaches 128 * 16 * 32 * 32512 < 2^31 and
+  // their sum may not fit an int, so it is formed in 64 bits (the same integer, so float(isum)
+  // rounds it as it would an int).
+  template <int K, int kXB>
+  __device__ __forceinline__ float unit_isum(const XGroup<kXB>& x) const {
+    const int a = words_dot<K, 0, 4, kXB>(q[K], x.q) - 32 * x.hs[2 * K];
+    const int c = words_dot<K, 4, 4, kXB>(q[K], x.q) - 32 * x.hs[2 * K + 1];
+    if constexpr (kXB == 1) {
+      return static_cast<float>(sc[2 * K] * a + sc[2 * K + 1] * c);
+    } else {
+      return static_cast<float>(static_cast<long long>(sc[2 * K] * a) + static_cast<long long>(sc[2 * K + 1] * c));
     }
-    return item_tree(unit_scaled(d, x.d.x, isum[0]), unit_scaled(d, x.d.y, isum[1]), unit_scaled(d, x.d.z, isum[2]),
-                     unit_scaled(d, x.d.w, isum[3]), kItemUnits);
+  }
+  template <int kXB>
+  __device__ __forceinline__ float dot(const XGroup<kXB>& x, int) const {
+    const float dx[4] = {x.d.x, x.d.y, x.d.z, x.d.w};
+    return item_tree(__fmul_rn(__fmul_rn(d, dx[0]), unit_isum<0>(x)), __fmul_rn(__fmul_rn(d, dx[1]), unit_isum<1>(x)),
+                     __fmul_rn(__fmul_rn(d, dx[2]), unit_isum<2>(x)), __fmul_rn(__fmul_rn(d, dx[3]), unit_isum<3>(x)),
+                     kItemUnits);
   }
 };
 
@@ -446,7 +498,7 @@ template <bool S> struct WItemOf<DType::Q5_K, S> { using type = WItemK45<true, S
 template <bool S> struct WItemOf<DType::Q6_K, S> { using type = WItemQ6_K<S>; };
 
 // Decodes one weight item and dots it with rows 0 .. nt - 1 of the tile.
-template <typename W, int kRows>
+template <typename W, int kRows, int kXB>
 __device__ __forceinline__ void witem_dot(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
                                           float (&v)[kRows]) {
   W w;
@@ -454,7 +506,7 @@ __device__ __forceinline__ void witem_dot(const uint8_t* wstep, int lane, int n_
 #pragma unroll
   for (int j = 0; j < kRows; ++j) {
     if (j >= nt) break;
-    XGroup xg;
+    XGroup<kXB> xg;
     load_x<W::kSums, W::kHalves>(x, j, g, xg);
     v[j] = w.dot(xg, n_valid);
   }
@@ -462,12 +514,12 @@ __device__ __forceinline__ void witem_dot(const uint8_t* wstep, int lane, int n_
 
 // Lane item of type T: units 4g .. 4g + 3 of the row, n_valid of them inside it, against
 // activation rows 0 .. nt - 1 (nt <= kRows) of the tile; v[j] gets levels 1-2 of row j's tree.
-template <DType T, int kRows>
+template <DType T, int kRows, int kXB>
 __device__ __forceinline__ void item_dot(const uint8_t* wstep, int lane, int n_valid, const XTile& x, int g, int nt,
                                          float (&v)[kRows]) {
-  if constexpr (T == DType::Q4_0) item_dot_q4_0<kRows>(wstep, lane, n_valid, x, g, nt, v);
-  else if constexpr (T == DType::Q4_1) item_dot_q4_1<kRows>(wstep, lane, n_valid, x, g, nt, v);
-  else witem_dot<typename WItemOf<T>::type, kRows>(wstep, lane, n_valid, x, g, nt, v);
+  if constexpr (T == DType::Q4_0) item_dot_q4_0<kRows, kXB>(wstep, lane, n_valid, x, g, nt, v);
+  else if constexpr (T == DType::Q4_1) item_dot_q4_1<kRows, kXB>(wstep, lane, n_valid, x, g, nt, v);
+  else witem_dot<typename WItemOf<T>::type, kRows, kXB>(wstep, lane, n_valid, x, g, nt, v);
 }
 
 }  // namespace tern::cuda::gemv_items

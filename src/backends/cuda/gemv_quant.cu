@@ -8,8 +8,9 @@
 //
 // Shared memory of a block:
 //   bars   [warps][kMaxStages] mbarriers of the bulk-copy pipelines (unused by per-lane staging)
-//   xq     [nt][n_groups * kGroupPitch] int8: the activation tile, 128 elements (four units) per
-//          group, each group padded to 144 bytes so 16-byte loads of 8 lanes hit distinct banks
+//   xq     [nt][n_groups * group_pitch] int8 or int16 (MatmulArgs::x_bits): the activation tile,
+//          128 elements (four units) per group, each group padded by 16 bytes (144 / 272 bytes)
+//          so 16-byte loads of 8 lanes hit distinct banks
 //   xd, xs [nt][unit_pitch]: per-unit activation scale (float) and sum of the int8 values (int)
 //   xh     [nt][2 * unit_pitch]: sums of each 16-element half of a unit (q6_k's sub-block offset)
 //   stage  [warps][n_stages][stage_pitch]: each warp's pipelined copies of its weight row's steps
@@ -117,9 +118,11 @@ int segment_rows(const MatmulArgs& a) {
 // more resident warps hide more of a step's dependent latency (shared loads -> dp4a -> five
 // shuffles). The single-row tile is held to 64 registers (four blocks per SM) where that costs no
 // spills, 80 (three) for q8_0, q6_k and the per-lane-staged variants; the four-row tile to 128 (two).
-template <DType T, bool kBulk, int kTile>
+// 16-bit activations (kXB = 2) hold a group in 64 registers instead of 32: their single-row
+// instances get the four-row tile's 128.
+template <DType T, bool kBulk, int kTile, int kXB>
 constexpr int min_blocks_per_sm() {
-  if constexpr (kTile != 1) return 2;
+  if constexpr (kTile != 1 || kXB != 1) return 2;
   else return T == DType::Q8_0 || T == DType::Q6_K || !kBulk ? 3 : 4;
 }
 
@@ -134,7 +137,7 @@ constexpr int min_blocks_per_sm() {
 // operations on the same rows either way (the full instance only drops the `j < nt` branches,
 // which ncu found were ~20% of a prefill product's instructions: the branches, their convergence
 // barriers and predicates).
-template <DType T, bool kBulk, int kTile, bool kPair, bool kEarly, bool kFull = false>
+template <DType T, int kXB, bool kBulk, int kTile, bool kPair, bool kEarly, bool kFull = false>
 __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stages, int seg_rows, int prefetch) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int kBlockElems = QType<T>::kBlockElems, kBlockBytes = QType<T>::kBlockBytes;
@@ -146,7 +149,7 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
   const int nt_alloc = kFull ? kTile : (a.n < kTile ? static_cast<int>(a.n) : kTile);
   const int64_t x0 = int64_t{blockIdx.x} * kTile;
   const int nt = kFull ? kTile : static_cast<int>(a.n - x0 < kTile ? a.n - x0 : kTile);
-  const SmemLayout l = smem_layout<T>(cols, nt_alloc, n_stages, seg_rows);
+  const SmemLayout l = smem_layout<T, kXB>(cols, nt_alloc, n_stages, seg_rows);
   uint8_t* xq = smem + l.x_off;
   float* xd = reinterpret_cast<float*>(smem + l.d_off);
   int* xs = reinterpret_cast<int*>(smem + l.s_off);
@@ -230,9 +233,9 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
                          seg_lane == 0;
   if (res_early) res_first = a.fuse.residual[x0 * a.fuse.residual_stride + mat_row(a, group_row(0) + seg).r];
   if (a.fuse.prologue != GemvPrologue::kNone) {
-    quantize_tile_fused(a, x0, nt, l, xq, xd, xs, xh, blockIdx.y == 0, pre);
+    quantize_tile_fused<kXB>(a, x0, nt, l, xq, xd, xs, xh, blockIdx.y == 0, pre);
   } else {
-    quantize_tile(a, x0, nt, l, xq, xd, xs, xh);
+    quantize_tile<kXB>(a, x0, nt, l, xq, xd, xs, xh);
   }
   __syncthreads();
   if (a.fuse.prologue == GemvPrologue::kSwiglu && a.fuse.write_x != 0) fused_store_after_readers(a);
@@ -271,7 +274,7 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
     float v[kTile];
 #pragma unroll
     for (int j = 0; j < kTile; ++j) v[j] = 0.0f;
-    if (u0 < n_units) item_dot<T, kTile>(wstep, seg_lane, min(kItemUnits, n_units - u0), x, u0 / kItemUnits, nt, v);
+    if (u0 < n_units) item_dot<T, kTile, kXB>(wstep, seg_lane, min(kItemUnits, n_units - u0), x, u0 / kItemUnits, nt, v);
 #pragma unroll
     for (int j = 0; j < kTile; ++j) {
       if (j < nt) {  // nt is uniform across the warp
@@ -310,26 +313,26 @@ __device__ __forceinline__ void gemv_quant_body(const MatmulArgs& a, int n_stage
 // kEarly: the early loads at two blocks per SM (128 registers) where the other single-row
 // instances are held to 64-80, for the single-row products whose grid is at most one block per SM
 // (launch_typed), where residency does not limit the grid.
-template <DType T, bool kBulk, int kTile, bool kPair = false, bool kEarly = false>
-__global__ void __launch_bounds__(kGemvWarps * 32, kEarly ? 2 : min_blocks_per_sm<T, kBulk, kTile>())
+template <DType T, int kXB, bool kBulk, int kTile, bool kPair = false, bool kEarly = false>
+__global__ void __launch_bounds__(kGemvWarps * 32, kEarly ? 2 : min_blocks_per_sm<T, kBulk, kTile, kXB>())
     gemv_quant_kernel(MatmulArgs a, int n_stages, int seg_rows, int prefetch) {
   if constexpr (kTile > 1) {
     if (a.n - int64_t{blockIdx.x} * kTile >= kTile) {
-      gemv_quant_body<T, kBulk, kTile, kPair, kEarly, true>(a, n_stages, seg_rows, prefetch);
+      gemv_quant_body<T, kXB, kBulk, kTile, kPair, kEarly, true>(a, n_stages, seg_rows, prefetch);
       return;
     }
   }
-  gemv_quant_body<T, kBulk, kTile, kPair, kEarly>(a, n_stages, seg_rows, prefetch);
+  gemv_quant_body<T, kXB, kBulk, kTile, kPair, kEarly>(a, n_stages, seg_rows, prefetch);
 }
 
 // Launches one instance with a grid of as many blocks as can be resident (occupancy of this
 // instance at this shared-memory size), so every warp starts at once and then streams its rows
 // (per_sm > 0 fixes the blocks per SM instead: the legacy path's two).
-template <DType T, bool kBulk, int kTile, bool kPair = false, bool kEarly = false>
+template <DType T, int kXB, bool kBulk, int kTile, bool kPair = false, bool kEarly = false>
 void launch_instance(const MatmulArgs& a, const LaunchEnv& env, int n_stages, int seg_rows, int per_sm = 0) {
-  auto* kernel = gemv_quant_kernel<T, kBulk, kTile, kPair, kEarly>;
+  auto* kernel = gemv_quant_kernel<T, kXB, kBulk, kTile, kPair, kEarly>;
   const int nt_alloc = a.n < kTile ? static_cast<int>(a.n) : kTile;
-  const SmemLayout l = smem_layout<T>(static_cast<int>(a.cols), nt_alloc, n_stages, seg_rows);
+  const SmemLayout l = smem_layout<T, kXB>(static_cast<int>(a.cols), nt_alloc, n_stages, seg_rows);
   if (per_sm <= 0) {
     TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, l.total));
   }
@@ -357,7 +360,7 @@ struct QuantPlan {
   int seg_rows = 1;
 };
 
-template <DType T>
+template <DType T, int kXB>
 QuantPlan plan_typed(const MatmulArgs& a) {
   QuantPlan p;
   if (a.cols % QType<T>::kBlockElems != 0 || a.cols >= (int64_t{1} << 31)) return p;
@@ -367,7 +370,7 @@ QuantPlan plan_typed(const MatmulArgs& a) {
   // Eligibility is judged at the full tile so that it cannot depend on n (batch invariance).
   // The fused prologue's static shared memory comes out of the same per-block budget.
   const int smem_limit = a.max_smem_bytes - kFusionStaticSmemBytes;
-  if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>()).total > smem_limit) return p;
+  if (smem_layout<T, kXB>(cols, kGemvMaxXRows, stages<T>()).total > smem_limit) return p;
   p.ok = true;
   p.glu = a.fuse.glu_out != nullptr;
   if (a.gemv_path == static_cast<int32_t>(GemvPath::kLegacy)) {
@@ -384,14 +387,14 @@ QuantPlan plan_typed(const MatmulArgs& a) {
   p.pair = p.glu && p.bulk;
   p.seg_rows = segment_rows<T>(a);
   // A segmented step is at most a full step, so it fits the stages sized for full steps.
-  if (smem_layout<T>(cols, kGemvMaxXRows, stages<T>(), p.seg_rows).total > smem_limit) p.seg_rows = 1;
+  if (smem_layout<T, kXB>(cols, kGemvMaxXRows, stages<T>(), p.seg_rows).total > smem_limit) p.seg_rows = 1;
   p.n_stages = stages<T>();
   if (p.bulk) {
     // As many stages as fit the per-warp byte budget, fewer where the full tile would not fit.
-    const int pitch = smem_layout<T>(cols, 1, 2, p.seg_rows).stage_pitch;
+    const int pitch = smem_layout<T, kXB>(cols, 1, 2, p.seg_rows).stage_pitch;
     const int budget = a.stage_bytes_per_warp > 0 ? a.stage_bytes_per_warp : kDefaultStageBytesPerWarp;
     p.n_stages = std::clamp(budget / pitch, 2, kMaxStages);
-    while (p.n_stages > 2 && smem_layout<T>(cols, kGemvMaxXRows, p.n_stages, p.seg_rows).total > smem_limit) --p.n_stages;
+    while (p.n_stages > 2 && smem_layout<T, kXB>(cols, kGemvMaxXRows, p.n_stages, p.seg_rows).total > smem_limit) --p.n_stages;
   }
   // The multi-row / split-row kernel (n = 1): on kRows wherever it takes the product, on kAuto
   // for the shapes where it measured faster (gemv_rows_default).
@@ -412,12 +415,12 @@ constexpr bool has_early() {
   return T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q8_0;
 }
 
-template <DType T>
-bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
-  const QuantPlan p = plan_typed<T>(a);
+template <DType T, int kXB>
+bool launch_bits(const MatmulArgs& a, const LaunchEnv& env) {
+  const QuantPlan p = plan_typed<T, kXB>(a);
   if (!p.ok) return false;
   if (p.legacy) {
-    launch_instance<T, false, kGemvMaxXRows>(a, env, stages<T>(), 1, 2);
+    launch_instance<T, kXB, false, kGemvMaxXRows>(a, env, stages<T>(), 1, 2);
     if (p.glu) launch_glu_after(a, env);
     return true;
   }
@@ -434,42 +437,53 @@ bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
   const int64_t groups = (p.pair ? a.rows[0] : a.total_rows()) / p.seg_rows;
   if (has_early<T>() && a.n == 1 && a.gemv_norm_preload != 2 && (groups + kGemvWarps - 1) / kGemvWarps <= a.n_sm) {
     if constexpr (has_early<T>()) {
-      if (p.bulk && p.pair) launch_instance<T, true, 1, true, true>(a, env, p.n_stages, p.seg_rows);
-      else if (p.bulk) launch_instance<T, true, 1, false, true>(a, env, p.n_stages, p.seg_rows);
-      else launch_instance<T, false, 1, false, true>(a, env, p.n_stages, p.seg_rows);
+      if (p.bulk && p.pair) launch_instance<T, kXB, true, 1, true, true>(a, env, p.n_stages, p.seg_rows);
+      else if (p.bulk) launch_instance<T, kXB, true, 1, false, true>(a, env, p.n_stages, p.seg_rows);
+      else launch_instance<T, kXB, false, 1, false, true>(a, env, p.n_stages, p.seg_rows);
     }
   } else if (a.n == 1) {
-    if (p.bulk && p.pair) launch_instance<T, true, 1, true>(a, env, p.n_stages, p.seg_rows);
-    else if (p.bulk) launch_instance<T, true, 1>(a, env, p.n_stages, p.seg_rows);
-    else launch_instance<T, false, 1>(a, env, p.n_stages, p.seg_rows);
+    if (p.bulk && p.pair) launch_instance<T, kXB, true, 1, true>(a, env, p.n_stages, p.seg_rows);
+    else if (p.bulk) launch_instance<T, kXB, true, 1>(a, env, p.n_stages, p.seg_rows);
+    else launch_instance<T, kXB, false, 1>(a, env, p.n_stages, p.seg_rows);
   } else {
-    if (p.bulk && p.pair) launch_instance<T, true, kGemvMaxXRows, true>(a, env, p.n_stages, p.seg_rows);
-    else if (p.bulk) launch_instance<T, true, kGemvMaxXRows>(a, env, p.n_stages, p.seg_rows);
-    else launch_instance<T, false, kGemvMaxXRows>(a, env, p.n_stages, p.seg_rows);
+    if (p.bulk && p.pair) launch_instance<T, kXB, true, kGemvMaxXRows, true>(a, env, p.n_stages, p.seg_rows);
+    else if (p.bulk) launch_instance<T, kXB, true, kGemvMaxXRows>(a, env, p.n_stages, p.seg_rows);
+    else launch_instance<T, kXB, false, kGemvMaxXRows>(a, env, p.n_stages, p.seg_rows);
   }
   if (p.glu && !p.pair) launch_glu_after(a, env);
   return true;
 }
 
-template <DType T, bool kBulk, int kTile, bool kPair = false, bool kEarly = false>
+template <DType T>
+bool launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
+  return a.x_bits == 16 ? launch_bits<T, 2>(a, env) : launch_bits<T, 1>(a, env);
+}
+
+template <DType T, int kXB, bool kBulk, int kTile, bool kPair = false, bool kEarly = false>
 void allow_smem_instance(int max_smem_bytes) {
-  allow_dynamic_smem(gemv_quant_kernel<T, kBulk, kTile, kPair, kEarly>, max_smem_bytes, kFusionStaticSmemBytes,
+  allow_dynamic_smem(gemv_quant_kernel<T, kXB, kBulk, kTile, kPair, kEarly>, max_smem_bytes, kFusionStaticSmemBytes,
                      "gemv: static shared memory exceeds kFusionStaticSmemBytes");
+}
+
+template <DType T, int kXB>
+void allow_smem_bits(int max_smem_bytes) {
+  allow_smem_instance<T, kXB, false, kGemvMaxXRows>(max_smem_bytes);
+  allow_smem_instance<T, kXB, false, 1>(max_smem_bytes);
+  allow_smem_instance<T, kXB, true, kGemvMaxXRows>(max_smem_bytes);
+  allow_smem_instance<T, kXB, true, 1>(max_smem_bytes);
+  allow_smem_instance<T, kXB, true, kGemvMaxXRows, true>(max_smem_bytes);
+  allow_smem_instance<T, kXB, true, 1, true>(max_smem_bytes);
+  if constexpr (has_early<T>()) {
+    allow_smem_instance<T, kXB, false, 1, false, true>(max_smem_bytes);
+    allow_smem_instance<T, kXB, true, 1, false, true>(max_smem_bytes);
+    allow_smem_instance<T, kXB, true, 1, true, true>(max_smem_bytes);
+  }
 }
 
 template <DType T>
 void allow_smem(int max_smem_bytes) {
-  allow_smem_instance<T, false, kGemvMaxXRows>(max_smem_bytes);
-  allow_smem_instance<T, false, 1>(max_smem_bytes);
-  allow_smem_instance<T, true, kGemvMaxXRows>(max_smem_bytes);
-  allow_smem_instance<T, true, 1>(max_smem_bytes);
-  allow_smem_instance<T, true, kGemvMaxXRows, true>(max_smem_bytes);
-  allow_smem_instance<T, true, 1, true>(max_smem_bytes);
-  if constexpr (has_early<T>()) {
-    allow_smem_instance<T, false, 1, false, true>(max_smem_bytes);
-    allow_smem_instance<T, true, 1, false, true>(max_smem_bytes);
-    allow_smem_instance<T, true, 1, true, true>(max_smem_bytes);
-  }
+  allow_smem_bits<T, 1>(max_smem_bytes);
+  allow_smem_bits<T, 2>(max_smem_bytes);
 }
 
 }  // namespace
@@ -488,7 +502,7 @@ bool launch_gemv_quant(const MatmulArgs& a, const LaunchEnv& env) {
 
 bool gemv_bulk_compiled() {
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, gemv_quant_kernel<DType::Q4_K, true, 1>) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attr, gemv_quant_kernel<DType::Q4_K, 1, true, 1>) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }

@@ -82,9 +82,10 @@ __device__ __forceinline__ float multi_row_tree(const float (&v)[kRows], int lan
 // Register budgets without spills (ptxas -v, sm_90a): single-row kernels 64 registers (four
 // blocks per SM) for q4_k, 80 (three) for the others; two or four rows per step keep the
 // activation group live across the rows' items and need up to 128 (two blocks).
-template <DType T, int kRows>
+// 16-bit activations (kXB = 2): a group is 64 registers, so every instance gets 128.
+template <DType T, int kRows, int kXB>
 constexpr int rows_min_blocks() {
-  if constexpr (kRows == 1) return T == DType::Q4_K ? 4 : 3;
+  if constexpr (kRows == 1 && kXB == 1) return T == DType::Q4_K ? 4 : 3;
   else return 2;
 }
 
@@ -101,9 +102,9 @@ __host__ __device__ int rows_stage_pitch() {
   return kRows * rows_row_pitch<T, T2>() + 16;
 }
 
-template <DType T, int kRows, DType T2 = T>
+template <DType T, int kRows, int kXB, DType T2 = T>
 __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
-  SmemLayout l = smem_layout<T>(cols, 1, n_stages);
+  SmemLayout l = smem_layout<T, kXB>(cols, 1, n_stages);
   l.stage_pitch = rows_stage_pitch<T, kRows, T2>();
   l.total = l.stage_off + kGemvWarps * n_stages * l.stage_pitch;
   // + partial sums of the split rows: [groups][2 buffers][kParts <= 4][kRows] floats.
@@ -127,8 +128,8 @@ __host__ __device__ SmemLayout rows_smem_layout(int cols, int n_stages) {
 // T2 != T: a mixed-type launch (MatmulArgs::tail_mat; kRows >= 2, one part, no SwiGLU pairs):
 // the sets of the tail matrices' rows hold T2 rows and take T2's items and step lengths, the
 // others T's; the activation tile carries what both read. Each row's arithmetic is its type's.
-template <DType T, int kRows, int kParts, DType T2 = T>
-__global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
+template <DType T, int kRows, int kParts, int kXB, DType T2 = T>
+__global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows, kXB>())
     gemv_rows_kernel(MatmulArgs a, int n_stages, int part_steps, int prefetch, int spread, int norm_preload) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) uint8_t smem[];
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   const int n_steps = (cols + kStepElems - 1) / kStepElems;
   const int step0 = part * part_steps;
   const int my_steps = min(part_steps, n_steps - step0);  // >= 1: the launcher sizes the parts
-  const SmemLayout l = rows_smem_layout<T, kRows, T2>(cols, n_stages);
+  const SmemLayout l = rows_smem_layout<T, kRows, kXB, T2>(cols, n_stages);
   uint8_t* xq = smem + l.x_off;
   float* xd = reinterpret_cast<float*>(smem + l.d_off);
   int* xs = reinterpret_cast<int*>(smem + l.s_off);
@@ -270,9 +271,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
   if (!concurrent) pdl_enter();
   // An RMSNorm prologue (the only one gemv_rows_supports takes): block 0 stores the normed rows.
   if (a.fuse.prologue != GemvPrologue::kNone) {
-    quantize_tile_fused(a, 0, 1, l, xq, xd, xs, xh, blockIdx.x == 0, pre);
+    quantize_tile_fused<kXB>(a, 0, 1, l, xq, xd, xs, xh, blockIdx.x == 0, pre);
   } else {
-    quantize_tile_halves<kRows >= 2 ? 4 : 1>(a, l, xq, xd, xs, xh);
+    quantize_tile_halves<kRows >= 2 ? 4 : 1, kXB>(a, l, xq, xd, xs, xh);
   }
   __syncthreads();
   if (my_sets == 0) {  // the whole group: its parts share the sets
@@ -319,7 +320,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, rows_min_blocks<T, kRows>())
       using WI = decltype(item);
       WI w0;
       w0.load(wstage, lane);
-      XGroup xg;
+      XGroup<kXB> xg;
       load_x<WI::kSums, WI::kHalves>(x, 0, u0 / kItemUnits, xg);
       v[0] = w0.dot(xg, n_valid);
 #pragma unroll
@@ -415,16 +416,16 @@ bool spread_sets() {
 // Launches one instance; false when even two stages do not fit shared memory (four rows of
 // wide q6_k steps), which the caller answers with fewer rows per step. (One row per step always
 // fits: launch_typed in gemv_quant.cu has checked a larger layout.)
-template <DType T, int kRows, int kParts, DType T2 = T>
+template <DType T, int kRows, int kParts, int kXB, DType T2 = T>
 bool launch_rows_instance(const MatmulArgs& a, const LaunchEnv& env, int part_steps) {
-  auto* kernel = gemv_rows_kernel<T, kRows, kParts, T2>;
+  auto* kernel = gemv_rows_kernel<T, kRows, kParts, kXB, T2>;
   const int cols = static_cast<int>(a.cols);
   const int budget = a.stage_bytes_per_warp > 0 ? a.stage_bytes_per_warp : kDefaultStageBytesPerWarp;
   int n_stages = std::clamp(budget / rows_stage_pitch<T, kRows, T2>(), 2, kMaxStages);
   // The fused prologue's static shared memory comes out of the same per-block budget.
   const int smem_limit = a.max_smem_bytes - kFusionStaticSmemBytes;
-  while (n_stages > 2 && rows_smem_layout<T, kRows, T2>(cols, n_stages).total > smem_limit) --n_stages;
-  const SmemLayout l = rows_smem_layout<T, kRows, T2>(cols, n_stages);
+  while (n_stages > 2 && rows_smem_layout<T, kRows, kXB, T2>(cols, n_stages).total > smem_limit) --n_stages;
+  const SmemLayout l = rows_smem_layout<T, kRows, kXB, T2>(cols, n_stages);
   if (l.total > smem_limit) return false;
   int per_sm = 0;
   TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, l.total));
@@ -508,8 +509,13 @@ RowsShape pick_shape(const MatmulArgs& a) {
   return s;
 }
 
-template <DType T>
+template <DType T, int kXB>
 void launch_rows_shape(const MatmulArgs& a, const LaunchEnv& env, RowsShape s, int part_steps, bool pair);
+template <DType T>
+void launch_rows_shape_bits(const MatmulArgs& a, const LaunchEnv& env, RowsShape s, int part_steps, bool pair) {
+  if (a.x_bits == 16) launch_rows_shape<T, 2>(a, env, s, part_steps, pair);
+  else launch_rows_shape<T, 1>(a, env, s, part_steps, pair);
+}
 
 template <DType T>
 void launch_rows_typed(const MatmulArgs& a, const LaunchEnv& env) {
@@ -528,25 +534,25 @@ void launch_rows_typed(const MatmulArgs& a, const LaunchEnv& env) {
     MatmulArgs b = a;
     b.stage_bytes_per_warp = s.budget;
     s.budget = 0;
-    launch_rows_shape<T>(b, env, s, part_steps, pair);
+    launch_rows_shape_bits<T>(b, env, s, part_steps, pair);
     return;
   }
-  launch_rows_shape<T>(a, env, s, part_steps, pair);
+  launch_rows_shape_bits<T>(a, env, s, part_steps, pair);
 }
 
-template <DType T>
+template <DType T, int kXB>
 void launch_rows_shape(const MatmulArgs& a, const LaunchEnv& env, RowsShape s, int part_steps, bool pair) {
   const int n_steps = static_cast<int>((a.cols + kStepElems - 1) / kStepElems);
   bool launched = false;
-  if (s.rows == 1 && s.parts == 2) launched = launch_rows_instance<T, 1, 2>(a, env, part_steps);
-  else if (s.rows == 1 && s.parts == 4) launched = launch_rows_instance<T, 1, 4>(a, env, part_steps);
-  else if (s.rows == 4 && s.parts == 1) launched = launch_rows_instance<T, 4, 1>(a, env, part_steps);
+  if (s.rows == 1 && s.parts == 2) launched = launch_rows_instance<T, 1, 2, kXB>(a, env, part_steps);
+  else if (s.rows == 1 && s.parts == 4) launched = launch_rows_instance<T, 1, 4, kXB>(a, env, part_steps);
+  else if (s.rows == 4 && s.parts == 1) launched = launch_rows_instance<T, 4, 1, kXB>(a, env, part_steps);
   // Two rows per step: the shape asked for, or four that do not fit shared memory.
-  if (!launched && s.rows >= 2 && s.parts == 1) launched = launch_rows_instance<T, 2, 1>(a, env, part_steps);
+  if (!launched && s.rows >= 2 && s.parts == 1) launched = launch_rows_instance<T, 2, 1, kXB>(a, env, part_steps);
   // One row per step, one warp per row: the shape asked for, one without an instance (rows and
   // parts both above 1), or the fallback of one that does not fit.
   TERN_CHECK_MSG(launched || !pair, "gemv_rows: a SwiGLU epilogue needs two rows per step");
-  if (!launched) launched = launch_rows_instance<T, 1, 1>(a, env, n_steps);
+  if (!launched) launched = launch_rows_instance<T, 1, 1, kXB>(a, env, n_steps);
   TERN_CHECK_MSG(launched, "gemv_rows: one row per step must fit where gemv_quant's layout fit");
 }
 
@@ -559,15 +565,21 @@ void allow_instance_smem(Kernel* k, int max_smem_bytes) {
 
 // The mixed-type instance (q4_k head, q6_k tail, two rows per step).
 void allow_mixed_smem(int max_smem_bytes) {
-  allow_instance_smem(gemv_rows_kernel<DType::Q4_K, 2, 1, DType::Q6_K>, max_smem_bytes);
+  allow_instance_smem(gemv_rows_kernel<DType::Q4_K, 2, 1, 1, DType::Q6_K>, max_smem_bytes);
+  allow_instance_smem(gemv_rows_kernel<DType::Q4_K, 2, 1, 2, DType::Q6_K>, max_smem_bytes);
 }
 
-template <DType T>
-void allow_rows_smem(int max_smem_bytes) {
-  for (auto* k : {gemv_rows_kernel<T, 1, 1>, gemv_rows_kernel<T, 1, 2>, gemv_rows_kernel<T, 1, 4>,
-                  gemv_rows_kernel<T, 2, 1>, gemv_rows_kernel<T, 4, 1>}) {
+template <DType T, int kXB>
+void allow_rows_smem_bits(int max_smem_bytes) {
+  for (auto* k : {gemv_rows_kernel<T, 1, 1, kXB>, gemv_rows_kernel<T, 1, 2, kXB>, gemv_rows_kernel<T, 1, 4, kXB>,
+                  gemv_rows_kernel<T, 2, 1, kXB>, gemv_rows_kernel<T, 4, 1, kXB>}) {
     allow_instance_smem(k, max_smem_bytes);
   }
+}
+template <DType T>
+void allow_rows_smem(int max_smem_bytes) {
+  allow_rows_smem_bits<T, 1>(max_smem_bytes);
+  allow_rows_smem_bits<T, 2>(max_smem_bytes);
 }
 
 }  // namespace
@@ -614,7 +626,9 @@ bool gemv_rows_mixed_supports(const MatmulArgs& a) {
 void launch_gemv_rows(const MatmulArgs& a, const LaunchEnv& env) {
   if (a.tail_mat > 0) {
     TERN_CHECK_MSG(gemv_rows_mixed_supports(a), "launch_gemv_rows: unsupported mixed-type launch");
-    const bool launched = launch_rows_instance<DType::Q4_K, 2, 1, DType::Q6_K>(a, env, static_cast<int>((a.cols + kStepElems - 1) / kStepElems));
+    const int n_steps = static_cast<int>((a.cols + kStepElems - 1) / kStepElems);
+    const bool launched = a.x_bits == 16 ? launch_rows_instance<DType::Q4_K, 2, 1, 2, DType::Q6_K>(a, env, n_steps)
+                                         : launch_rows_instance<DType::Q4_K, 2, 1, 1, DType::Q6_K>(a, env, n_steps);
     TERN_CHECK_MSG(launched, "launch_gemv_rows: the mixed-type launch does not fit shared memory");
     return;
   }

@@ -46,8 +46,8 @@ using namespace gemv_items;
 using namespace gemv_tile;
 
 constexpr int kThreads = kGemvWarps * 32;
-constexpr int kRunUnits = 8;    // a lane's units per step
-constexpr int kRunPitch = 272;  // bytes between runs of the int8 activation row (256 + 16)
+constexpr int kRunUnits = 8;  // a lane's units per step; runs of the activation row are
+                              // run_pitch<8, kXB>() bytes apart (272 / 528: 16 bytes of padding)
 
 template <DType T>
 constexpr int loads_per_lane() {  // 16-byte loads per lane per step: 256 bytes per instruction and row
@@ -76,11 +76,11 @@ int stream_default_blocks(const MatmulArgs& a) {
   return four_bit && a.total_rows() >= 16384 ? 2 : 1;
 }
 
-template <DType T, DType T2>
+template <DType T, DType T2, int kXB>
 __host__ __device__ SmemLayout stream_layout(int cols) {
   SmemLayout l;
   const int n_units = cols / 32, runs = (n_units + kRunUnits - 1) / kRunUnits;
-  l.row_pitch = runs * kRunPitch;
+  l.row_pitch = runs * run_pitch<kRunUnits, kXB>();
   l.unit_pitch = runs * kRunUnits;
   l.x_off = 0;
   l.d_off = round16(l.row_pitch);
@@ -94,10 +94,10 @@ __host__ __device__ SmemLayout stream_layout(int cols) {
 
 // Levels 1-3 of a lane's run: its two lane items (units u0 .. u0 + 3 and u0 + 4 .. u0 + 7 of the
 // row, `left` of them inside it) out of the row's buffer wb, each against its activation group.
-template <typename WI>
+template <typename WI, int kXB>
 __device__ __forceinline__ float run_dot(const uint8_t* wb, int run, const XTile& x, const uint8_t* xr, int g,
                                          int left) {
-  XGroup xg;
+  XGroup<kXB> xg;
   WI w0;
   w0.load(wb, 2 * run);
   load_x_at<WI::kSums, WI::kHalves>(x, xr, g, xg);
@@ -106,7 +106,7 @@ __device__ __forceinline__ float run_dot(const uint8_t* wb, int run, const XTile
   if (left > kItemUnits) {
     WI w1;
     w1.load(wb, 2 * run + 1);
-    load_x_at<WI::kSums, WI::kHalves>(x, xr + 4 * 32, g + 1, xg);
+    load_x_at<WI::kSums, WI::kHalves>(x, xr + 4 * 32 * kXB, g + 1, xg);
     a1 = w1.dot(xg, min(kItemUnits, left - kItemUnits));
   }
   return __fadd_rn(a0, a1);
@@ -114,7 +114,7 @@ __device__ __forceinline__ float run_dot(const uint8_t* wb, int run, const XTile
 
 // T2 != T: a mixed-type launch (MatmulArgs::tail_mat; the head rows an even count, so a pair
 // never straddles the types): pairs of tail rows take T2's step lengths and items.
-template <DType T, DType T2, int kMinBlocks>
+template <DType T, DType T2, int kMinBlocks, int kXB>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) gemv_stream_kernel(MatmulArgs a, int norm_preload) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint8_t smem[];
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemv_stream_kernel(Matmu
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cols = static_cast<int>(a.cols), n_units = cols / 32;
   const int n_steps = (cols + kStepElems - 1) / kStepElems;
-  const SmemLayout l = stream_layout<T, T2>(cols);
+  const SmemLayout l = stream_layout<T, T2, kXB>(cols);
   uint8_t* xq = smem + l.x_off;
   float* xd = reinterpret_cast<float*>(smem + l.d_off);
   int* xs = reinterpret_cast<int*>(smem + l.s_off);
@@ -193,9 +193,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemv_stream_kernel(Matmu
   if (norm_preload) preload_norm16(a, 1, pre);
   pdl_enter();
   if (a.fuse.prologue != GemvPrologue::kNone) {  // RMSNorm (gemv_stream_supports): block 0 stores it
-    quantize_tile_fused<kRunUnits, kRunPitch>(a, 0, 1, l, xq, xd, xs, xh, blockIdx.x == 0, pre);
+    quantize_tile_fused<kXB, kRunUnits>(a, 0, 1, l, xq, xd, xs, xh, blockIdx.x == 0, pre);
   } else {
-    quantize_tile_halves<4, kRunUnits, kRunPitch>(a, l, xq, xd, xs, xh);
+    quantize_tile_halves<4, kXB, kRunUnits>(a, l, xq, xd, xs, xh);
   }
   __syncthreads();
   if (total == 0) return;
@@ -215,9 +215,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemv_stream_kernel(Matmu
     float v = 0.0f;
     if (u0 < n_units) {
       const uint8_t* wb = buf + row * kPitch;
-      const uint8_t* xr = xq + x_unit_offset<kRunUnits, kRunPitch>(u0);
-      if (kMixed && is_tail(p)) v = run_dot<W2>(wb, run, x, xr, u0 / kItemUnits, n_units - u0);
-      else v = run_dot<W>(wb, run, x, xr, u0 / kItemUnits, n_units - u0);
+      const uint8_t* xr = xq + x_unit_offset<kRunUnits, kXB>(u0);
+      if (kMixed && is_tail(p)) v = run_dot<W2, kXB>(wb, run, x, xr, u0 / kItemUnits, n_units - u0);
+      else v = run_dot<W, kXB>(wb, run, x, xr, u0 / kItemUnits, n_units - u0);
     }
 #pragma unroll
     for (int off = 2; off < 32; off <<= 1) v = __fadd_rn(v, __shfl_xor_sync(kFullMask, v, off));
@@ -244,10 +244,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemv_stream_kernel(Matmu
 #endif
 }
 
-template <DType T, DType T2, int kMinBlocks>
+template <DType T, DType T2, int kMinBlocks, int kXB>
 void launch_stream_blocks(const MatmulArgs& a, const LaunchEnv& env) {
-  auto* kernel = gemv_stream_kernel<T, T2, kMinBlocks>;
-  const SmemLayout l = stream_layout<T, T2>(static_cast<int>(a.cols));
+  auto* kernel = gemv_stream_kernel<T, T2, kMinBlocks, kXB>;
+  const SmemLayout l = stream_layout<T, T2, kXB>(static_cast<int>(a.cols));
   int per_sm = 0;
   TERN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, l.total));
   const int64_t warps = int64_t{std::max(per_sm, 1)} * a.n_sm * kGemvWarps;
@@ -263,18 +263,23 @@ void launch_stream_blocks(const MatmulArgs& a, const LaunchEnv& env) {
 template <DType T, DType T2 = T>
 void launch_stream_instance(const MatmulArgs& a, const LaunchEnv& env) {
   const int blocks = a.gemv_stream_blocks > 0 ? a.gemv_stream_blocks : stream_default_blocks(a);
-  if (blocks >= 2) launch_stream_blocks<T, T2, 2>(a, env);
-  else launch_stream_blocks<T, T2, 1>(a, env);
+  const bool wide = a.x_bits == 16;
+  if (blocks >= 2) wide ? launch_stream_blocks<T, T2, 2, 2>(a, env) : launch_stream_blocks<T, T2, 2, 1>(a, env);
+  else wide ? launch_stream_blocks<T, T2, 1, 2>(a, env) : launch_stream_blocks<T, T2, 1, 1>(a, env);
 }
 
 template <DType T, DType T2 = T>
 bool fits(const MatmulArgs& a) {
-  return stream_layout<T, T2>(static_cast<int>(a.cols)).total <= a.max_smem_bytes - kFusionStaticSmemBytes;
+  const int cols = static_cast<int>(a.cols);
+  const int total = a.x_bits == 16 ? stream_layout<T, T2, 2>(cols).total : stream_layout<T, T2, 1>(cols).total;
+  return total <= a.max_smem_bytes - kFusionStaticSmemBytes;
 }
 
 template <DType T, DType T2, int kMinBlocks>
 void allow_blocks(int max_smem_bytes) {
-  allow_dynamic_smem(gemv_stream_kernel<T, T2, kMinBlocks>, max_smem_bytes, kFusionStaticSmemBytes,
+  allow_dynamic_smem(gemv_stream_kernel<T, T2, kMinBlocks, 1>, max_smem_bytes, kFusionStaticSmemBytes,
+                     "gemv_stream: static shared memory exceeds kFusionStaticSmemBytes");
+  allow_dynamic_smem(gemv_stream_kernel<T, T2, kMinBlocks, 2>, max_smem_bytes, kFusionStaticSmemBytes,
                      "gemv_stream: static shared memory exceeds kFusionStaticSmemBytes");
 }
 

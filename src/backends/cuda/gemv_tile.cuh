@@ -73,18 +73,18 @@ inline int prefetch_steps(int n_stages, bool deep_default) {
 }
 
 struct SmemLayout {
-  int row_pitch;    // bytes of one quantized activation row
+  int row_pitch;    // bytes of one quantized activation row (groups of group_pitch<kXB>() bytes)
   int unit_pitch;   // units of one row of xd / xs (a multiple of 4: 16-byte loads)
   int x_off, d_off, s_off, h_off, stage_off;
   int stage_pitch;  // bytes of one stage buffer
   int total;
 };
 
-template <DType T>
+template <DType T, int kXB>
 __host__ __device__ SmemLayout smem_layout(int cols, int nt_alloc, int n_stages, int seg_rows = 1) {
   SmemLayout l;
   const int n_units = cols / 32;
-  l.row_pitch = (n_units + kItemUnits - 1) / kItemUnits * kGroupPitch;
+  l.row_pitch = (n_units + kItemUnits - 1) / kItemUnits * group_pitch<kXB>();
   l.unit_pitch = (n_units + kItemUnits - 1) / kItemUnits * kItemUnits;
   l.x_off = kGemvWarps * kMaxStages * 8;  // the bulk pipelines' mbarriers come first
   l.d_off = l.x_off + nt_alloc * l.row_pitch;
@@ -101,9 +101,47 @@ __host__ __device__ SmemLayout smem_layout(int cols, int nt_alloc, int n_stages,
   return l;
 }
 
+// 1 / scale of a unit: q_max / amax, or 0 where that is not finite (amax = 0, or so small that
+// the quotient overflows: the unit quantizes to zeros, as the CPU's quantizer does).
+template <int kXB>
+__device__ __forceinline__ float x_inv_scale(float amax) {
+  const float inv = __fdiv_rn(x_qmax<kXB>(), amax);
+  return isfinite(inv) ? inv : 0.0f;
+}
+
+// Four consecutive values of a unit, quantized and packed into kXB words (int8: one word of four
+// bytes; int16: two words of two halves); adds the values to sum.
+template <int kXB>
+__device__ __forceinline__ void quantize4(const float* v, float inv, uint32_t* out, int& sum) {
+  int q[4];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    q[b] = __float2int_rn(__fmul_rn(v[b], inv));
+    sum += q[b];
+  }
+  if constexpr (kXB == 1) {
+    out[0] = (static_cast<uint32_t>(q[0]) & 0xffu) | (static_cast<uint32_t>(q[1]) & 0xffu) << 8 |
+             (static_cast<uint32_t>(q[2]) & 0xffu) << 16 | static_cast<uint32_t>(q[3]) << 24;
+  } else {
+    out[0] = (static_cast<uint32_t>(q[0]) & 0xffffu) | static_cast<uint32_t>(q[1]) << 16;
+    out[1] = (static_cast<uint32_t>(q[2]) & 0xffffu) | static_cast<uint32_t>(q[3]) << 16;
+  }
+}
+
+// Stores n16 16-byte pieces of packed words to dst (16-byte aligned).
+template <int N>
+__device__ __forceinline__ void store_words(uint8_t* dst, const uint32_t (&w)[N]) {
+  static_assert(N % 4 == 0, "whole 16-byte pieces");
+#pragma unroll
+  for (int k = 0; k < N / 4; ++k) {
+    reinterpret_cast<uint4*>(dst)[k] = make_uint4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]);
+  }
+}
+
 // Quantizes the block's activation tile into shared memory: one thread per 32-element unit, so
 // the loads of a unit are independent and in flight together. amax and the int sums do not
 // depend on the order they are formed in.
+template <int kXB>
 __device__ __forceinline__ void quantize_tile(const MatmulArgs& a, int64_t x0, int nt, const SmemLayout& l,
                                               uint8_t* xq, float* xd, int* xs, int* xh) {
   const int cols = static_cast<int>(a.cols), n_units = cols / 32;
@@ -128,61 +166,42 @@ __device__ __forceinline__ void quantize_tile(const MatmulArgs& a, int64_t x0, i
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < 32; ++k) amax = fmaxf(amax, fabsf(v[k]));
-    const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    uint32_t packed[8];
+    const float inv = x_inv_scale<kXB>(amax);
+    uint32_t packed[8 * kXB];
     int half_sum[2] = {0, 0};
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      uint32_t w = 0;
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const int q = __float2int_rn(__fmul_rn(v[4 * k + b], inv));
-        half_sum[k / 4] += q;
-        w |= (static_cast<uint32_t>(q) & 0xffu) << (8 * b);
-      }
-      packed[k] = w;
-    }
-    uint4* dst = reinterpret_cast<uint4*>(xq + j * l.row_pitch + (u / kItemUnits) * kGroupPitch +
-                                          (u % kItemUnits) * 32);
-    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
-    xd[j * l.unit_pitch + u] = __fdiv_rn(amax, 127.0f);
+    for (int k = 0; k < 8; ++k) quantize4<kXB>(v + 4 * k, inv, packed + kXB * k, half_sum[k / 4]);
+    store_words(xq + j * l.row_pitch + (u / kItemUnits) * group_pitch<kXB>() + (u % kItemUnits) * 32 * kXB, packed);
+    xd[j * l.unit_pitch + u] = __fdiv_rn(amax, x_qmax<kXB>());
     xs[j * l.unit_pitch + u] = half_sum[0] + half_sum[1];
     xh[j * 2 * l.unit_pitch + 2 * u] = half_sum[0];
     xh[j * 2 * l.unit_pitch + 2 * u + 1] = half_sum[1];
   }
 }
 
-// A half-unit's 16 values to int8 with its unit's scale, the unit's halves in adjacent lanes:
+// A half-unit's 16 values quantized with its unit's scale, the unit's halves in adjacent lanes:
 // amax over both halves (one shuffle with the pair lane, which every lane of the warp must
-// reach; a lane that is not live takes part in the shuffles only), q = rint(v * 127 / amax)
-// packed four to a word, and the int sums of this half and of the pair's.
+// reach; a lane that is not live takes part in the shuffles only), q = rint(v * q_max / amax)
+// packed into 4 * kXB words, and the int sums of this half and of the pair's.
+template <int kXB>
 struct HalfUnitQ {
   float amax;
-  uint32_t packed[4];
+  uint32_t packed[4 * kXB];
   int half_sum, other_sum;
 };
-__device__ __forceinline__ HalfUnitQ quantize_half_unit(const float (&v)[16], bool live) {
-  HalfUnitQ q;
+template <int kXB>
+__device__ __forceinline__ HalfUnitQ<kXB> quantize_half_unit(const float (&v)[16], bool live) {
+  HalfUnitQ<kXB> q;
   q.amax = 0.0f;
   if (live) {
 #pragma unroll
     for (int e = 0; e < 16; ++e) q.amax = fmaxf(q.amax, fabsf(v[e]));
   }
   q.amax = fmaxf(q.amax, __shfl_xor_sync(kFullMask, q.amax, 1));
-  const float inv = q.amax > 0.0f ? __fdiv_rn(127.0f, q.amax) : 0.0f;
+  const float inv = x_inv_scale<kXB>(q.amax);
   q.half_sum = 0;
 #pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    uint32_t word = 0;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const int x = __float2int_rn(__fmul_rn(v[4 * w + b], inv));
-      q.half_sum += x;
-      word |= (static_cast<uint32_t>(x) & 0xffu) << (8 * b);
-    }
-    q.packed[w] = word;
-  }
+  for (int w = 0; w < 4; ++w) quantize4<kXB>(v + 4 * w, inv, q.packed + kXB * w, q.half_sum);
   q.other_sum = __shfl_xor_sync(kFullMask, q.half_sum, 1);
   return q;
 }
@@ -195,15 +214,15 @@ __device__ __forceinline__ HalfUnitQ quantize_half_unit(const float (&v)[16], bo
 // threads idle and the other half a 32-element chain while every warp waited at the barrier
 // (session 8 profile: the prologue was ~20% of the multi-row kernel's stall samples). amax is a
 // max, the values and int sums are the same, so the tile is quantize_tile's bit for bit.
-// kRunUnits / kRunPitch: the int8 row's layout, runs of kRunUnits units kRunPitch bytes apart
-// (x_unit_offset); the default is the lane items' groups of four units (kGroupPitch). The values
-// are the same in any layout.
-template <int kRunUnits, int kRunPitch>
+// kRunUnits: the quantized row's layout, runs of kRunUnits units run_pitch<kRunUnits, kXB>()
+// bytes apart (x_unit_offset); the default is the lane items' groups of four units
+// (group_pitch). The values are the same in any layout.
+template <int kRunUnits, int kXB>
 __host__ __device__ constexpr int x_unit_offset(int u) {
-  return (u / kRunUnits) * kRunPitch + (u % kRunUnits) * 32;
+  return (u / kRunUnits) * run_pitch<kRunUnits, kXB>() + (u % kRunUnits) * 32 * kXB;
 }
 
-template <int kBatch, int kRunUnits = kItemUnits, int kRunPitch = kGroupPitch>
+template <int kBatch, int kXB, int kRunUnits = kItemUnits>
 __device__ __forceinline__ void quantize_tile_halves(const MatmulArgs& a, const SmemLayout& l, uint8_t* xq, float* xd,
                                                      int* xs, int* xh) {
   const int n_units = static_cast<int>(a.cols / 32), total = 2 * n_units;
@@ -221,13 +240,12 @@ __device__ __forceinline__ void quantize_tile_halves(const MatmulArgs& a, const 
       if (i - lane >= total) break;  // uniform across the warp: whole warps take part in the shuffles
       const bool active = i < total;
       const int half = i & 1, u = i >> 1;
-      const HalfUnitQ q = quantize_half_unit(v[k], active);
+      const HalfUnitQ<kXB> q = quantize_half_unit<kXB>(v[k], active);
       if (active) {
-        uint4* dst = reinterpret_cast<uint4*>(xq + x_unit_offset<kRunUnits, kRunPitch>(u));
-        dst[half] = make_uint4(q.packed[0], q.packed[1], q.packed[2], q.packed[3]);
+        store_words(xq + x_unit_offset<kRunUnits, kXB>(u) + half * 16 * kXB, q.packed);
         xh[2 * u + half] = q.half_sum;
         if (half == 0) {
-          xd[u] = __fdiv_rn(q.amax, 127.0f);
+          xd[u] = __fdiv_rn(q.amax, x_qmax<kXB>());
           xs[u] = q.half_sum + q.other_sum;
         }
       }
@@ -263,7 +281,7 @@ __device__ __forceinline__ void preload_norm16(const MatmulArgs& a, int nt, Norm
   p.have = true;
 }
 
-template <int kRunUnits = kItemUnits, int kRunPitch = kGroupPitch>
+template <int kXB, int kRunUnits = kItemUnits>
 __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t x0, int nt, const SmemLayout& l,
                                                     uint8_t* xq, float* xd, int* xs, int* xh, bool store_block,
                                                     const NormPreload& pre) {
@@ -286,13 +304,12 @@ __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t
 #pragma unroll
       for (int k = 0; k < 16; ++k) v[k] = 0.0f;
     }
-    const HalfUnitQ q = quantize_half_unit(v, true);  // (an idle lane's v is zero)
+    const HalfUnitQ<kXB> q = quantize_half_unit<kXB>(v, true);  // (an idle lane's v is zero)
     if (active) {
-      uint4* dst = reinterpret_cast<uint4*>(xq + j * l.row_pitch + x_unit_offset<kRunUnits, kRunPitch>(u));
-      dst[half] = make_uint4(q.packed[0], q.packed[1], q.packed[2], q.packed[3]);
+      store_words(xq + j * l.row_pitch + x_unit_offset<kRunUnits, kXB>(u) + half * 16 * kXB, q.packed);
       xh[j * 2 * l.unit_pitch + 2 * u + half] = q.half_sum;
       if (half == 0) {
-        xd[j * l.unit_pitch + u] = __fdiv_rn(q.amax, 127.0f);
+        xd[j * l.unit_pitch + u] = __fdiv_rn(q.amax, x_qmax<kXB>());
         xs[j * l.unit_pitch + u] = q.half_sum + q.other_sum;
       }
     }
@@ -300,11 +317,11 @@ __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t
 }
 
 // Without a preloaded norm weight.
-template <int kRunUnits = kItemUnits, int kRunPitch = kGroupPitch>
+template <int kXB, int kRunUnits = kItemUnits>
 __device__ __forceinline__ void quantize_tile_fused(const MatmulArgs& a, int64_t x0, int nt, const SmemLayout& l,
                                                     uint8_t* xq, float* xd, int* xs, int* xh, bool store_block) {
   NormPreload none;
-  quantize_tile_fused<kRunUnits, kRunPitch>(a, x0, nt, l, xq, xd, xs, xh, store_block, none);
+  quantize_tile_fused<kXB, kRunUnits>(a, x0, nt, l, xq, xd, xs, xh, store_block, none);
 }
 
 // Binary counter over a row's steps (levels 8+ of the canonical tree): step s merges with the

@@ -257,6 +257,9 @@ struct MatmulArgs {
   // The register-streamed quantized kernel's blocks per SM (gemv_stream.cu: its registers are
   // sized for 1 or 2), 0 = per type (A/B timing, tests).
   int gemv_stream_blocks;
+  // Bits of the quantized activations (gemv_items.cuh): 8 (int8) or 16 (int16); one value per
+  // backend (CudaBackendOptions::act_bits), never per call.
+  int32_t x_bits;
   // A mixed-type launch (CudaBackendOptions::gemv_mixed; Q4_K_M's q4_k q+k with its q6_k v):
   // matrices tail_mat .. n_mats - 1 hold tail_dtype rows, the others dtype; 0 = one type. Only
   // gemv_rows.cu runs such a launch in one kernel (gemv_rows_mixed_supports); launch_matmul runs
