@@ -33,7 +33,8 @@
 //            and context: two rounds (the second in reverse order), each setting's median over both;
 //            --split-ring likewise per TERN_CUDA_ATTN_SPLIT_RING value (cuda::set_attention_split_ring),
 //            e.g. "3;4"; --gemv-path likewise per GEMV family (cuda::set_gemv_path: default / rows /
-//            single / stream / prev, as TERN_CUDA_GEMV)
+//            single / stream / prev, as TERN_CUDA_GEMV); --act-bits likewise per quantized
+//            activation precision (cuda::set_act_bits: "16;8")
 //   timeline (--timeline N) after each decode row, N more steps recorded through CUPTI
 //            (step_timeline.h): per kernel and grid, launches per step, duration and marginal time
 //            (how far it moves the step's end) inside the graph, as the step runs. The recording
@@ -195,6 +196,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--small-gemv") o.ab = ab_list(next(), "sg:");  // entries "sg:NAME"
     else if (a == "--split-ring") o.ab = ab_list(next(), "sr:");  // entries "sr:N"
     else if (a == "--gemv-path") o.ab = ab_list(next(), "gp:");  // entries "gp:NAME"
+    else if (a == "--act-bits") o.ab = ab_list(next(), "ab:");  // entries "ab:N"
     else if (a == "--sampling") o.sampling = true;
     else if (a == "--sampling-vocab") o.sampling_options.vocab = std::atoi(next());
     else if (a == "--sampling-rows") o.sampling_options.rows = parse_list(next());
@@ -403,6 +405,15 @@ int run(const Options& o) {
       cuda::set_attention_split_ring(*e.backend, std::atoi(spec.c_str() + 3));
       return;
     }
+    if (spec.rfind("ab:", 0) == 0) {
+      const int bits = std::atoi(spec.c_str() + 3);
+      if (bits != 8 && bits != 16) {
+        std::fprintf(stderr, "gpu_bench: --act-bits: expected 8 or 16, found '%s'\n", spec.c_str() + 3);
+        std::exit(2);
+      }
+      cuda::set_act_bits(*e.backend, bits);
+      return;
+    }
     if (spec.rfind("gp:", 0) == 0) {
       const std::string v = spec.substr(3);
       const int path = v == "rows" ? 2 : (v == "single" ? 3 : (v == "stream" ? 4 : (v == "prev" ? 5 : 0)));
@@ -427,6 +438,7 @@ int run(const Options& o) {
     if (spec.rfind("sg:", 0) == 0) return " [small-gemv " + spec.substr(3) + "]";
     if (spec.rfind("sr:", 0) == 0) return " [split-ring " + spec.substr(3) + "]";
     if (spec.rfind("gp:", 0) == 0) return " [gemv " + spec.substr(3) + "]";
+    if (spec.rfind("ab:", 0) == 0) return " [act-bits " + spec.substr(3) + "]";
     return std::string();
   };
   for (int ctx : o.ctx) {

@@ -36,6 +36,9 @@
 # table: the issue-7 decode table in separate processes (8B Q4_K_M at 1k / 2k / 4k / 32k, Q8_0
 #   and F16 at 1k, F16 at 32k, SmolLM2 Q4_1 at 128 / 1k), the 4k prefills, the 30k + 2k append,
 #   batch 8 / 32.
+# act-bits-ab: 16-bit (the default) against 8-bit quantized activations: 8B Q4_K_M decode at 1k /
+#   32k and batch 8 / 32, Q8_0 at 1k, SmolLM2 Q4_1 at 128 / 1k and batch 8 / 32 (in-process A/Bs),
+#   then 8B Q4_K_M prefill of 512 / 4096 tokens at each precision.
 # merge-ab: the sliced span merge's serial fold (TERN_CUDA_ATTN_SPLIT_RING=5, the default until
 #   session 12) against its prescaled fold (6, the default since): the attention alone at 32k, then
 #   8B Q4_K_M and F16 decode at 32k, each as gpu_bench's in-process A/B (--split-ring "5;6": two
@@ -148,6 +151,17 @@ for step in "${steps[@]}"; do
       bench table-f16-32k 200 --preset llama3-8b --mix f16 --ctx 32768 --prefill "" --chunk 4096 --tc-prefill --decode-steps 32
       bench table-append 200 --preset llama3-8b --mix f16 --ctx "" --prefill "" --decode-steps 0 --append 30720+2048 --chunk 2048 --tc-prefill
       bench table-small 60 --preset smollm2-135m --mix q4_1 --ctx 128,1024 --prefill "" --batch 8,32
+      ;;
+    act-bits-ab)
+      # 16-bit against 8-bit quantized activations (CudaBackendOptions::act_bits): decode and batch
+      # rows as gpu_bench's in-process A/B (--act-bits "16;8": two rounds, the second reversed),
+      # then the invariant 4k prefill of 8B Q4_K_M in one process per precision.
+      bench ab-q4k 200 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 --tc-prefill \
+        --batch 8,32 --act-bits "16;8"
+      bench ab-q8 150 --preset llama3-8b --mix q8_0 --ctx 1024 --prefill "" --act-bits "16;8"
+      bench ab-small 60 --preset smollm2-135m --mix q4_1 --ctx 128,1024 --prefill 512 --batch 8,32 --act-bits "16;8"
+      TERN_CUDA_ACT_BITS=16 bench ab-prefill16 150 --preset llama3-8b --mix q4_k_m --ctx "" --prefill 512,4096
+      TERN_CUDA_ACT_BITS=8 bench ab-prefill8 150 --preset llama3-8b --mix q4_k_m --ctx "" --prefill 512,4096
       ;;
     merge-ab)
       bench merge-ab-attn 60 --attn --attn-ctx 32768 --attn-prefill "" \

@@ -500,6 +500,7 @@ class CudaBackend final : public Backend {
   void set_gemv_path(GemvPath path) {
     if (gemv_path_ != GemvPath::kLegacy && path != GemvPath::kLegacy) gemv_path_ = path;
   }
+  void set_act_bits(int bits) { act_bits_ = bits; }
   void set_small_gemv(int float_pipe, int norm_preload) {
     gemv_float_pipe_ = float_pipe;
     gemv_norm_preload_ = norm_preload;
@@ -899,6 +900,13 @@ void set_gemv_path(Backend& backend, int path) {
   TERN_CHECK_MSG(cuda != nullptr, "set_gemv_path: not a CUDA backend");
   TERN_CHECK_MSG(path >= 0 && path <= static_cast<int>(GemvPath::kPrev), "set_gemv_path: not a GemvPath");
   cuda->set_gemv_path(static_cast<GemvPath>(path));
+}
+
+void set_act_bits(Backend& backend, int bits) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  TERN_CHECK_MSG(cuda != nullptr, "set_act_bits: not a CUDA backend");
+  TERN_CHECK_MSG(bits == 8 || bits == 16, "set_act_bits: 8 or 16");
+  cuda->set_act_bits(bits);
 }
 
 void set_attention_split_ring(Backend& backend, int split_ring) {

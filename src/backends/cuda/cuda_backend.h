@@ -223,6 +223,10 @@ void set_gemv_path(Backend& backend, int path);
 // Sets the default long-decode attention form of a CUDA backend from now on
 // (CudaBackendOptions::attention_split_ring, 0-6; A/B timing in one process, same bits).
 void set_attention_split_ring(Backend& backend, int split_ring);
+// Sets the quantized activations' precision of a CUDA backend from now on (8 or 16;
+// CudaBackendOptions::act_bits), for A/B timing in one process only: unlike the setters above it
+// changes results, and a KV cache filled before holds the other precision's values.
+void set_act_bits(Backend& backend, int bits);
 
 // What benchmarks report next to their timings.
 struct DeviceInfo {
