@@ -129,6 +129,7 @@ for step in "${steps[@]}"; do
       pids+=($!)
       for p in "${pids[@]}"; do wait "$p"; echo "   process $p: exit $?"; done
       cat "$OUT"/test_gpu-shard*.txt "$OUT/test_gpu-long.txt" >"$OUT/test_gpu.txt"
+      rm -f "$OUT"/test_gpu-shard*.txt "$OUT/test_gpu-long.txt"  # one file back (a call returns few)
       grep -E "^\[  (PASSED|FAILED) " "$OUT/test_gpu.txt"
       awk '/^\[  PASSED  \]/ { p += $4 } /^\[  FAILED  \] [0-9]+ test/ { f += $4 }
            END { printf "   test_gpu: %d passed, %d failed\n", p, f }' "$OUT/test_gpu.txt"

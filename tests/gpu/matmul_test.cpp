@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "backends/cpu/matmul.h"
+#include "backends/cuda/gemv.h"
 #include "gpu_test_util.h"
 
 namespace tern {
@@ -227,6 +228,52 @@ TEST_P(GpuMatmul, TinyUnitsQuantizeToZero) {
     const std::vector<float> got = gputest::download(b, y.t);
     for (float v : got) ASSERT_TRUE(std::isfinite(v));
     expect_matches_rounded_product(w_host.t, rounded_activations(xv, bits()), n, got);
+  }
+}
+
+// Launch shapes of smaller devices (CudaBackendOptions::gemv_smem_cap): an A100's 163 KiB, where
+// 14336-column rows at 8 bits take the single-row tile for every n, and an RTX 4090's 99 KiB,
+// where some take the generic kernel. Wherever the quantized kernels take a product
+// (gemv_quant_takes), its bits equal the H200 shapes'.
+TEST_P(GpuMatmul, SmallerDeviceLaunchShapesEqualHopperOnes) {
+  Backend& h = *backend_;
+  for (int cap : {166912, 101376}) {
+    cuda::CudaBackendOptions o = opts();
+    o.gemv_smem_cap = cap;
+    std::unique_ptr<Backend> small = gputest::make_cuda(o);
+    ASSERT_NE(small, nullptr);
+    for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_1}) {
+      for (int64_t cols : {int64_t{4096}, int64_t{14336}}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " cols=" + std::to_string(cols) + " cap=" + std::to_string(cap));
+        const int64_t rows = 48;
+        const auto wv = gputest::random_floats(static_cast<size_t>(rows * cols), 910, 0.05f);
+        gputest::HostTensor w_host = gputest::host_quantized(wv, t, rows, cols);
+        const auto xv = gputest::random_floats(static_cast<size_t>(5 * cols), 911);
+        cuda::MatmulArgs probe{};
+        probe.dtype = t;
+        probe.n_mats = 1;
+        probe.cols = cols;
+        probe.n = 5;
+        probe.max_smem_bytes = cap;
+        probe.x_bits = bits();
+        probe.w[0] = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+        probe.w_stride_bytes[0] = row_bytes(t, cols);
+        probe.rows[0] = rows;
+        if (!cuda::gemv_quant_takes(probe)) continue;  // the generic kernel: other arithmetic
+        for (int64_t n : {int64_t{1}, int64_t{5}}) {
+          auto run = [&](Backend& b) {
+            std::unique_ptr<Buffer> owner;
+            const Tensor w = b.upload_weight(w_host.t, owner);
+            DeviceTensor x = gputest::device_empty(b, DType::F32, n, cols);
+            DeviceTensor y = gputest::device_empty(b, DType::F32, n, rows);
+            b.copy_from_host(xv.data(), x.t);
+            b.matmul(w, x.t, y.t);
+            return gputest::download(b, y.t);
+          };
+          EXPECT_TRUE(gputest::bitwise_equal(run(*small), run(h))) << "n=" << n;
+        }
+      }
+    }
   }
 }
 

@@ -370,7 +370,7 @@ class CudaBackend final : public Backend {
     a.cols = w.cols;
     a.x = x.f32();
     a.n = x.rows;
-    a.max_smem_bytes = max_smem_bytes_;
+    a.max_smem_bytes = options_.gemv_smem_cap > 0 ? std::min(options_.gemv_smem_cap, max_smem_bytes_) : max_smem_bytes_;
     a.n_sm = n_sm_;
     a.gemv_path = static_cast<int32_t>(gemv_path_);
     a.stage_bytes_per_warp = gemv_stage_bytes_;

@@ -182,6 +182,9 @@ struct CudaBackendOptions {
   // to ~0.8). 0 = the default (16). TERN_CUDA_ACT_BITS=8 / 16 overrides it. Fixed per backend:
   // a row's arithmetic must not depend on the batch it is in.
   int act_bits = 0;
+  // Tests: caps the shared memory per block the GEMV kernels plan with (0: the device's), so that
+  // an H200 runs the launch shapes of a smaller device (an A100's 163 KiB, an RTX 4090's 99).
+  int gemv_smem_cap = 0;
 };
 
 // Number of CUDA devices this process can use (0 without a driver or a GPU).

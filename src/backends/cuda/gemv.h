@@ -100,6 +100,10 @@ void launch_glu_after(const MatmulArgs& a, const LaunchEnv& env);
 // Launches the quantized kernel for a.dtype if it has one and the shape fits (decided for the
 // largest activation tile, so the answer never depends on n); false otherwise.
 bool launch_gemv_quant(const MatmulArgs& a, const LaunchEnv& env);
+// Whether launch_gemv_quant takes the product (host logic: the weight's type, its row length
+// against the shared memory a.max_smem_bytes allows, at a.x_bits); a product it leaves runs on
+// the slow generic kernel.
+bool gemv_quant_takes(const MatmulArgs& a);
 // The bulk-staged kernel (sm_90) for F32 / F16 / BF16 rows that are 16-byte aligned with
 // cols % 8 == 0 (gemv_float.cu), and its one-time shared-memory setup.
 void launch_gemv_float(const MatmulArgs& a, const LaunchEnv& env);

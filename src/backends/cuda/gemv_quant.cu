@@ -118,6 +118,15 @@ int segment_rows(const MatmulArgs& a) {
 // more resident warps hide more of a step's dependent latency (shared loads -> dp4a -> five
 // shuffles). The single-row tile is held to 64 registers (four blocks per SM) where that costs no
 // spills, 80 (three) for q8_0, q6_k and the per-lane-staged variants; the four-row tile to 128 (two).
+// Activation rows of a multi-row tile: kGemvMaxXRows at 8 bits, half as many at 16, so that the
+// tile's shared memory is the same size at both precisions and so is the widest row the kernels
+// take (an 8B ffn_down of 14336 q6_k columns at four 16-bit rows plus the pipeline's stages does
+// not fit the H200's 227 KiB per block).
+template <int kXB>
+constexpr int x_tile_rows() {
+  return kGemvMaxXRows / kXB;
+}
+
 // 16-bit activations (kXB = 2) hold a group in 64 registers instead of 32: their single-row
 // instances get the four-row tile's 128.
 template <DType T, bool kBulk, int kTile, int kXB>
@@ -356,6 +365,7 @@ struct QuantPlan {
   bool bulk = false;
   bool glu = false;   // a SwiGLU epilogue (kernels.h GemvFusion)
   bool pair = false;  // ... applied in the kernel (kPair); else by the elementwise kernel after it
+  int tile_rows = 1;  // activation rows per block for n > 1: x_tile_rows, or 1 where that does not fit
   int n_stages = 0;
   int seg_rows = 1;
 };
@@ -365,12 +375,17 @@ QuantPlan plan_typed(const MatmulArgs& a) {
   QuantPlan p;
   if (a.cols % QType<T>::kBlockElems != 0 || a.cols >= (int64_t{1} << 31)) return p;
   if ((a.cols + kStepElems - 1) / kStepElems > kMaxSteps) return p;
-  if ((a.n + kGemvMaxXRows - 1) / kGemvMaxXRows > (int64_t{1} << 31) - 1) return p;
+  if ((a.n + x_tile_rows<kXB>() - 1) / x_tile_rows<kXB>() > (int64_t{1} << 31) - 1) return p;
   const int cols = static_cast<int>(a.cols);
-  // Eligibility is judged at the full tile so that it cannot depend on n (batch invariance).
+  // Eligibility is judged on the weight alone, never on n (batch invariance): every instance
+  // computes a row the same way, so n > 1 takes the multi-row tile where it fits and the
+  // single-row instance (one block per activation row) where it does not (the 8B ffn_down's
+  // 14336 columns at 8 bits on an A100's 163 KiB, or q6_k's at 16 bits with four rows on an
+  // H200's 227); a row too long for even one activation row takes the generic kernel.
   // The fused prologue's static shared memory comes out of the same per-block budget.
   const int smem_limit = a.max_smem_bytes - kFusionStaticSmemBytes;
-  if (smem_layout<T, kXB>(cols, kGemvMaxXRows, stages<T>()).total > smem_limit) return p;
+  if (smem_layout<T, kXB>(cols, x_tile_rows<kXB>(), stages<T>()).total <= smem_limit) p.tile_rows = x_tile_rows<kXB>();
+  else if (smem_layout<T, kXB>(cols, 1, stages<T>()).total > smem_limit) return p;
   p.ok = true;
   p.glu = a.fuse.glu_out != nullptr;
   if (a.gemv_path == static_cast<int32_t>(GemvPath::kLegacy)) {
@@ -387,14 +402,14 @@ QuantPlan plan_typed(const MatmulArgs& a) {
   p.pair = p.glu && p.bulk;
   p.seg_rows = segment_rows<T>(a);
   // A segmented step is at most a full step, so it fits the stages sized for full steps.
-  if (smem_layout<T, kXB>(cols, kGemvMaxXRows, stages<T>(), p.seg_rows).total > smem_limit) p.seg_rows = 1;
+  if (smem_layout<T, kXB>(cols, p.tile_rows, stages<T>(), p.seg_rows).total > smem_limit) p.seg_rows = 1;
   p.n_stages = stages<T>();
   if (p.bulk) {
     // As many stages as fit the per-warp byte budget, fewer where the full tile would not fit.
     const int pitch = smem_layout<T, kXB>(cols, 1, 2, p.seg_rows).stage_pitch;
     const int budget = a.stage_bytes_per_warp > 0 ? a.stage_bytes_per_warp : kDefaultStageBytesPerWarp;
     p.n_stages = std::clamp(budget / pitch, 2, kMaxStages);
-    while (p.n_stages > 2 && smem_layout<T, kXB>(cols, kGemvMaxXRows, p.n_stages, p.seg_rows).total > smem_limit) --p.n_stages;
+    while (p.n_stages > 2 && smem_layout<T, kXB>(cols, p.tile_rows, p.n_stages, p.seg_rows).total > smem_limit) --p.n_stages;
   }
   // The multi-row / split-row kernel (n = 1): on kRows wherever it takes the product, on kAuto
   // for the shapes where it measured faster (gemv_rows_default).
@@ -420,7 +435,8 @@ bool launch_bits(const MatmulArgs& a, const LaunchEnv& env) {
   const QuantPlan p = plan_typed<T, kXB>(a);
   if (!p.ok) return false;
   if (p.legacy) {
-    launch_instance<T, kXB, false, kGemvMaxXRows>(a, env, stages<T>(), 1, 2);
+    if (p.tile_rows == 1) launch_instance<T, kXB, false, 1>(a, env, stages<T>(), 1, 2);
+    else launch_instance<T, kXB, false, x_tile_rows<kXB>()>(a, env, stages<T>(), 1, 2);
     if (p.glu) launch_glu_after(a, env);
     return true;
   }
@@ -441,14 +457,14 @@ bool launch_bits(const MatmulArgs& a, const LaunchEnv& env) {
       else if (p.bulk) launch_instance<T, kXB, true, 1, false, true>(a, env, p.n_stages, p.seg_rows);
       else launch_instance<T, kXB, false, 1, false, true>(a, env, p.n_stages, p.seg_rows);
     }
-  } else if (a.n == 1) {
+  } else if (a.n == 1 || p.tile_rows == 1) {
     if (p.bulk && p.pair) launch_instance<T, kXB, true, 1, true>(a, env, p.n_stages, p.seg_rows);
     else if (p.bulk) launch_instance<T, kXB, true, 1>(a, env, p.n_stages, p.seg_rows);
     else launch_instance<T, kXB, false, 1>(a, env, p.n_stages, p.seg_rows);
   } else {
-    if (p.bulk && p.pair) launch_instance<T, kXB, true, kGemvMaxXRows, true>(a, env, p.n_stages, p.seg_rows);
-    else if (p.bulk) launch_instance<T, kXB, true, kGemvMaxXRows>(a, env, p.n_stages, p.seg_rows);
-    else launch_instance<T, kXB, false, kGemvMaxXRows>(a, env, p.n_stages, p.seg_rows);
+    if (p.bulk && p.pair) launch_instance<T, kXB, true, x_tile_rows<kXB>(), true>(a, env, p.n_stages, p.seg_rows);
+    else if (p.bulk) launch_instance<T, kXB, true, x_tile_rows<kXB>()>(a, env, p.n_stages, p.seg_rows);
+    else launch_instance<T, kXB, false, x_tile_rows<kXB>()>(a, env, p.n_stages, p.seg_rows);
   }
   if (p.glu && !p.pair) launch_glu_after(a, env);
   return true;
@@ -467,11 +483,11 @@ void allow_smem_instance(int max_smem_bytes) {
 
 template <DType T, int kXB>
 void allow_smem_bits(int max_smem_bytes) {
-  allow_smem_instance<T, kXB, false, kGemvMaxXRows>(max_smem_bytes);
+  allow_smem_instance<T, kXB, false, x_tile_rows<kXB>()>(max_smem_bytes);
   allow_smem_instance<T, kXB, false, 1>(max_smem_bytes);
-  allow_smem_instance<T, kXB, true, kGemvMaxXRows>(max_smem_bytes);
+  allow_smem_instance<T, kXB, true, x_tile_rows<kXB>()>(max_smem_bytes);
   allow_smem_instance<T, kXB, true, 1>(max_smem_bytes);
-  allow_smem_instance<T, kXB, true, kGemvMaxXRows, true>(max_smem_bytes);
+  allow_smem_instance<T, kXB, true, x_tile_rows<kXB>(), true>(max_smem_bytes);
   allow_smem_instance<T, kXB, true, 1, true>(max_smem_bytes);
   if constexpr (has_early<T>()) {
     allow_smem_instance<T, kXB, false, 1, false, true>(max_smem_bytes);
@@ -496,6 +512,20 @@ bool launch_gemv_quant(const MatmulArgs& a, const LaunchEnv& env) {
     case DType::Q4_K: return launch_typed<DType::Q4_K>(a, env);
     case DType::Q5_K: return launch_typed<DType::Q5_K>(a, env);
     case DType::Q6_K: return launch_typed<DType::Q6_K>(a, env);
+    default: return false;
+  }
+}
+
+bool gemv_quant_takes(const MatmulArgs& a) {
+  auto ok = [&](auto plan) { return plan.ok; };
+  const bool wide = a.x_bits == 16;
+  switch (a.dtype) {
+    case DType::Q4_0: return ok(wide ? plan_typed<DType::Q4_0, 2>(a) : plan_typed<DType::Q4_0, 1>(a));
+    case DType::Q4_1: return ok(wide ? plan_typed<DType::Q4_1, 2>(a) : plan_typed<DType::Q4_1, 1>(a));
+    case DType::Q8_0: return ok(wide ? plan_typed<DType::Q8_0, 2>(a) : plan_typed<DType::Q8_0, 1>(a));
+    case DType::Q4_K: return ok(wide ? plan_typed<DType::Q4_K, 2>(a) : plan_typed<DType::Q4_K, 1>(a));
+    case DType::Q5_K: return ok(wide ? plan_typed<DType::Q5_K, 2>(a) : plan_typed<DType::Q5_K, 1>(a));
+    case DType::Q6_K: return ok(wide ? plan_typed<DType::Q6_K, 2>(a) : plan_typed<DType::Q6_K, 1>(a));
     default: return false;
   }
 }

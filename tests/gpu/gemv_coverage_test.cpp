@@ -1,0 +1,60 @@
+// Which products the quantized GEMV kernels take (gemv.h gemv_quant_takes): host logic only, so
+// it runs without a GPU and CI checks it. A product they leave runs on the generic kernel, which
+// dequantizes element by element, ~20x slower: a shape that silently lands there is a cliff no
+// correctness test notices (the generic kernel is correct). The 16-bit activation tile once did
+// that to the 8B ffn_down (14336 q6_k columns).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "backends/cuda/gemv.h"
+
+namespace tern {
+namespace {
+
+// One plain product of `rows` x `cols` weights of type t at `bits`, rows 16-byte aligned and
+// packed, on a device allowing `smem` bytes of shared memory per block.
+cuda::MatmulArgs product(DType t, int64_t rows, int64_t cols, int bits, int smem, int64_t n) {
+  cuda::MatmulArgs a{};
+  a.dtype = t;
+  a.n_mats = 1;
+  a.cols = cols;
+  a.n = n;
+  a.max_smem_bytes = smem;
+  a.n_sm = 132;
+  a.x_bits = bits;
+  a.w[0] = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+  a.w_stride_bytes[0] = row_bytes(t, cols);
+  a.rows[0] = rows;
+  return a;
+}
+
+// H100 / H200 (227 KiB of opt-in shared memory per block) and A100 (163 KiB): every Llama-3-8B
+// product (d 4096, ff 14336), at both precisions, every n. (On an A100 the 14336-column products
+// at 8 bits take the single-row tile for every n: four rows do not fit.)
+TEST(GemvCoverage, HopperAndAmpere8BProductsTakeTheQuantizedKernels) {
+  const std::pair<int64_t, int64_t> shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  for (int smem : {232448, 166912}) {
+    for (int bits : {16, 8}) {
+      for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+        for (auto [rows, cols] : shapes) {
+          for (int64_t n : {1, 4, 512}) {
+            EXPECT_TRUE(cuda::gemv_quant_takes(product(t, rows, cols, bits, smem, n)))
+                << dtype_name(t) << " " << rows << " x " << cols << " n=" << n << " at " << bits << " bits, " << smem
+                << " bytes of shared memory";
+          }
+        }
+      }
+    }
+  }
+}
+
+// Types without a quantized kernel are left to the generic one.
+TEST(GemvCoverage, OtherTypesAreLeft) {
+  for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::F16}) {
+    EXPECT_FALSE(cuda::gemv_quant_takes(product(t, 4096, 4096, 16, 232448, 1))) << dtype_name(t);
+  }
+}
+
+}  // namespace
+}  // namespace tern
