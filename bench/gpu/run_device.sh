@@ -48,7 +48,7 @@
 #   and the agent sessions came with it, three replays of 3 sessions at 64 tokens a turn (GPU with
 #   reuse and the suffix drafter plus its no-reuse baseline; GPU with neither; CPU with reuse and
 #   drafts) and how many turns' texts they share (replay_compare.py). The file is $TERN_MODEL, or
-#   is put together from $MODEL_PARTS/*/*.part* (bench/gpu/pack_model.sh packs it for two calls:
+#   is put together from $MODEL_PARTS/*/*.part* (bench/gpu/pack_model.sh packs its xz for two calls:
 #   one call carries at most 64 MiB) and checked against the sha256 that scripts/fetch-model pins.
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
@@ -272,7 +272,11 @@ PY
       parts=${MODEL_PARTS:-.device/model}
       if [[ -z ${TERN_MODEL:-} ]]; then
         export TERN_MODEL=/tmp/default-model.gguf
-        cat "$parts"/*/*.part* >"$TERN_MODEL" 2>/dev/null
+        if compgen -G "$parts/*/*.xz.part*" >/dev/null; then  # pack_model.sh: parts of the model's xz
+          cat "$parts"/*/*.xz.part* | xz -dc >"$TERN_MODEL" 2>/dev/null
+        else
+          cat "$parts"/*/*.part* >"$TERN_MODEL" 2>/dev/null
+        fi
       fi
       pinned=$(sed -n 's/^sha256="\([0-9a-f]*\)"$/\1/p' scripts/fetch-model)
       if ! echo "$pinned  $TERN_MODEL" | sha256sum --check --status; then
