@@ -40,7 +40,10 @@ namespace {
 
 using nlohmann::json;
 
-constexpr double kTolerance16 = 0.1;
+// The CPU fast path's tolerance (golden_logits_test.cpp). Measured (H200, session 13): 0.0123
+// against transformers, 0.0131 against the CPU; greedy runs identical 11 / 12 against each (the
+// one divergence at a top-2 gap of 0.0004 / 0.0015).
+constexpr double kTolerance16 = 0.03;
 constexpr double kTolerance8 = 1.5;  // measured (H200): 0.81 against transformers, 0.84 against the CPU
 
 std::string default_model() {
