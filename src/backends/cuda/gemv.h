@@ -8,10 +8,13 @@
 // results are batch-invariant by construction (tests/gpu/matmul_test.cpp compares the bits).
 //
 // Quantized weights (q4_0, q4_1, q8_0, q4_k, q5_k, q6_k; gemv_quant.cu, per-type lane items in
-// gemv_items.cuh) work on the blocks as stored. Each block quantizes its activation tile once to
-// int8 with one float scale per 32 elements (d = amax / 127, q = rint(x * 127 / amax)), then each
-// warp streams its weight rows through shared memory in steps of 4096 elements and takes integer
-// dot products (dp4a). On sm_90, rows that are 16-byte aligned are staged by one bulk TMA copy
+// gemv_items.cuh) work on the blocks as stored. Each block quantizes its activation tile once
+// with one float scale per 32 elements (d = amax / q_max, q = rint(x * q_max / amax)): to int16
+// (q_max = 32512, the CPU's 16-bit precision; the default) or int8 (q_max = 127, llama.cpp's;
+// MatmulArgs::x_bits, one choice per backend), then each warp streams its weight rows through
+// shared memory in steps of 4096 elements and takes exact integer dot products (dp2a: two 16-bit
+// x 8-bit products per instruction; dp4a: four 8-bit ones). A multi-row tile holds 4 int8 or 2
+// int16 activation rows (the same bytes), or 1 where that does not fit. On sm_90, rows that are 16-byte aligned are staged by one bulk TMA copy
 // per step (gemv_bulk.cuh), others by per-lane cp.async; rows of at most 2048 elements are
 // staged several to a step (segmented steps: 576-wide rows four to a step instead of one row on
 // 5 of 32 lanes). The canonical order of a row's float sum — fixed here so that a later

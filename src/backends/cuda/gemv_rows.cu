@@ -496,9 +496,12 @@ const std::vector<ShapeOverride>& shape_overrides() {
   return list;
 }
 
+// At 16-bit activations four rows per step spill (a 64-register activation group beside four
+// items) and two measured faster on every 8B product (H200, gpu_bench --gemv, session 13: q4_k
+// q+k 7.01 -> 6.36 us, o 6.06 -> 5.63).
 RowsShape pick_shape(const MatmulArgs& a) {
   RowsShape s{2, 1};
-  if (a.dtype == DType::Q4_K && a.total_rows() <= 8192) s.rows = 4;
+  if (a.dtype == DType::Q4_K && a.total_rows() <= 8192 && a.x_bits != 16) s.rows = 4;
   if (a.gemv_rows_per_step == 0 && a.gemv_parts_per_row == 0) {
     for (const ShapeOverride& o : shape_overrides()) {
       if (o.dtype == a.dtype && o.rows == a.total_rows() && o.cols == a.cols) s = o.shape;
@@ -598,11 +601,13 @@ bool gemv_rows_supports(const MatmulArgs& a) {
 }
 
 // The default path's choice (GemvPath::kAuto): every 8B product it takes measured faster on it
-// (H200, q4_k / q6_k / q8_0, 1.03-1.27x) except the vocabulary head (128256 rows: 113 us against
-// the single-row kernel's 110, which streams it at 92% of the copy bandwidth), so products of up
-// to 64k rows of the measured types. q5_k was not measured and keeps the single-row kernel.
+// (H200, q4_k / q6_k / q8_0, 1.03-1.27x) except, at 8-bit activations, the vocabulary head
+// (128256 rows: 113 us against the single-row kernel's 110, which streams it at 92% of the copy
+// bandwidth), so products of up to 64k rows of the measured types there. At 16 bits the head
+// goes too (q6_k: 132.4 -> 108.2 us, session 13). q5_k was not measured and keeps the single-row
+// kernel.
 bool gemv_rows_default(const MatmulArgs& a) {
-  if (a.n != 1 || a.total_rows() > 65536) return false;
+  if (a.n != 1 || (a.total_rows() > 65536 && a.x_bits != 16)) return false;
   return a.dtype == DType::Q4_K || a.dtype == DType::Q6_K || a.dtype == DType::Q8_0;
 }
 
