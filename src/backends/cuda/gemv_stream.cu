@@ -326,8 +326,15 @@ bool gemv_stream_supports(const MatmulArgs& a) {
 // not taken. So: q4_k launches of at least 16384 rows (gate+up, with the model's RMSNorm prologue
 // and SwiGLU epilogue 22.0 -> 20.8 us alone), up to 64k rows (the vocabulary head keeps the
 // single-row kernel, as gemv_rows_default).
+// At 16-bit activations (session 13) the balance turns: the multi-row kernel shares a lane's
+// activation group between rows, which at 64 registers spills or starves it, and every Q4_K_M
+// product streamed measured faster in the whole decode step: 405.7 -> 434.0 tok/s at ctx 1024
+// (--gemv-path "default;stream"). So at 16 bits every q4_k / q6_k product, and Q4_K_M's mixed
+// q/k/v launch, streams; q8_0 keeps the 8-bit choice.
 bool gemv_stream_default(const MatmulArgs& a) {
-  if (a.n != 1 || a.tail_mat > 0 || a.total_rows() > 65536 || a.total_rows() < 16384) return false;
+  if (a.n != 1) return false;
+  if (a.x_bits == 16) return a.tail_mat > 0 || a.dtype == DType::Q4_K || a.dtype == DType::Q6_K;
+  if (a.tail_mat > 0 || a.total_rows() > 65536 || a.total_rows() < 16384) return false;
   return a.dtype == DType::Q4_K;
 }
 
