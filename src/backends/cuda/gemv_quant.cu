@@ -118,14 +118,10 @@ int segment_rows(const MatmulArgs& a) {
 // more resident warps hide more of a step's dependent latency (shared loads -> dp4a -> five
 // shuffles). The single-row tile is held to 64 registers (four blocks per SM) where that costs no
 // spills, 80 (three) for q8_0, q6_k and the per-lane-staged variants; the four-row tile to 128 (two).
-// Activation rows of a multi-row tile: kGemvMaxXRows at 8 bits, half as many at 16, so that the
-// tile's shared memory is the same size at both precisions and so is the widest row the kernels
-// take (an 8B ffn_down of 14336 q6_k columns at four 16-bit rows plus the pipeline's stages does
-// not fit the H200's 227 KiB per block).
-template <int kXB>
-constexpr int x_tile_rows() {
-  return kGemvMaxXRows / kXB;
-}
+// Activation rows of a multi-row tile: kGemvMaxXRows where they fit shared memory with the
+// pipeline's stages; at 16 bits (twice the bytes per row) two where four do not; one otherwise
+// (QuantPlan::tile_rows).
+constexpr int kHalfTileRows = kGemvMaxXRows / 2;
 
 // 16-bit activations (kXB = 2) hold a group in 64 registers instead of 32: their single-row
 // instances get the four-row tile's 128.
@@ -365,7 +361,7 @@ struct QuantPlan {
   bool bulk = false;
   bool glu = false;   // a SwiGLU epilogue (kernels.h GemvFusion)
   bool pair = false;  // ... applied in the kernel (kPair); else by the elementwise kernel after it
-  int tile_rows = 1;  // activation rows per block for n > 1: x_tile_rows, or 1 where that does not fit
+  int tile_rows = 1;  // activation rows per block for n > 1: kGemvMaxXRows, kHalfTileRows or 1
   int n_stages = 0;
   int seg_rows = 1;
 };
@@ -375,20 +371,25 @@ QuantPlan plan_typed(const MatmulArgs& a) {
   QuantPlan p;
   if (a.cols % QType<T>::kBlockElems != 0 || a.cols >= (int64_t{1} << 31)) return p;
   if ((a.cols + kStepElems - 1) / kStepElems > kMaxSteps) return p;
-  if ((a.n + x_tile_rows<kXB>() - 1) / x_tile_rows<kXB>() > (int64_t{1} << 31) - 1) return p;
+  if (a.n > (int64_t{1} << 31) - 1) return p;  // x tiles of one row at most: a grid dimension
   const int cols = static_cast<int>(a.cols);
   // Eligibility is judged on the weight alone, never on n (batch invariance): every instance
-  // computes a row the same way, so n > 1 takes the multi-row tile where it fits and the
-  // single-row instance (one block per activation row) where it does not (the 8B ffn_down's
-  // 14336 columns at 8 bits on an A100's 163 KiB, or q6_k's at 16 bits with four rows on an
-  // H200's 227); a row too long for even one activation row takes the generic kernel.
+  // computes a row the same way, so n > 1 takes the largest multi-row tile that fits and the
+  // single-row instance (one block per activation row) where none does (the 8B ffn_down's 14336
+  // columns at 8 bits with the per-lane-staged pipeline on an A100's 163 KiB); a row too long
+  // for even one activation row takes the generic kernel. The bulk pipelines shrink to two stages
+  // to fit (below), the per-lane-staged ones keep stages<T>().
   // The fused prologue's static shared memory comes out of the same per-block budget.
   const int smem_limit = a.max_smem_bytes - kFusionStaticSmemBytes;
-  if (smem_layout<T, kXB>(cols, x_tile_rows<kXB>(), stages<T>()).total <= smem_limit) p.tile_rows = x_tile_rows<kXB>();
-  else if (smem_layout<T, kXB>(cols, 1, stages<T>()).total > smem_limit) return p;
+  const bool legacy = a.gemv_path == static_cast<int32_t>(GemvPath::kLegacy);
+  const int min_stages = !legacy && bulk_eligible<T>(a) ? 2 : stages<T>();
+  auto fits = [&](int rows) { return smem_layout<T, kXB>(cols, rows, min_stages).total <= smem_limit; };
+  if (fits(kGemvMaxXRows)) p.tile_rows = kGemvMaxXRows;
+  else if (kXB == 2 && fits(kHalfTileRows)) p.tile_rows = kHalfTileRows;
+  else if (!fits(1)) return p;
   p.ok = true;
   p.glu = a.fuse.glu_out != nullptr;
-  if (a.gemv_path == static_cast<int32_t>(GemvPath::kLegacy)) {
+  if (legacy) {
     p.legacy = true;
     return p;
   }
@@ -402,7 +403,7 @@ QuantPlan plan_typed(const MatmulArgs& a) {
   p.pair = p.glu && p.bulk;
   p.seg_rows = segment_rows<T>(a);
   // A segmented step is at most a full step, so it fits the stages sized for full steps.
-  if (smem_layout<T, kXB>(cols, p.tile_rows, stages<T>(), p.seg_rows).total > smem_limit) p.seg_rows = 1;
+  if (smem_layout<T, kXB>(cols, p.tile_rows, min_stages, p.seg_rows).total > smem_limit) p.seg_rows = 1;
   p.n_stages = stages<T>();
   if (p.bulk) {
     // As many stages as fit the per-warp byte budget, fewer where the full tile would not fit.
@@ -430,13 +431,26 @@ constexpr bool has_early() {
   return T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q8_0;
 }
 
+// A multi-row tile's instance for plan p.
+template <DType T, int kXB, int kTile>
+void launch_tile(const MatmulArgs& a, const LaunchEnv& env, const QuantPlan& p) {
+  if (p.bulk && p.pair) launch_instance<T, kXB, true, kTile, true>(a, env, p.n_stages, p.seg_rows);
+  else if (p.bulk) launch_instance<T, kXB, true, kTile>(a, env, p.n_stages, p.seg_rows);
+  else launch_instance<T, kXB, false, kTile>(a, env, p.n_stages, p.seg_rows);
+}
+
 template <DType T, int kXB>
 bool launch_bits(const MatmulArgs& a, const LaunchEnv& env) {
   const QuantPlan p = plan_typed<T, kXB>(a);
   if (!p.ok) return false;
   if (p.legacy) {
-    if (p.tile_rows == 1) launch_instance<T, kXB, false, 1>(a, env, stages<T>(), 1, 2);
-    else launch_instance<T, kXB, false, x_tile_rows<kXB>()>(a, env, stages<T>(), 1, 2);
+    if (p.tile_rows == kGemvMaxXRows) launch_instance<T, kXB, false, kGemvMaxXRows>(a, env, stages<T>(), 1, 2);
+    else if constexpr (kXB == 2) {
+      if (p.tile_rows == kHalfTileRows) launch_instance<T, kXB, false, kHalfTileRows>(a, env, stages<T>(), 1, 2);
+      else launch_instance<T, kXB, false, 1>(a, env, stages<T>(), 1, 2);
+    } else {
+      launch_instance<T, kXB, false, 1>(a, env, stages<T>(), 1, 2);
+    }
     if (p.glu) launch_glu_after(a, env);
     return true;
   }
@@ -461,10 +475,10 @@ bool launch_bits(const MatmulArgs& a, const LaunchEnv& env) {
     if (p.bulk && p.pair) launch_instance<T, kXB, true, 1, true>(a, env, p.n_stages, p.seg_rows);
     else if (p.bulk) launch_instance<T, kXB, true, 1>(a, env, p.n_stages, p.seg_rows);
     else launch_instance<T, kXB, false, 1>(a, env, p.n_stages, p.seg_rows);
-  } else {
-    if (p.bulk && p.pair) launch_instance<T, kXB, true, x_tile_rows<kXB>(), true>(a, env, p.n_stages, p.seg_rows);
-    else if (p.bulk) launch_instance<T, kXB, true, x_tile_rows<kXB>()>(a, env, p.n_stages, p.seg_rows);
-    else launch_instance<T, kXB, false, x_tile_rows<kXB>()>(a, env, p.n_stages, p.seg_rows);
+  } else if (p.tile_rows == kGemvMaxXRows) {
+    launch_tile<T, kXB, kGemvMaxXRows>(a, env, p);
+  } else if constexpr (kXB == 2) {
+    launch_tile<T, kXB, kHalfTileRows>(a, env, p);
   }
   if (p.glu && !p.pair) launch_glu_after(a, env);
   return true;
@@ -483,11 +497,16 @@ void allow_smem_instance(int max_smem_bytes) {
 
 template <DType T, int kXB>
 void allow_smem_bits(int max_smem_bytes) {
-  allow_smem_instance<T, kXB, false, x_tile_rows<kXB>()>(max_smem_bytes);
+  allow_smem_instance<T, kXB, false, kGemvMaxXRows>(max_smem_bytes);
   allow_smem_instance<T, kXB, false, 1>(max_smem_bytes);
-  allow_smem_instance<T, kXB, true, x_tile_rows<kXB>()>(max_smem_bytes);
+  allow_smem_instance<T, kXB, true, kGemvMaxXRows>(max_smem_bytes);
   allow_smem_instance<T, kXB, true, 1>(max_smem_bytes);
-  allow_smem_instance<T, kXB, true, x_tile_rows<kXB>(), true>(max_smem_bytes);
+  allow_smem_instance<T, kXB, true, kGemvMaxXRows, true>(max_smem_bytes);
+  if constexpr (kXB == 2) {
+    allow_smem_instance<T, kXB, false, kHalfTileRows>(max_smem_bytes);
+    allow_smem_instance<T, kXB, true, kHalfTileRows>(max_smem_bytes);
+    allow_smem_instance<T, kXB, true, kHalfTileRows, true>(max_smem_bytes);
+  }
   allow_smem_instance<T, kXB, true, 1, true>(max_smem_bytes);
   if constexpr (has_early<T>()) {
     allow_smem_instance<T, kXB, false, 1, false, true>(max_smem_bytes);
