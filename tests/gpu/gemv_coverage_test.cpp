@@ -49,6 +49,17 @@ TEST(GemvCoverage, HopperAndAmpere8BProductsTakeTheQuantizedKernels) {
   }
 }
 
+// The tile n > 1 runs in on an H200: four rows, but at 16 bits two for the q4_k ffn_down, where
+// four rows leave one block per SM and two rows two.
+TEST(GemvCoverage, HopperTileRows) {
+  constexpr int kSmem = 232448;
+  EXPECT_EQ(cuda::gemv_quant_tile_rows(product(DType::Q4_K, 4096, 4096, 16, kSmem, 512)), 4);
+  EXPECT_EQ(cuda::gemv_quant_tile_rows(product(DType::Q4_K, 4096, 14336, 16, kSmem, 512)), 2);
+  EXPECT_EQ(cuda::gemv_quant_tile_rows(product(DType::Q6_K, 4096, 14336, 16, kSmem, 512)), 4);
+  EXPECT_EQ(cuda::gemv_quant_tile_rows(product(DType::Q4_K, 4096, 14336, 8, kSmem, 512)), 4);
+  EXPECT_EQ(cuda::gemv_quant_tile_rows(product(DType::Q6_K, 4096, 14336, 8, kSmem, 512)), 4);
+}
+
 // Types without a quantized kernel are left to the generic one.
 TEST(GemvCoverage, OtherTypesAreLeft) {
   for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::F16}) {

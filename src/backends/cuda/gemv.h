@@ -107,6 +107,9 @@ bool launch_gemv_quant(const MatmulArgs& a, const LaunchEnv& env);
 // against the shared memory a.max_smem_bytes allows, at a.x_bits); a product it leaves runs on
 // the slow generic kernel.
 bool gemv_quant_takes(const MatmulArgs& a);
+// The activation rows per block it runs n > 1 in (4, 2 at 16 bits, or 1); 0 where it does not
+// take the product.
+int gemv_quant_tile_rows(const MatmulArgs& a);
 // The bulk-staged kernel (sm_90) for F32 / F16 / BF16 rows that are 16-byte aligned with
 // cols % 8 == 0 (gemv_float.cu), and its one-time shared-memory setup.
 void launch_gemv_float(const MatmulArgs& a, const LaunchEnv& env);
