@@ -33,7 +33,6 @@ template <int kXB>
 __host__ __device__ constexpr int group_pitch() {  // a lane item's four units
   return run_pitch<kItemUnits, kXB>();
 }
-constexpr int kGroupPitch = group_pitch<1>();  // 144
 template <int kXB>
 __host__ __device__ constexpr float x_qmax() {
   return kXB == 1 ? 127.0f : 32512.0f;
@@ -91,7 +90,6 @@ __device__ __forceinline__ int4 x_sums(const XTile& x, int j, int g) {
 // rows' items (the multi-row kernel of gemv_rows.cu shares it between rows).
 template <int kXB = 1>
 struct XGroup {
-  static constexpr int kBytes = kXB;
   uint32_t q[32 * kXB];
   float4 d;
   int4 s;

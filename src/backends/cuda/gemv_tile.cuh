@@ -128,7 +128,7 @@ __device__ __forceinline__ void quantize4(const float* v, float inv, uint32_t* o
   }
 }
 
-// Stores n16 16-byte pieces of packed words to dst (16-byte aligned).
+// Stores the N packed words (whole 16-byte pieces) to dst (16-byte aligned).
 template <int N>
 __device__ __forceinline__ void store_words(uint8_t* dst, const uint32_t (&w)[N]) {
   static_assert(N % 4 == 0, "whole 16-byte pieces");
