@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/backend_choice.h"
 #include "cli/model_setup.h"
 #include "engine/session.h"
 
@@ -36,6 +37,7 @@ namespace fs = std::filesystem;
 struct BenchKvArgs {
   std::string model;
   std::string backend = "cpu";
+  int act_bits = 16;        // --act-bits (cli/backend_choice.h)
   std::string prefixes = "1024,8192,30000";
   std::string dir = "/tmp/tern-bench-kv";
   int threads = 0;
@@ -120,6 +122,7 @@ int run_bench_kv(const BenchKvArgs& a) {
   ModelSetupOptions so;
   so.path = a.model.empty() ? default_model_path() : a.model;
   so.backend = a.backend;
+  so.act_bits = a.act_bits;
   so.n_threads = a.threads;
   so.n_ctx = max_len + 64;  // beyond the native window the model applies YaRN
   so.need_tokenizer = false;
@@ -251,7 +254,7 @@ void register_bench_kv(CLI::App& bench, CommandRunner* runner) {
   auto a = std::make_shared<BenchKvArgs>();
   auto* cmd = bench.add_subcommand("kv", "KV tier restore (host RAM, SSD warm and cold) against re-prefill");
   cmd->add_option("-m,--model", a->model, "GGUF model (default: the default model)");
-  cmd->add_option("--backend", a->backend, "cpu or cuda");
+  add_backend_flags(*cmd, a->backend, a->act_bits);
   cmd->add_option("--prefixes", a->prefixes, "prefix lengths in tokens, comma-separated (default 1024,8192,30000)");
   cmd->add_option("--dir", a->dir, "scratch directory for the SSD tier (default /tmp/tern-bench-kv)");
   cmd->add_option("-t,--threads", a->threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);

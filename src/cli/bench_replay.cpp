@@ -48,6 +48,7 @@ struct ReplayArgs {
   int n_sessions = 6;
   int threads = 0;
   std::string backend = "cpu";  // --backend (cli/backend_choice.h)
+  int act_bits = 16;        // --act-bits (cli/backend_choice.h)
   int ctx = 8192;
   bool json = false;
   bool baseline = true;
@@ -405,6 +406,7 @@ int run_replay(const ReplayArgs& a) {
   so.path = a.model.empty() ? default_model_path() : a.model;
   so.n_threads = a.threads;
   so.backend = a.backend;
+  so.act_bits = a.act_bits;
   so.n_ctx = a.ctx;
   auto loaded = load_for_inference(so);
   if (!loaded.is_ok()) {
@@ -495,7 +497,7 @@ void register_bench_replay(CLI::App& bench, CommandRunner* runner) {
   cmd->add_option("--max-tokens", args->max_tokens, "tokens generated per turn")->check(CLI::Range(1, 4096));
   cmd->add_option("--n-sessions", args->n_sessions, "sessions to replay, from the first")->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", args->threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", args->backend, "compute backend: cpu or cuda")->check(CLI::IsMember(backend_names()));
+  add_backend_flags(*cmd, args->backend, args->act_bits);
   cmd->add_option("-c,--ctx", args->ctx, "context in tokens; sessions are cut off there")->check(CLI::PositiveNumber);
   cmd->add_flag("--json", args->json, "print JSON (per-turn records with generated text, totals)");
   cmd->add_flag("!--no-baseline", args->baseline, "skip the no-reuse, no-speculation baseline pass");

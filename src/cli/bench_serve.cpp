@@ -51,6 +51,7 @@ struct ServeArgs {
   int max_tokens = 32;        // per turn
   int threads = 0;            // 0 = all cores
   std::string backend = "cpu";  // --backend (cli/backend_choice.h)
+  int act_bits = 16;        // --act-bits (cli/backend_choice.h)
   int ctx = 4096;             // tokens; sessions are cut off where a turn no longer fits
   int prefill_chunk = 512;    // EngineOptions::prefill_chunk_tokens
   bool speculate = true;      // n-gram drafting in the engine
@@ -259,6 +260,7 @@ int run_serve_bench(const ServeArgs& a) {
   so.path = a.model.empty() ? default_model_path() : a.model;
   so.n_threads = a.threads;
   so.backend = a.backend;
+  so.act_bits = a.act_bits;
   so.n_ctx = a.ctx;
   auto loaded = load_for_inference(so);
   if (!loaded.is_ok()) {
@@ -348,7 +350,7 @@ void register_bench_serve(CLI::App& bench, CommandRunner* runner) {
   cmd->add_option("--max-turns", args->max_turns, "turns per session at most")->check(CLI::PositiveNumber);
   cmd->add_option("--max-tokens", args->max_tokens, "tokens generated per turn")->check(CLI::Range(1, 4096));
   cmd->add_option("-t,--threads", args->threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", args->backend, "compute backend: cpu or cuda")->check(CLI::IsMember(backend_names()));
+  add_backend_flags(*cmd, args->backend, args->act_bits);
   cmd->add_option("-c,--ctx", args->ctx, "context in tokens; sessions are cut off there")->check(CLI::PositiveNumber);
   cmd->add_option("--prefill-chunk", args->prefill_chunk, "prompt tokens per step")->check(CLI::PositiveNumber);
   cmd->add_flag("!--no-speculation", args->speculate, "turn n-gram drafting off");

@@ -42,6 +42,7 @@ struct ChatArgs {
   uint64_t seed = 0xC0FFEE;
   int threads = 0;
   std::string backend = "cpu";  // --backend (cli/backend_choice.h)
+  int act_bits = 16;        // --act-bits (cli/backend_choice.h)
   int ctx = 8192;
   bool speculate = true;
   KvTierArgs tiers;
@@ -59,6 +60,7 @@ int run_chat(const ChatArgs& a) {
   so.path = a.model.empty() ? default_model_path() : a.model;
   so.n_threads = a.threads;
   so.backend = a.backend;
+  so.act_bits = a.act_bits;
   so.n_ctx = a.ctx;
   so.show_progress = stderr_is_terminal();
   auto loaded = load_for_inference(so);
@@ -173,7 +175,7 @@ void register_chat(CLI::App& app, CommandRunner* runner) {
   cmd->add_option("--temp", args->temperature, "temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f));
   cmd->add_option("--seed", args->seed, "sampling seed");
   cmd->add_option("-t,--threads", args->threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", args->backend, "compute backend: cpu or cuda")->check(CLI::IsMember(backend_names()));
+  add_backend_flags(*cmd, args->backend, args->act_bits);
   cmd->add_option("-c,--ctx", args->ctx, "context size in tokens")->check(CLI::PositiveNumber);
   cmd->add_flag("!--no-speculate", args->speculate, "turn off n-gram speculative decoding");
   add_kv_tier_flags(*cmd, args->tiers);

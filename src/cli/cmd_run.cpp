@@ -26,6 +26,7 @@ struct RunArgs {
   int chunk = 512;
   std::string kv_type = "f16";
   std::string backend = "cpu";
+  int act_bits = 16;        // --act-bits (cli/backend_choice.h)
   bool parse_special = true;
 };
 
@@ -39,6 +40,7 @@ int run(const RunArgs& a) {
   so.path = a.model.empty() ? default_model_path() : a.model;
   so.n_threads = a.threads;
   so.backend = a.backend;
+  so.act_bits = a.act_bits;
   so.n_ctx = a.ctx;
   so.kv_dtype = *kv_dtype;
   so.show_progress = stderr_is_terminal();
@@ -93,8 +95,10 @@ int run(const RunArgs& a) {
   const int decoded = std::max(0, s.generated_tokens - 1);  // the first token comes from the prefill
   const double decode_tps = s.decode_seconds > 0 ? decoded / s.decode_seconds : 0.0;
   std::fprintf(stderr,
-               "\nprompt: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s | load %.2f s | %s, %d threads | stop: %s\n",
-               s.prompt_tokens, prefill_tps, s.generated_tokens, decode_tps, lm.load_seconds, std::string(lm.backend->name()).c_str(), lm.n_threads,
+               "\nprompt: %d tokens, %.1f tok/s | decode: %d tokens, %.1f tok/s | load %.2f s | %s, %d threads, "
+               "%d-bit activations | stop: %s\n",
+               s.prompt_tokens, prefill_tps, s.generated_tokens, decode_tps, lm.load_seconds,
+               std::string(lm.backend->name()).c_str(), lm.n_threads, lm.backend->activation_bits(),
                stop_reason_name(s.stop_reason));
   return 0;
 }
@@ -117,7 +121,7 @@ void register_run(CLI::App& app, CommandRunner* runner) {
   cmd->add_option("-c,--ctx", args->ctx, "context size in tokens (0 = the model's own)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--chunk", args->chunk, "prefill chunk size in tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--kv-type", args->kv_type, "KV cache type: f16 or f32");
-  cmd->add_option("--backend", args->backend, "compute backend")->check(CLI::IsMember(backend_names()));
+  add_backend_flags(*cmd, args->backend, args->act_bits);
   cmd->add_flag("!--no-special", args->parse_special, "treat special-token text in the prompt as plain text");
   cmd->callback([runner, args] { *runner = [args] { return run(*args); }; });
 }

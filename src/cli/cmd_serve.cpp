@@ -37,6 +37,7 @@ struct ServeArgs {
   std::string kv_mem;  // "" = room for --parallel full contexts
   int threads = 0;
   std::string backend = "cpu";  // --backend (cli/backend_choice.h)
+  int act_bits = 16;        // --act-bits (cli/backend_choice.h)
   int chunk = 512;
   double max_body_mb = 16;
   int shutdown_grace_s = 30;
@@ -109,6 +110,7 @@ int serve(const ServeArgs& a) {
   so.path = a.model.empty() ? default_model_path() : a.model;
   so.n_threads = a.threads;
   so.backend = a.backend;
+  so.act_bits = a.act_bits;
   so.n_ctx = a.ctx;
   so.show_progress = stderr_is_terminal();
   auto loaded = load_for_inference(so);
@@ -215,7 +217,7 @@ void register_serve(CLI::App& app, CommandRunner* runner) {
   cmd->add_option("--kv-mem", a->kv_mem, "KV cache size, e.g. 2G (default: --parallel full contexts)");
   add_kv_tier_flags(*cmd, a->tiers);
   cmd->add_option("-t,--threads", a->threads, "compute threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", a->backend, "compute backend: cpu or cuda")->check(CLI::IsMember(backend_names()));
+  add_backend_flags(*cmd, a->backend, a->act_bits);
   cmd->add_option("--chunk", a->chunk, "prefill chunk in tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--max-body-mb", a->max_body_mb, "largest request body in MiB")->check(CLI::Range(0.001, 4096.0));
   cmd->add_option("--shutdown-grace", a->shutdown_grace_s, "seconds requests in flight may finish after a signal")

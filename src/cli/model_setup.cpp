@@ -31,7 +31,7 @@ Result<LoadedModel> load_for_inference(const ModelSetupOptions& o) {
     lm.tokenizer = std::move(tokenizer).value();
   }
   lm.n_threads = o.n_threads > 0 ? o.n_threads : default_thread_count();
-  TERN_ASSIGN_OR_RETURN(lm.backend, make_backend(o.backend, lm.n_threads));
+  TERN_ASSIGN_OR_RETURN(lm.backend, make_backend(o.backend, lm.n_threads, o.act_bits));
   ModelOptions mo;
   mo.n_ctx = o.n_ctx;
   TERN_ASSIGN_OR_RETURN(lm.model, load_model(lm.file, *lm.backend, mo));

@@ -16,6 +16,7 @@ namespace tern::cli {
 struct ModelSetupOptions {
   std::string path;
   std::string backend = "cpu"; // "cpu" or "cuda" (cli/backend_choice.h)
+  int act_bits = 16;           // --act-bits: 8 or 16 (cli/backend_choice.h)
   int n_threads = 0;          // CPU threads; 0 = all cores
   int n_ctx = 4096;           // tokens; 0 = the model's native context
   DType kv_dtype = DType::F16;

@@ -86,6 +86,9 @@ class Backend {
   // Free and total bytes of the memory alloc draws from (a device's; the host's available
   // memory for a CPU backend), or nothing where the backend cannot tell.
   virtual std::optional<MemoryInfo> memory_info() const { return std::nullopt; }
+  // Bits of the activations that meet quantized weights (8 or 16, as resolved from the backend's
+  // options and environment), 0 where quantized products compute in float (the reference).
+  virtual int activation_bits() const { return 0; }
   // True when upload_weight copies every weight into that memory (a device), so a model must
   // fit it whole; false when weights stay in the file's mapping (the CPU backend).
   virtual bool holds_weights() const { return false; }

@@ -42,5 +42,35 @@ TEST(BackendFlag, EveryModelCommandTakesIt) {
   }
 }
 
+// And --act-bits, the precision of the activations that meet quantized weights: 8 or 16.
+TEST(BackendFlag, EveryModelCommandTakesActBits) {
+  for (const char* command : {"run", "chat", "serve", "bench replay", "bench serve", "bench kv"}) {
+    SCOPED_TRACE(command);
+    const Output help = run_tern(std::string(command) + " --help");
+    EXPECT_NE(help.text.find("--act-bits"), std::string::npos) << help.text;
+    const Output bad = run_tern(std::string(command) + " --act-bits 12");
+    EXPECT_NE(bad.status, 0);
+    EXPECT_NE(bad.text.find("--act-bits"), std::string::npos) << bad.text;
+    EXPECT_NE(bad.text.find("12"), std::string::npos) << bad.text;
+  }
+}
+
+// A quantized model runs at either precision (the default model is Q4_1), and the run's stats
+// line names the precision the backend took.
+TEST(BackendFlag, RunAtEitherPrecision) {
+  const std::string model = TERN_DEFAULT_MODEL;
+  if (FILE* f = std::fopen(model.c_str(), "rb")) {
+    std::fclose(f);
+  } else {
+    GTEST_SKIP() << "default model " << model << " not here";
+  }
+  for (const char* bits : {"16", "8"}) {
+    SCOPED_TRACE(bits);
+    const Output out = run_tern("run -m '" + model + "' -p 'The capital of France is' -n 4 -t 2 --act-bits " + bits);
+    EXPECT_EQ(out.status, 0) << out.text;
+    EXPECT_NE(out.text.find(std::string(bits) + "-bit activations"), std::string::npos) << out.text;
+  }
+}
+
 }  // namespace
 }  // namespace tern

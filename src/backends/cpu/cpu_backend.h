@@ -33,6 +33,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(CpuBackendOptions options);
 
   std::string_view name() const override { return options_.reference ? "cpu-reference" : "cpu"; }
+  int activation_bits() const override { return options_.reference ? 0 : options_.activation_bits; }
   Device device() const override { return Device::kCpu; }
   int n_threads() const { return pool_.n_threads(); }
 

@@ -136,6 +136,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string_view name() const override { return "cuda"; }
+  int activation_bits() const override { return act_bits_; }
   Device device() const override { return Device::kCuda; }
   CudaBackendStats stats() const {
     CudaBackendStats s = queue_->stats();
