@@ -22,7 +22,9 @@ def main(paths):
         if r is None:
             continue
         t = r["total"]
-        print(f"   {path}: {t['turns']} turns, {t['prompt_tokens']} prompt tokens, {t['cached_tokens']} cached; "
+        # The backend and its activation precision (absent from runs before session 13).
+        on = f"{r['backend']}, {r['activation_bits']}-bit activations; " if "backend" in r else ""
+        print(f"   {path}: {on}{t['turns']} turns, {t['prompt_tokens']} prompt tokens, {t['cached_tokens']} cached; "
               f"TTFT {t['ttft_s']} s (baseline {t['baseline_ttft_s']}); decode {t['mean_decode_tok_s']} tok/s "
               f"(baseline {t['baseline_mean_decode_tok_s']}); drafts {t['drafts_accepted']} / {t['drafts_proposed']}")
     ref_path, ref = runs[0]

@@ -295,10 +295,14 @@ Verdict judge(const std::vector<TurnRecord>& turns, const std::vector<TurnRecord
   return v;
 }
 
-void print_json(const ReplayArgs& a, const std::string& model, const std::vector<TurnRecord>& turns,
+// backend: the backend the turns ran on (its name and activation precision go in the header, so
+// that runs compared later say what produced their texts).
+void print_json(const ReplayArgs& a, const std::string& model, const Backend& backend, const std::vector<TurnRecord>& turns,
                 const std::vector<TurnRecord>& base, const std::vector<std::string>& ids, const Verdict& v) {
-  std::printf("{\"model\": \"%s\", \"drafter\": \"%s\", \"cost_model\": %s, \"max_tokens\": %d, \"ctx\": %d, \"turns\": [\n",
-              json_escape(model).c_str(), a.drafter.c_str(), a.cost_model ? "true" : "false", a.max_tokens, a.ctx);
+  std::printf("{\"model\": \"%s\", \"backend\": \"%s\", \"activation_bits\": %d, \"drafter\": \"%s\", "
+              "\"cost_model\": %s, \"max_tokens\": %d, \"ctx\": %d, \"turns\": [\n",
+              json_escape(model).c_str(), std::string(backend.name()).c_str(), backend.activation_bits(), a.drafter.c_str(),
+              a.cost_model ? "true" : "false", a.max_tokens, a.ctx);
   for (size_t i = 0; i < turns.size(); ++i) {
     const auto& r = turns[i];
     const TurnRecord* b = i < base.size() ? &base[i] : nullptr;
@@ -476,7 +480,7 @@ int run_replay(const ReplayArgs& a) {
       ids.push_back(c.id);
   const Verdict v = judge(turns, base_turns, ids);
   if (a.json) {
-    print_json(a, so.path, turns, base_turns, ids, v);
+    print_json(a, so.path, *lm.backend, turns, base_turns, ids, v);
   } else {
     print_tables(turns, base_turns, ids, v);
   }

@@ -178,9 +178,12 @@ int serve(const ServeArgs& a) {
     std::fprintf(stderr, "tern serve: %s\n", s.message().c_str());
     return 1;
   }
-  std::fprintf(stderr, "tern serve: model %s (context %d tokens, KV %d blocks = %.0f MiB, %d parallel), load %.2f s\n",
-               opts.model_id.c_str(), lm.model->n_ctx(), kc.n_blocks,
-               static_cast<double>(block_bytes) * kc.n_blocks / (1024.0 * 1024.0), a.parallel, lm.load_seconds);
+  std::fprintf(stderr,
+               "tern serve: model %s on %s, %d-bit activations (context %d tokens, KV %d blocks = %.0f MiB, %d "
+               "parallel), load %.2f s\n",
+               opts.model_id.c_str(), std::string(lm.backend->name()).c_str(), lm.backend->activation_bits(),
+               lm.model->n_ctx(), kc.n_blocks, static_cast<double>(block_bytes) * kc.n_blocks / (1024.0 * 1024.0),
+               a.parallel, lm.load_seconds);
   std::thread http_thread([&] { server.run(); });
   std::printf("tern serve: listening on http://%s:%d\n", a.host.c_str(), server.port());
   std::fflush(stdout);

@@ -3,10 +3,14 @@
 // that names the choices.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
-#include <sys/wait.h>
 
 namespace tern {
 namespace {
@@ -70,6 +74,19 @@ TEST(BackendFlag, RunAtEitherPrecision) {
     EXPECT_EQ(out.status, 0) << out.text;
     EXPECT_NE(out.text.find(std::string(bits) + "-bit activations"), std::string::npos) << out.text;
   }
+  // A replay's JSON names the backend and its precision, so runs compared later say what produced
+  // their texts (bench/gpu/replay_compare.py prints them).
+  const std::string sessions =
+      (std::filesystem::temp_directory_path() / ("tern_backend_flag_test_" + std::to_string(::getpid()) + ".jsonl")).string();
+  {
+    std::ofstream f(sessions);
+    f << R"({"id": "a", "messages": [{"role": "user", "content": "Say hi."}]})" << "\n";
+  }
+  const Output replay = run_tern("bench replay -m '" + model + "' -t 1 --sessions '" + sessions +
+                                 "' --max-tokens 2 --no-baseline --json --act-bits 8");
+  std::filesystem::remove(sessions);
+  EXPECT_EQ(replay.status, 0) << replay.text;
+  EXPECT_NE(replay.text.find(R"("backend": "cpu", "activation_bits": 8)"), std::string::npos) << replay.text;
 }
 
 }  // namespace
