@@ -98,7 +98,6 @@ std::vector<float> last_logits(Session& s, const std::vector<int32_t>& prompt) {
 }
 
 TEST_P(GpuDefaultModel, LogitsAndGreedyRunsAgainstTransformers) {
-  const double kGpuTolerance = tolerance();
   gputest::Loaded gpu = gputest::load_on(file_, make_gpu(), 512);
   ASSERT_NE(gpu.model, nullptr);
   const int n_vocab = gpu.model->config().n_vocab;
@@ -109,7 +108,7 @@ TEST_P(GpuDefaultModel, LogitsAndGreedyRunsAgainstTransformers) {
     Session s(*gpu.model, *gpu.kv);
     const std::vector<float> ours = last_logits(s, ids);
     ASSERT_EQ(static_cast<int>(ours.size()), n_vocab);
-    worst = std::max(worst, testing::check_case_logits(gputest::test_data_dir(), c, ours, n_vocab, kGpuTolerance));
+    worst = std::max(worst, testing::check_case_logits(gputest::test_data_dir(), c, ours, n_vocab, tolerance()));
     ++n_cases;
 
     const json& g = c["greedy"];
@@ -122,7 +121,7 @@ TEST_P(GpuDefaultModel, LogitsAndGreedyRunsAgainstTransformers) {
       if (got[i] == want[i]) continue;
       same = false;
       // The pick may be the truth's third token too (seen at 8 bits at a 0.0004 gap).
-      EXPECT_LT(gaps[i], kGpuTolerance) << c["id"] << ": diverged at step " << i << " where the top-2 gap is " << gaps[i];
+      EXPECT_LT(gaps[i], tolerance()) << c["id"] << ": diverged at step " << i << " where the top-2 gap is " << gaps[i];
       std::printf("  %s: diverged from transformers at step %zu (true top-2 gap %.4f, %s)\n",
                   c["id"].get<std::string>().c_str(), i, gaps[i],
                   got[i] == runner_up[i] ? "to the runner-up" : "to another token");
@@ -138,7 +137,6 @@ TEST_P(GpuDefaultModel, LogitsAndGreedyRunsAgainstTransformers) {
 
 TEST_P(GpuDefaultModel, LogitsAndGreedyRunsAgainstTheCpu) {
   constexpr int kTokens = 64;
-  const double kGpuTolerance = tolerance();
   gputest::Loaded gpu = gputest::load_on(file_, make_gpu(), 512);
   ASSERT_NE(gpu.model, nullptr);
   cpu::CpuBackendOptions co;  // the fast path at its defaults (16-bit activations)
@@ -155,7 +153,7 @@ TEST_P(GpuDefaultModel, LogitsAndGreedyRunsAgainstTheCpu) {
     double diff = 0;
     for (size_t v = 0; v < lg.size(); ++v) diff = std::max(diff, static_cast<double>(std::abs(lg[v] - lc[v])));
     worst = std::max(worst, diff);
-    EXPECT_LE(diff, kGpuTolerance) << c["id"];
+    EXPECT_LE(diff, tolerance()) << c["id"];
     ++n_cases;
 
     const std::vector<int32_t> got = greedy(sg, ids, kTokens), want = greedy(sc, ids, kTokens);
@@ -168,7 +166,7 @@ TEST_P(GpuDefaultModel, LogitsAndGreedyRunsAgainstTheCpu) {
       Session s2(*cpu.model, *cpu.kv);
       const std::vector<float> at = last_logits(s2, prefix);
       const double gap = at[want[i]] - at[got[i]];
-      EXPECT_LT(gap, kGpuTolerance) << c["id"] << ": the GPU left the CPU at step " << i << " where the CPU's gap is "
+      EXPECT_LT(gap, tolerance()) << c["id"] << ": the GPU left the CPU at step " << i << " where the CPU's gap is "
                                      << gap;
       std::printf("  %s: GPU and CPU diverged at step %zu (CPU gap %.5f)\n", c["id"].get<std::string>().c_str(),
                   i, gap);

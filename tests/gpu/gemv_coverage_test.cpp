@@ -7,27 +7,12 @@
 
 #include <string>
 
-#include "backends/cuda/gemv.h"
+#include "gemv_args.h"
 
 namespace tern {
 namespace {
 
-// One plain product of `rows` x `cols` weights of type t at `bits`, rows 16-byte aligned and
-// packed, on a device allowing `smem` bytes of shared memory per block.
-cuda::MatmulArgs product(DType t, int64_t rows, int64_t cols, int bits, int smem, int64_t n) {
-  cuda::MatmulArgs a{};
-  a.dtype = t;
-  a.n_mats = 1;
-  a.cols = cols;
-  a.n = n;
-  a.max_smem_bytes = smem;
-  a.n_sm = 132;
-  a.x_bits = bits;
-  a.w[0] = reinterpret_cast<const void*>(uintptr_t{1} << 20);
-  a.w_stride_bytes[0] = row_bytes(t, cols);
-  a.rows[0] = rows;
-  return a;
-}
+using gputest::plain_product;
 
 // H100 / H200 (227 KiB of opt-in shared memory per block) and A100 (163 KiB): every Llama-3-8B
 // product (d 4096, ff 14336), at both precisions, every n. (On an A100 the 14336-column products
@@ -39,7 +24,7 @@ TEST(GemvCoverage, HopperAndAmpere8BProductsTakeTheQuantizedKernels) {
       for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
         for (auto [rows, cols] : shapes) {
           for (int64_t n : {1, 4, 512}) {
-            EXPECT_TRUE(cuda::gemv_quant_takes(product(t, rows, cols, bits, smem, n)))
+            EXPECT_TRUE(cuda::gemv_quant_takes(plain_product(t, rows, cols, bits, smem, n)))
                 << dtype_name(t) << " " << rows << " x " << cols << " n=" << n << " at " << bits << " bits, " << smem
                 << " bytes of shared memory";
           }
@@ -53,17 +38,17 @@ TEST(GemvCoverage, HopperAndAmpere8BProductsTakeTheQuantizedKernels) {
 // four rows leave one block per SM and two rows two.
 TEST(GemvCoverage, HopperTileRows) {
   constexpr int kSmem = 232448;
-  EXPECT_EQ(cuda::gemv_quant_tile_rows(product(DType::Q4_K, 4096, 4096, 16, kSmem, 512)), 4);
-  EXPECT_EQ(cuda::gemv_quant_tile_rows(product(DType::Q4_K, 4096, 14336, 16, kSmem, 512)), 2);
-  EXPECT_EQ(cuda::gemv_quant_tile_rows(product(DType::Q6_K, 4096, 14336, 16, kSmem, 512)), 4);
-  EXPECT_EQ(cuda::gemv_quant_tile_rows(product(DType::Q4_K, 4096, 14336, 8, kSmem, 512)), 4);
-  EXPECT_EQ(cuda::gemv_quant_tile_rows(product(DType::Q6_K, 4096, 14336, 8, kSmem, 512)), 4);
+  EXPECT_EQ(cuda::gemv_quant_tile_rows(plain_product(DType::Q4_K, 4096, 4096, 16, kSmem, 512)), 4);
+  EXPECT_EQ(cuda::gemv_quant_tile_rows(plain_product(DType::Q4_K, 4096, 14336, 16, kSmem, 512)), 2);
+  EXPECT_EQ(cuda::gemv_quant_tile_rows(plain_product(DType::Q6_K, 4096, 14336, 16, kSmem, 512)), 4);
+  EXPECT_EQ(cuda::gemv_quant_tile_rows(plain_product(DType::Q4_K, 4096, 14336, 8, kSmem, 512)), 4);
+  EXPECT_EQ(cuda::gemv_quant_tile_rows(plain_product(DType::Q6_K, 4096, 14336, 8, kSmem, 512)), 4);
 }
 
 // Types without a quantized kernel are left to the generic one.
 TEST(GemvCoverage, OtherTypesAreLeft) {
   for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::F16}) {
-    EXPECT_FALSE(cuda::gemv_quant_takes(product(t, 4096, 4096, 16, 232448, 1))) << dtype_name(t);
+    EXPECT_FALSE(cuda::gemv_quant_takes(plain_product(t, 4096, 4096, 16, 232448, 1))) << dtype_name(t);
   }
 }
 

@@ -13,10 +13,11 @@
 // (q_max = 32512, the CPU's 16-bit precision; the default) or int8 (q_max = 127, llama.cpp's;
 // MatmulArgs::x_bits, one choice per backend), then each warp streams its weight rows through
 // shared memory in steps of 4096 elements and takes exact integer dot products (dp2a: two 16-bit
-// x 8-bit products per instruction; dp4a: four 8-bit ones). A multi-row tile holds 4 int8 or 2
-// int16 activation rows (the same bytes), or 1 where that does not fit. On sm_90, rows that are 16-byte aligned are staged by one bulk TMA copy
-// per step (gemv_bulk.cuh), others by per-lane cp.async; rows of at most 2048 elements are
-// staged several to a step (segmented steps: 576-wide rows four to a step instead of one row on
+// x 8-bit products per instruction; dp4a: four 8-bit ones). A multi-row tile holds 4 activation
+// rows where they fit shared memory (at 16 bits 2 where four do not, or where two let an SM hold
+// twice the blocks), else 1 (gemv_quant_tile_rows). On sm_90, rows that are 16-byte aligned are
+// staged by one bulk TMA copy per step (gemv_bulk.cuh), others by per-lane cp.async; rows of at
+// most 2048 elements are staged several to a step (segmented steps: 576-wide rows four to a step instead of one row on
 // 5 of 32 lanes). The canonical order of a row's float sum — fixed here so that a later
 // tensor-core kernel can reproduce it bit for bit — is:
 //   1. unit u = 32 consecutive elements. c_u is a float expression of the exact integer dot

@@ -101,6 +101,11 @@ int segment_rows(const MatmulArgs& a) {
 
 // --- the kernel ---------------------------------------------------------------------------------
 
+// Activation rows of a multi-row tile: kGemvMaxXRows where they fit shared memory with the
+// pipeline's stages; at 16 bits (twice the bytes per row) two where four do not; one otherwise
+// (QuantPlan::tile_rows).
+constexpr int kHalfTileRows = kGemvMaxXRows / 2;
+
 // Grid: (activation tiles, row groups). Warp w of row group b owns weight rows
 // b * kGemvWarps + w + k * (gridDim.y * kGemvWarps), k = 0, 1, ...; it streams them step by step
 // through an n_stages-deep pipeline that runs on across row boundaries, so the latency of the
@@ -118,11 +123,6 @@ int segment_rows(const MatmulArgs& a) {
 // more resident warps hide more of a step's dependent latency (shared loads -> dp4a -> five
 // shuffles). The single-row tile is held to 64 registers (four blocks per SM) where that costs no
 // spills, 80 (three) for q8_0, q6_k and the per-lane-staged variants; the four-row tile to 128 (two).
-// Activation rows of a multi-row tile: kGemvMaxXRows where they fit shared memory with the
-// pipeline's stages; at 16 bits (twice the bytes per row) two where four do not; one otherwise
-// (QuantPlan::tile_rows).
-constexpr int kHalfTileRows = kGemvMaxXRows / 2;
-
 // 16-bit activations (kXB = 2) hold a group in 64 registers instead of 32: their single-row
 // instances get the four-row tile's 128.
 template <DType T, bool kBulk, int kTile, int kXB>
@@ -441,12 +441,22 @@ constexpr bool has_early() {
   return T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q8_0;
 }
 
-// A multi-row tile's instance for plan p.
-template <DType T, int kXB, int kTile>
-void launch_tile(const MatmulArgs& a, const LaunchEnv& env, const QuantPlan& p) {
-  if (p.bulk && p.pair) launch_instance<T, kXB, true, kTile, true>(a, env, p.n_stages, p.seg_rows);
-  else if (p.bulk) launch_instance<T, kXB, true, kTile>(a, env, p.n_stages, p.seg_rows);
-  else launch_instance<T, kXB, false, kTile>(a, env, p.n_stages, p.seg_rows);
+// The instance whose tile holds tile_rows activation rows (kGemvMaxXRows, kHalfTileRows at 16
+// bits, or 1: the single-row instance).
+template <DType T, int kXB, bool kBulk, bool kPair = false>
+void launch_with_tile(const MatmulArgs& a, const LaunchEnv& env, int tile_rows, int n_stages, int seg_rows,
+                    int per_sm = 0) {
+  if (tile_rows == kGemvMaxXRows) {
+    launch_instance<T, kXB, kBulk, kGemvMaxXRows, kPair>(a, env, n_stages, seg_rows, per_sm);
+    return;
+  }
+  if constexpr (kXB == 2) {
+    if (tile_rows == kHalfTileRows) {
+      launch_instance<T, kXB, kBulk, kHalfTileRows, kPair>(a, env, n_stages, seg_rows, per_sm);
+      return;
+    }
+  }
+  launch_instance<T, kXB, kBulk, 1, kPair>(a, env, n_stages, seg_rows, per_sm);
 }
 
 template <DType T, int kXB>
@@ -454,13 +464,7 @@ bool launch_bits(const MatmulArgs& a, const LaunchEnv& env) {
   const QuantPlan p = plan_typed<T, kXB>(a);
   if (!p.ok) return false;
   if (p.legacy) {
-    if (p.tile_rows == kGemvMaxXRows) launch_instance<T, kXB, false, kGemvMaxXRows>(a, env, stages<T>(), 1, 2);
-    else if constexpr (kXB == 2) {
-      if (p.tile_rows == kHalfTileRows) launch_instance<T, kXB, false, kHalfTileRows>(a, env, stages<T>(), 1, 2);
-      else launch_instance<T, kXB, false, 1>(a, env, stages<T>(), 1, 2);
-    } else {
-      launch_instance<T, kXB, false, 1>(a, env, stages<T>(), 1, 2);
-    }
+    launch_with_tile<T, kXB, false>(a, env, p.tile_rows, stages<T>(), 1, 2);
     if (p.glu) launch_glu_after(a, env);
     return true;
   }
@@ -481,14 +485,11 @@ bool launch_bits(const MatmulArgs& a, const LaunchEnv& env) {
       else if (p.bulk) launch_instance<T, kXB, true, 1, false, true>(a, env, p.n_stages, p.seg_rows);
       else launch_instance<T, kXB, false, 1, false, true>(a, env, p.n_stages, p.seg_rows);
     }
-  } else if (a.n == 1 || p.tile_rows == 1) {
-    if (p.bulk && p.pair) launch_instance<T, kXB, true, 1, true>(a, env, p.n_stages, p.seg_rows);
-    else if (p.bulk) launch_instance<T, kXB, true, 1>(a, env, p.n_stages, p.seg_rows);
-    else launch_instance<T, kXB, false, 1>(a, env, p.n_stages, p.seg_rows);
-  } else if (p.tile_rows == kGemvMaxXRows) {
-    launch_tile<T, kXB, kGemvMaxXRows>(a, env, p);
-  } else if constexpr (kXB == 2) {
-    launch_tile<T, kXB, kHalfTileRows>(a, env, p);
+  } else {
+    const int rows = a.n == 1 ? 1 : p.tile_rows;
+    if (p.bulk && p.pair) launch_with_tile<T, kXB, true, true>(a, env, rows, p.n_stages, p.seg_rows);
+    else if (p.bulk) launch_with_tile<T, kXB, true>(a, env, rows, p.n_stages, p.seg_rows);
+    else launch_with_tile<T, kXB, false>(a, env, rows, p.n_stages, p.seg_rows);
   }
   if (p.glu && !p.pair) launch_glu_after(a, env);
   return true;
