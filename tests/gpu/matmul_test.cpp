@@ -26,6 +26,7 @@
 #include "backends/cpu/matmul.h"
 #include "gemv_args.h"
 #include "gpu_test_util.h"
+#include "raw_quant.h"
 
 namespace tern {
 namespace {
@@ -471,42 +472,6 @@ TEST_P(GpuMatmul, RowsKernelOnFusedMatricesEqualsLegacy) {
   }
 }
 
-// Raw quantized weights for the bitwise GEMV comparisons below: uniform random bytes, with each
-// block's f16 scales replaced by finite values of either sign in [2^-10, 2^-6), so that every
-// product stays far from overflow.
-struct RawQuantLayout {
-  DType dtype;
-  int block_bytes;
-  std::vector<int> f16_at;  // offsets of the block's f16 scales
-};
-const RawQuantLayout kRawLayouts[] = {
-    {DType::Q4_K, 144, {0, 2}}, {DType::Q5_K, 176, {0, 2}}, {DType::Q6_K, 210, {208}}, {DType::Q8_0, 34, {0}}};
-
-gputest::HostTensor raw_quant_weights(const RawQuantLayout& lay, int64_t rows, int64_t cols, std::mt19937& rng) {
-  gputest::HostTensor hw;
-  hw.bytes.resize(row_bytes(lay.dtype, cols) * rows);
-  for (size_t i = 0; i + 4 <= hw.bytes.size(); i += 4) {
-    const uint32_t word = static_cast<uint32_t>(rng());
-    std::memcpy(hw.bytes.data() + i, &word, 4);
-  }
-  for (size_t b = 0; b < hw.bytes.size(); b += lay.block_bytes) {
-    for (const int off : lay.f16_at) {
-      const uint16_t h = static_cast<uint16_t>((rng() & 0x8000u) | ((5u + rng() % 4u) << 10) | (rng() & 0x3ffu));
-      hw.bytes[b + off] = static_cast<uint8_t>(h & 0xff);
-      hw.bytes[b + off + 1] = static_cast<uint8_t>(h >> 8);
-    }
-  }
-  hw.t = Tensor::view(hw.bytes.data(), lay.dtype, rows, cols);
-  return hw;
-}
-
-// Random activations with runs of 32 values of +-4 every 97 elements (int8 tiles at +-127).
-std::vector<float> activations_with_runs(int64_t cols, uint32_t seed) {
-  auto xv = gputest::random_floats(cols, seed);
-  for (int64_t i = 0; i < cols; i += 97) std::fill_n(xv.begin() + i, std::min<int64_t>(32, cols - i), i % 2 ? 4.0f : -4.0f);
-  return xv;
-}
-
 // Weight bytes the quantizer rarely or never writes (every quant, scale and min byte uniform over
 // 0..255, only the f16 scales kept finite): the multi-row kernel reads its items out of the
 // bulk-copy stages with per-type loads (gemv_items.cuh, kStaged: 16-byte vectors for q4_k /
@@ -527,12 +492,12 @@ TEST_P(GpuMatmul, RowsKernelOnRawQuantBytesEqualsLegacy) {
   }
   for (const auto& b : fresh) ASSERT_NE(b, nullptr);
   std::mt19937 rng(720);
-  for (const RawQuantLayout& lay : kRawLayouts) {
+  for (const gputest::RawQuantLayout& lay : gputest::kRawLayouts) {
     for (const int64_t cols : {int64_t{4096}, int64_t{14336}}) {
       const int64_t rows = 72;
       SCOPED_TRACE(std::string(dtype_name(lay.dtype)) + " cols " + std::to_string(cols));
-      const gputest::HostTensor hw = raw_quant_weights(lay, rows, cols, rng);
-      const std::vector<float> xv = activations_with_runs(cols, 730);
+      const gputest::HostTensor hw = gputest::raw_quant_weights(lay, rows, cols, rng);
+      const std::vector<float> xv = gputest::activations_with_runs(cols, 730);
       auto product = [&](Backend& b) {
         std::unique_ptr<Buffer> w_owner;
         const Tensor w = b.upload_weight(hw.t, w_owner);
@@ -669,15 +634,15 @@ TEST_P(GpuMatmul, StreamKernelOn8BShapesEqualsLegacy) {
   };
   const Shape shapes[] = {{{4096}, 4096}, {{1024}, 4096}, {{14336}, 4096}, {{4096}, 14336}, {{4095, 1025, 1024}, 4096}};
   std::mt19937 rng(740);
-  for (const RawQuantLayout& lay : kRawLayouts) {
+  for (const gputest::RawQuantLayout& lay : gputest::kRawLayouts) {
     if (lay.dtype == DType::Q5_K) continue;  // q4_k, q6_k and q8_0: the types of the 8B mixes
     for (const Shape& sh : shapes) {
       SCOPED_TRACE(std::string(dtype_name(lay.dtype)) + " rows " + std::to_string(sh.rows[0]) + " (" +
                    std::to_string(sh.rows.size()) + " matrices) cols " + std::to_string(sh.cols));
       std::vector<gputest::HostTensor> hw;
       hw.reserve(sh.rows.size());  // (moves keep each tensor's view of its bytes valid anyway)
-      for (const int64_t rows : sh.rows) hw.push_back(raw_quant_weights(lay, rows, sh.cols, rng));
-      const std::vector<float> xv = activations_with_runs(sh.cols, 750);
+      for (const int64_t rows : sh.rows) hw.push_back(gputest::raw_quant_weights(lay, rows, sh.cols, rng));
+      const std::vector<float> xv = gputest::activations_with_runs(sh.cols, 750);
       auto products = [&](Backend& b) {
         std::vector<std::unique_ptr<Buffer>> owners(sh.rows.size());
         std::vector<Tensor> w(sh.rows.size());

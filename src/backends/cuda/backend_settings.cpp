@@ -93,6 +93,19 @@ int act_bits(const CudaBackendOptions& options) {
   }
   return options.act_bits == 8 || options.act_bits == 16 ? options.act_bits : kDefaultActBits;
 }
+// CudaBackendOptions::qmma_min_tokens (0: the default, negative: never), unless TERN_CUDA_QMMA_MIN
+// is a count (0: never); 0 = never.
+int qmma_min_tokens(const CudaBackendOptions& options) {
+  const char* env = std::getenv("TERN_CUDA_QMMA_MIN");
+  if (env != nullptr && *env) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 0 && v <= (1L << 30)) return static_cast<int>(v);
+    std::fprintf(stderr, "tern: ignoring TERN_CUDA_QMMA_MIN=%s (expected a count >= 0)\n", env);
+  }
+  if (options.qmma_min_tokens < 0) return 0;
+  return options.qmma_min_tokens > 0 ? options.qmma_min_tokens : kDefaultQmmaMinTokens;
+}
 bool use_float_swiglu_epilogue(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_GEMV_FLOAT_GLU");
   if (env != nullptr && *env) return std::strcmp(env, "0") != 0;
@@ -275,6 +288,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.gemv_mixed = on_off_default("TERN_CUDA_GEMV_MIXED", options.gemv_mixed);
   s.fuse_float_swiglu_epilogue = s.fuse_gemv && s.gemv_float_kernel == 0 && use_float_swiglu_epilogue(options);
   s.act_bits = act_bits(options);
+  s.qmma_min_tokens = qmma_min_tokens(options);
   return s;
 }
 

@@ -42,6 +42,10 @@ constexpr int kDefaultAttnCompact = 3;
 // Quantized activations' default precision (CudaBackendOptions::act_bits): 16, the CPU backend's.
 constexpr int kDefaultActBits = 16;
 
+// Activation rows from which a quantized product takes the tensor-core kernel
+// (CudaBackendOptions::qmma_min_tokens, matmul_qmma.h). Same bits either way.
+constexpr int kDefaultQmmaMinTokens = 16;
+
 struct BackendSettings {
   bool pdl = false;            // programmatic dependent launch (sm_90+; TERN_CUDA_PDL=0 off)
   bool tc_prefill = false;     // tensor-core prefill (TERN_CUDA_TC_PREFILL=1 / 0)
@@ -79,6 +83,7 @@ struct BackendSettings {
   int gemv_mixed = 0;
   bool fuse_float_swiglu_epilogue = false;  // with fuse_gemv (TERN_CUDA_GEMV_FLOAT_GLU=0 / 1)
   int act_bits = kDefaultActBits;   // 8 or 16 (TERN_CUDA_ACT_BITS=8 / 16): MatmulArgs::x_bits
+  int qmma_min_tokens = kDefaultQmmaMinTokens;  // TERN_CUDA_QMMA_MIN=N; 0: never
 };
 
 // cc_major: the device's compute capability; bulk_compiled: gemv_bulk_compiled() (bulk-copy GEMVs

@@ -23,6 +23,7 @@
 #include "backends/cuda/host_staging.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kv_transfer.h"
+#include "backends/cuda/matmul_qmma.h"
 #include "backends/cuda/matmul_tc.h"
 #include "backends/cuda/step_queue.h"
 #include "backends/cuda/tc_gemm.h"
@@ -114,7 +115,8 @@ class CudaBackend final : public Backend {
         gemv_norm_preload_(settings.gemv_norm_preload),
         gemv_stream_blocks_(settings.gemv_stream_blocks),
         gemv_mixed_(settings.gemv_mixed != 2 && prop.major >= 9),
-        act_bits_(settings.act_bits) {
+        act_bits_(settings.act_bits),
+        qmma_min_tokens_(prop.major >= 8 ? settings.qmma_min_tokens : 0) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
     if (settings.gemv_float_dynamic) gemv_float_counter_ = alloc(64);  // MatmulArgs::gemv_float_counter
@@ -130,6 +132,7 @@ class CudaBackend final : public Backend {
     tc_x16_.reset();
     tc_w16_.reset();
     tc_gemm_.reset();
+    qmma_x_.reset();
     queue_.reset();
     cudaEventDestroy(plan_uploaded_);
     cudaStreamDestroy(stream_);
@@ -152,6 +155,8 @@ class CudaBackend final : public Backend {
     s.fused_early_kv = fused_early_kv_;
     s.gemv_path = static_cast<int>(gemv_path_);
     s.act_bits = act_bits_;
+    s.qmma_min_tokens = qmma_min_tokens_;
+    s.qmma_matmuls = qmma_matmuls_;
     return s;
   }
 
@@ -360,6 +365,11 @@ class CudaBackend final : public Backend {
         return;
       }
     }
+    // Many activation rows: the tensor-core kernel's scratch (matmul_qmma.h; launch_matmul sends
+    // the product there where that kernel handles the weight). Reserved before the record is
+    // pushed: growing the buffer flushes the queue.
+    const bool qmma = qmma_min_tokens_ > 0 && x.rows >= qmma_min_tokens_ && qmma_supports(w.dtype);
+    if (qmma) reserve(qmma_x_, qmma_scratch_bytes(x.rows, w.cols));
     GemvFusion fuse{};
     if (fuse_gemv_) {
       fuse = take_gemv_prologue(*queue_, w, x, out, fuse_swiglu_ ? static_cast<int*>(fusion_counter_->data()) : nullptr);
@@ -385,6 +395,10 @@ class CudaBackend final : public Backend {
     a.gemv_norm_preload = gemv_norm_preload_;
     a.gemv_stream_blocks = gemv_stream_blocks_;
     a.x_bits = act_bits_;
+    if (qmma) {
+      a.qmma_x = static_cast<uint8_t*>(qmma_x_->data());
+      ++qmma_matmuls_;
+    }
     a.gemv_float_counter = gemv_float_counter_ != nullptr ? static_cast<int*>(gemv_float_counter_->data()) : nullptr;
     add_matrix(a, w, out);
   }
@@ -836,6 +850,9 @@ class CudaBackend final : public Backend {
   bool gemv_mixed_ = false;     // CudaBackendOptions::gemv_mixed (mixed-type launches)
   int64_t gemv_mixed_joins_ = 0;
   int act_bits_ = kDefaultActBits;  // MatmulArgs::x_bits of every quantized product
+  int qmma_min_tokens_ = 0;         // BackendSettings::qmma_min_tokens (0: never)
+  std::unique_ptr<Buffer> qmma_x_;  // MatmulArgs::qmma_x
+  int64_t qmma_matmuls_ = 0;
   std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks
   std::unique_ptr<Buffer> gemv_float_counter_;  // MatmulArgs::gemv_float_counter (dynamic units)
   int64_t gemv_fusions_ = 0;

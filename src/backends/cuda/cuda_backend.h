@@ -182,6 +182,11 @@ struct CudaBackendOptions {
   // to ~0.8). 0 = the default (16). TERN_CUDA_ACT_BITS=8 / 16 overrides it. Fixed per backend:
   // a row's arithmetic must not depend on the batch it is in.
   int act_bits = 0;
+  // Quantized products with at least this many activation rows (prefill chunks, large batches)
+  // take the tensor-core kernel (matmul_qmma.h), whose rows equal the GEMV's bit for bit; fewer
+  // stay on the GEMV. 0 = the default (kDefaultQmmaMinTokens), negative = never.
+  // TERN_CUDA_QMMA_MIN=N overrides it (0: never).
+  int qmma_min_tokens = 0;
   // Tests: caps the shared memory per block the GEMV kernels plan with (0: the device's), so that
   // an H200 runs the launch shapes of a smaller device (an A100's 163 KiB, an RTX 4090's 99).
   int gemv_smem_cap = 0;
@@ -210,6 +215,8 @@ struct CudaBackendStats {
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int64_t gemv_mixed = 0;        // products that joined a launch of another weight type (gemv_mixed)
   int act_bits = 16;             // CudaBackendOptions::act_bits as resolved (8 or 16)
+  int qmma_min_tokens = 0;       // CudaBackendOptions::qmma_min_tokens as resolved (0: never)
+  int64_t qmma_matmuls = 0;      // products recorded with the tensor-core scratch (matmul_qmma.h)
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
                                  // 0 default, 1 legacy, 2 multi-row / split-row, 3 single-row,
                                  // 4 register-streamed, 5 default before it)

@@ -101,6 +101,10 @@ __device__ __forceinline__ MatRow mat_row(const MatmulArgs& a, int64_t gr) {
 // A SwiGLU epilogue (GemvFusion::glu_out) as the elementwise kernel, after a product launch
 // that did not apply it (matmul.cu).
 void launch_glu_after(const MatmulArgs& a, const LaunchEnv& env);
+// A fused prologue (GemvFusion::prologue) as the op's own kernel, before a product launch that
+// does not form it in-kernel: stores x (a carried RMSNorm, write_x == 0, finds x stored by the
+// launch before, and runs nothing).
+void launch_prologue_op(const MatmulArgs& a, const LaunchEnv& env);
 // Launches the quantized kernel for a.dtype if it has one and the shape fits (decided for the
 // largest activation tile, so the answer never depends on n); false otherwise.
 bool launch_gemv_quant(const MatmulArgs& a, const LaunchEnv& env);

@@ -274,6 +274,10 @@ struct MatmulArgs {
   // it, warps claim their units after the first one as they finish (gemv_float_stream.cu);
   // nullptr: each warp walks a fixed stride of units.
   int* gemv_float_counter;
+  // The tensor-core product's scratch (matmul_qmma.h: the quantized activations,
+  // qmma_scratch_bytes(n, cols)); set by the backend for products of many activation rows, which
+  // then take that kernel where it handles the weight. nullptr: the GEMV family.
+  uint8_t* qmma_x;
   GemvFusion fuse;             // all zero: a plain product
 
   TERN_HOST_DEVICE int64_t total_rows() const { return rows[0] + (n_mats > 1 ? rows[1] : 0) + (n_mats > 2 ? rows[2] : 0); }

@@ -6,6 +6,7 @@
 #include "backends/cuda/gemv.h"
 #include "backends/cuda/gemv_fusion.cuh"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/matmul_qmma.h"
 #include "core/check.h"
 
 namespace tern::cuda {
@@ -160,8 +161,11 @@ bool float_bulk_measured_faster(const MatmulArgs& a) {
   return a.gemv_path != static_cast<int32_t>(GemvPath::kLegacy) && a.n == 1 && a.cols <= 4096;
 }
 
-// A fused prologue for the kernels below, which have none of their own: the op's kernel runs
-// first and stores x (a carried RMSNorm, write_x == 0, finds x stored by the launch before).
+
+}  // namespace
+
+bool matmul_supports(DType t) { return dequant_element_supports(t); }
+
 void launch_prologue_op(const MatmulArgs& a, const LaunchEnv& env) {
   const GemvFusion& f = a.fuse;
   if (f.write_x == 0) return;
@@ -191,9 +195,6 @@ void launch_prologue_op(const MatmulArgs& a, const LaunchEnv& env) {
   }
 }
 
-}  // namespace
-
-bool matmul_supports(DType t) { return dequant_element_supports(t); }
 
 void launch_matmul(const MatmulArgs& fused, const LaunchEnv& env) {
   if (fused.n == 0 || fused.total_rows() == 0) return;
@@ -238,6 +239,8 @@ void launch_matmul(const MatmulArgs& fused, const LaunchEnv& env) {
   }
   // The kernel choice depends on the weight alone (dtype, shape, alignment), never on n: every
   // n takes the same arithmetic for a given row (batch invariance).
+  // Many activation rows: the tensor-core kernel where it handles the weight (the same bits).
+  if (fused.qmma_x != nullptr && launch_matmul_qmma(fused, env)) return;
   if (launch_gemv_quant(fused, env)) return;  // the quantized kernels take any fusion in-kernel
   MatmulArgs a = fused;
   // The register-streamed float kernel (n = 1 only: any n takes the same per-row arithmetic, so
