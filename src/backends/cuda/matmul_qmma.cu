@@ -28,14 +28,15 @@ __host__ __device__ inline size_t units_bytes(int64_t n, int64_t cols) { return 
 
 // --- activations --------------------------------------------------------------------------------
 //
-// Unit i (token i / U, unit i % U) of x, quantized as gemv_tile.cuh quantize_tile does (the same
+// Unit i (token i / U, unit i % U) of x, stored at unit-major index (i % U) * n + i / U, quantized as gemv_tile.cuh quantize_tile does (the same
 // amax, q and int sum), stored as the mma fragments want it: the unit's low-byte plane lo[0..8)
 // and high-byte plane hi[0..8) (words of four elements; at 8 bits lo holds q itself and hi is
 // zero), piece p (the quad lane p of a warp reads it) = {lo[p], lo[p + 4], hi[p], hi[p + 4]}:
 // elements 4p .. 4p + 3 and 16 + 4p .. 16 + 4p + 3 of both planes.
 template <int kXB>
-__global__ void __launch_bounds__(256) qmma_quantize_kernel(const float* __restrict__ x, int64_t total_units,
+__global__ void __launch_bounds__(256) qmma_quantize_kernel(const float* __restrict__ x, int64_t n, int n_units,
                                                             uint8_t* __restrict__ xq, float2* __restrict__ xf) {
+  const int64_t total_units = n * n_units;
   pdl_wait();  // x is the predecessor's output, and a previous product may still read the scratch
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < total_units) {
@@ -72,10 +73,12 @@ __global__ void __launch_bounds__(256) qmma_quantize_kernel(const float* __restr
         if constexpr (kXB == 2) hi[w] |= (static_cast<uint32_t>(q >> 8) & 0xffu) << (8 * b);
       }
     }
-    uint4* dst = reinterpret_cast<uint4*>(xq + i * kUnitBytes);
+    // unit-major: the tokens of one unit are adjacent, so a warp's 8 tokens share cache lines
+    const int64_t at = (i % n_units) * n + i / n_units;
+    uint4* dst = reinterpret_cast<uint4*>(xq + at * kUnitBytes);
 #pragma unroll
     for (int p = 0; p < 4; ++p) dst[p] = make_uint4(lo[p], lo[p + 4], hi[p], hi[p + 4]);
-    xf[i] = make_float2(__fdiv_rn(amax, x_qmax<kXB>()), static_cast<float>(sum));
+    xf[at] = make_float2(__fdiv_rn(amax, x_qmax<kXB>()), static_cast<float>(sum));
   }
   pdl_launch_dependents();
 }
@@ -204,6 +207,22 @@ __device__ __forceinline__ UnitScale unit_scale(const uint8_t* w, int u) {
   return r;
 }
 
+// A unit's scales as one table entry (the block's scale table in shared memory): d, then m or
+// q6_k's two sub-block scales as 16-bit halves.
+__device__ __forceinline__ float2 pack_scale(const UnitScale& s, bool halves) {
+  const uint32_t packed = (static_cast<uint32_t>(s.sa) & 0xffffu) | (static_cast<uint32_t>(s.sb) << 16);
+  return make_float2(s.d, halves ? __uint_as_float(packed) : s.m);
+}
+__device__ __forceinline__ UnitScale unpack_scale(float2 v, bool halves) {
+  UnitScale s{v.x, v.y, 0, 0};
+  if (halves) {
+    const int b = __float_as_int(v.y);
+    s.sa = static_cast<int16_t>(b & 0xffff);
+    s.sb = b >> 16;
+  }
+  return s;
+}
+
 // float(isum) of a unit from its exact parts.
 template <int kXB>
 __device__ __forceinline__ float planes_to_float(int lo, int hi) {
@@ -275,26 +294,48 @@ __device__ __forceinline__ float unit_c(const UnitScale& s, float dx, float fxs,
 // token g + 8 (e >> 1), row 8t + 2p + (e & 1) of the warp's tile (g = lane / 4, p = lane % 4).
 constexpr int kElems = 8;
 
+// The block's scale table: every (unit, row) of kTabUnits units of its 64 rows, formed once per
+// block by all its threads (a weight row's scales are read by 16 lanes of 2 warps), as two
+// float2 per (unit, row pair).
+constexpr int kTabUnits = 64;
+
+// What a unit's contributions read from memory: the A fragments of the warp's tokens g and
+// g + 8, their scales {d, float(s)}, and the B words of its two n8 tiles' rows. Loaded one unit
+// ahead of their use (qmma_kernel), so a warp's loads are in flight while it computes.
+struct UnitLoads {
+  uint4 q0, q1;
+  float2 f0, f1;
+  uint32_t b[2][2];
+};
+
+template <DType T>
+__device__ __forceinline__ void load_unit(const uint8_t* const (&wb)[2], const uint8_t* const (&xa)[2],
+                                          const float2* const (&xs)[2], int64_t n, int u, int p, UnitLoads& l) {
+  l.q0 = __ldg(reinterpret_cast<const uint4*>(xa[0] + static_cast<size_t>(u) * n * kUnitBytes));
+  l.q1 = __ldg(reinterpret_cast<const uint4*>(xa[1] + static_cast<size_t>(u) * n * kUnitBytes));
+  l.f0 = __ldg(xs[0] + static_cast<size_t>(u) * n);
+  l.f1 = __ldg(xs[1] + static_cast<size_t>(u) * n);
+#pragma unroll
+  for (int t = 0; t < 2; ++t) b_words<T>(wb[t], u, p, l.b[t][0], l.b[t][1]);
+}
+
 template <DType T, int kXB>
-__device__ __forceinline__ void unit_contributions(const uint8_t* const (&wb)[2],
-                                                   const uint8_t* const (&wc)[4], const uint8_t* const (&xa)[2],
-                                                   const float2* const (&xs)[2], int u, int p, float (&c)[kElems]) {
-  const uint4 q0 = __ldg(reinterpret_cast<const uint4*>(xa[0] + static_cast<size_t>(u) * kUnitBytes));
-  const uint4 q1 = __ldg(reinterpret_cast<const uint4*>(xa[1] + static_cast<size_t>(u) * kUnitBytes));
-  const float2 f0 = __ldg(xs[0] + u), f1 = __ldg(xs[1] + u);
+__device__ __forceinline__ void unit_contributions(const UnitLoads& l, const float4 (*tab)[kTileRows / 2], int wrow,
+                                                   int u, int p, float (&c)[kElems]) {
   // A fragments: rows g (q0) and g + 8 (q1); low plane, then high plane.
-  const uint32_t A[8] = {q0.x, q1.x, q0.y, q1.y, q0.z, q1.z, q0.w, q1.w};
+  const uint32_t A[8] = {l.q0.x, l.q1.x, l.q0.y, l.q1.y, l.q0.z, l.q1.z, l.q0.w, l.q1.w};
 #pragma unroll
   for (int t = 0; t < 2; ++t) {
-    uint32_t b0, b1;
-    b_words<T>(wb[t], u, p, b0, b1);
     UnitDots<T, kXB> r;
-    unit_dots<T, kXB>(A, b0, b1, r);
-    const UnitScale s0 = unit_scale<T>(wc[2 * t], u), s1 = unit_scale<T>(wc[2 * t + 1], u);
-    c[4 * t + 0] = unit_c<T, kXB>(s0, f0.x, f0.y, r, 0);
-    c[4 * t + 1] = unit_c<T, kXB>(s1, f0.x, f0.y, r, 1);
-    c[4 * t + 2] = unit_c<T, kXB>(s0, f1.x, f1.y, r, 2);
-    c[4 * t + 3] = unit_c<T, kXB>(s1, f1.x, f1.y, r, 3);
+    unit_dots<T, kXB>(A, l.b[t][0], l.b[t][1], r);
+    // rows 8t + 2p and 8t + 2p + 1 of the warp's tile: one 16-byte entry pair
+    const float4 e = tab[u % kTabUnits][(wrow + 8 * t + 2 * p) / 2];
+    const UnitScale s0 = unpack_scale(make_float2(e.x, e.y), T == DType::Q6_K);
+    const UnitScale s1 = unpack_scale(make_float2(e.z, e.w), T == DType::Q6_K);
+    c[4 * t + 0] = unit_c<T, kXB>(s0, l.f0.x, l.f0.y, r, 0);
+    c[4 * t + 1] = unit_c<T, kXB>(s1, l.f0.x, l.f0.y, r, 1);
+    c[4 * t + 2] = unit_c<T, kXB>(s0, l.f1.x, l.f1.y, r, 2);
+    c[4 * t + 3] = unit_c<T, kXB>(s1, l.f1.x, l.f1.y, r, 3);
   }
 }
 
@@ -310,13 +351,14 @@ __global__ void __launch_bounds__(kThreads) qmma_kernel(const MatmulArgs a) {
   auto clamp_row = [&](int64_t r) { return r < total ? r : total - 1; };
   auto clamp_tok = [&](int64_t i) { return i < n ? i : n - 1; };
   const uint8_t* wb[2];  // B rows: 8t + g
-  const uint8_t* wc[4];  // C rows: 8t + 2p + k
 #pragma unroll
-  for (int t = 0; t < 2; ++t) {
-    wb[t] = mat_row(a, clamp_row(row0 + 8 * t + g)).w;
-    wc[2 * t] = mat_row(a, clamp_row(row0 + 8 * t + 2 * p)).w;
-    wc[2 * t + 1] = mat_row(a, clamp_row(row0 + 8 * t + 2 * p + 1)).w;
-  }
+  for (int t = 0; t < 2; ++t) wb[t] = mat_row(a, clamp_row(row0 + 8 * t + g)).w;
+  // The scale table: thread tid fills row tid % 64 of the block's tile, units tid / 64 + 4k.
+  __shared__ float4 tab[kTabUnits][kTileRows / 2];
+  const int tab_row = threadIdx.x % kTileRows, tab_unit0 = threadIdx.x / kTileRows;
+  const uint8_t* tab_w = mat_row(a, clamp_row(static_cast<int64_t>(blockIdx.x) * kTileRows + tab_row)).w;
+  float2* tab_entries = reinterpret_cast<float2*>(&tab[0][0]);
+  const int wrow = 16 * (warp / kWarpsM);  // the warp's first row in the block's tile
   const uint8_t* xq = a.qmma_x;
   const float2* xf = reinterpret_cast<const float2*>(a.qmma_x + units_bytes(n, cols));
   const uint8_t* xa[2];
@@ -324,10 +366,13 @@ __global__ void __launch_bounds__(kThreads) qmma_kernel(const MatmulArgs a) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t tok = clamp_tok(tok0 + g + 8 * h);
-    xa[h] = xq + static_cast<size_t>(tok) * n_units * kUnitBytes + 16 * p;
-    xs[h] = xf + static_cast<size_t>(tok) * n_units;
+    xa[h] = xq + static_cast<size_t>(tok) * kUnitBytes + 16 * p;
+    xs[h] = xf + tok;
   }
   pdl_enter();  // the scratch is the quantize kernel's output
+  // Units past the row load the last unit (never used): every load stays inside the row.
+  UnitLoads next;
+  load_unit<T>(wb, xa, xs, n, 0, p, next);
 
   float stack[kElems][kQmmaStepLevels];
 #pragma unroll
@@ -345,6 +390,15 @@ __global__ void __launch_bounds__(kThreads) qmma_kernel(const MatmulArgs a) {
     float v[kElems];
     for (int i = 0; i < kStepUnits / kItemUnits; ++i) {
       const int u0 = s * kStepUnits + i * kItemUnits;
+      if (u0 % kTabUnits == 0) {  // uniform: refill the scale table for units u0 .. u0 + 63
+        __syncthreads();
+        for (int k = tab_unit0; k < kTabUnits; k += kThreads / kTileRows) {
+          if (u0 + k < n_units) {
+            tab_entries[k * kTileRows + tab_row] = pack_scale(unit_scale<T>(tab_w, u0 + k), T == DType::Q6_K);
+          }
+        }
+        __syncthreads();
+      }
 #pragma unroll
       for (int e = 0; e < kElems; ++e) v[e] = 0.0f;
       if (u0 < n_units) {  // uniform; an item past the row is a +0 leaf, as the GEMV's idle lanes
@@ -353,7 +407,9 @@ __global__ void __launch_bounds__(kThreads) qmma_kernel(const MatmulArgs a) {
         for (int k = 0; k < kItemUnits; ++k) {
           float cu[kElems];
           if (u0 + k < n_units) {
-            unit_contributions<T, kXB>(wb, wc, xa, xs, u0 + k, p, cu);
+            const UnitLoads cur = next;
+            load_unit<T>(wb, xa, xs, n, min(u0 + k + 1, n_units - 1), p, next);
+            unit_contributions<T, kXB>(cur, tab, wrow, u0 + k, p, cu);
           } else {  // a legacy row's partial item: a zero leaf (gemv_items.cuh item_tree)
 #pragma unroll
             for (int e = 0; e < kElems; ++e) cu[e] = 0.0f;
@@ -493,10 +549,10 @@ bool launch_matmul_qmma(const MatmulArgs& fused, const LaunchEnv& env) {
   float2* xf = reinterpret_cast<float2*>(xq + units_bytes(a.n, a.cols));
   const unsigned blocks = static_cast<unsigned>((units + 255) / 256);
   if (a.x_bits == 16) {
-    launch_kernel(env, qmma_quantize_kernel<2>, dim3(blocks), 256, 0, a.x, units, xq, xf);
+    launch_kernel(env, qmma_quantize_kernel<2>, dim3(blocks), 256, 0, a.x, a.n, static_cast<int>(a.cols / 32), xq, xf);
     launch_product<2>(a, env);
   } else {
-    launch_kernel(env, qmma_quantize_kernel<1>, dim3(blocks), 256, 0, a.x, units, xq, xf);
+    launch_kernel(env, qmma_quantize_kernel<1>, dim3(blocks), 256, 0, a.x, a.n, static_cast<int>(a.cols / 32), xq, xf);
     launch_product<1>(a, env);
   }
   if (a.fuse.glu_out != nullptr) launch_glu_after(a, env);
