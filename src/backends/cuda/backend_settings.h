@@ -43,8 +43,12 @@ constexpr int kDefaultAttnCompact = 3;
 constexpr int kDefaultActBits = 16;
 
 // Activation rows from which a quantized product takes the tensor-core kernel
-// (CudaBackendOptions::qmma_min_tokens, matmul_qmma.h). Same bits either way.
-constexpr int kDefaultQmmaMinTokens = 16;
+// (CudaBackendOptions::qmma_min_tokens, matmul_qmma.h). Same bits either way. Its step time is
+// one 32-token tile's up to 32 rows, the GEMV's grows with n: on the H200 (bench/RESULTS.md,
+// session 14) 8B Q4_K_M decode steps of 8 / 16 / 32 sequences took 12.8 / 22.0 / 40.3 ms on the
+// GEMV and 29.8 / 30.8 / 31.9 on the tensor cores, SmolLM2 Q4_1 steps of 16 / 32 took 2.4 / 3.6
+// against 3.9 / 4.5, and every prefill chunk was faster on the tensor cores.
+constexpr int kDefaultQmmaMinTokens = 32;
 
 struct BackendSettings {
   bool pdl = false;            // programmatic dependent launch (sm_90+; TERN_CUDA_PDL=0 off)

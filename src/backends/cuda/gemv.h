@@ -1,6 +1,8 @@
 // Matrix products against GGUF weights on the device: y[n, rows] = x[n, cols] @ w^T.
 //
-// One kernel family serves every n (decode, batched decode, speculative verify, prefill): a
+// One kernel family serves every n (decode, batched decode, speculative verify, prefill; products
+// of many activation rows take matmul_qmma.h's tensor-core kernel instead, which reproduces this
+// family's bits with integer mma): a
 // block of 8 warps streams weight rows (a warp owns rows w, w + 8 * blocks, ...) against a tile of
 // up to kGemvMaxXRows activation rows (one row when n == 1: a leaner instance, more resident
 // warps); larger n runs more tiles. The grid is the blocks that can be resident at once. Nothing
