@@ -1,4 +1,4 @@
-// cp.async (sm_80+) wrappers for the attention kernels: 16-byte global -> shared copies that
+// cp.async (sm_80+) wrappers for the attention and qmma kernels: 16-byte global -> shared copies that
 // bypass L1 (.cg: K/V rows are streamed once per block), committed in groups and waited on
 // with a compile-time count of groups still allowed in flight.
 #pragma once
@@ -20,6 +20,11 @@ __device__ __forceinline__ void cp_async16_shared(unsigned smem, const void* gme
 __device__ __forceinline__ void cp_async8(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+// 4-byte copy through L1, for data aligned to 4 bytes only.
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
 }
 // Copies src_bytes (0 or 16) and fills the rest of the 16 bytes with zeros.
 __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, int src_bytes) {

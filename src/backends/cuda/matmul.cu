@@ -297,6 +297,7 @@ void init_matmul(int max_smem_bytes) {
   init_gemv_float_stream(max_smem_bytes);
   init_gemv_rows(max_smem_bytes);
   init_gemv_stream(max_smem_bytes);
+  init_qmma(max_smem_bytes);
 }
 
 }  // namespace tern::cuda

@@ -1,6 +1,7 @@
 // Tensor-core quantized products with the GEMV's bits (matmul_qmma.h).
 #include "backends/cuda/matmul_qmma.h"
 
+#include "backends/cuda/async_copy.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gemv.h"
@@ -23,26 +24,37 @@ constexpr int kTileTokens = 16 * kWarpsM;  // a block's activation rows
 constexpr int kTileRows = 16 * kWarpsN;    // a block's weight rows
 constexpr int kItemLevels = 5;             // binary counter over a step's 32 items
 
-// Scratch layout: the quantized units, then one float2 {d, float(s)} per unit.
-__host__ __device__ inline size_t units_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n) * static_cast<size_t>(cols / 32) * kUnitBytes; }
+constexpr int kChunkUnits = 16;           // units a block stages per pipeline stage
+
+// Scratch layout, unit-major over the tokens padded to whole block tiles (the pad tokens are
+// zeros): the quantized units [U][n_pad] of kUnitBytes, then one float2 {d, float(s)} per unit.
+__host__ __device__ inline int64_t padded_tokens(int64_t n) { return (n + kTileTokens - 1) / kTileTokens * kTileTokens; }
+__host__ __device__ inline size_t units_bytes(int64_t n, int64_t cols) {
+  return static_cast<size_t>(padded_tokens(n)) * static_cast<size_t>(cols / 32) * kUnitBytes;
+}
 
 // --- activations --------------------------------------------------------------------------------
 //
-// Unit i (token i / U, unit i % U) of x, stored at unit-major index (i % U) * n + i / U, quantized as gemv_tile.cuh quantize_tile does (the same
-// amax, q and int sum), stored as the mma fragments want it: the unit's low-byte plane lo[0..8)
+// Unit i (token i / U, unit i % U) of x, quantized as gemv_tile.cuh quantize_tile does (the same
+// amax, q and int sum) and stored at unit-major index (i % U) * n_pad + i / U as the mma fragments
+// want it (tokens n .. n_pad - 1 as zeros): the unit's low-byte plane lo[0..8)
 // and high-byte plane hi[0..8) (words of four elements; at 8 bits lo holds q itself and hi is
 // zero), piece p (the quad lane p of a warp reads it) = {lo[p], lo[p + 4], hi[p], hi[p + 4]}:
 // elements 4p .. 4p + 3 and 16 + 4p .. 16 + 4p + 3 of both planes.
 template <int kXB>
 __global__ void __launch_bounds__(256) qmma_quantize_kernel(const float* __restrict__ x, int64_t n, int n_units,
                                                             uint8_t* __restrict__ xq, float2* __restrict__ xf) {
-  const int64_t total_units = n * n_units;
+  const int64_t n_pad = padded_tokens(n), total_units = n_pad * n_units;
   pdl_wait();  // x is the predecessor's output, and a previous product may still read the scratch
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < total_units) {
+    const bool pad = i >= n * n_units;
     const float* src = x + i * 32;
     float v[32];
-    if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+    if (pad) {
+#pragma unroll
+      for (int k = 0; k < 32; ++k) v[k] = 0.0f;
+    } else if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const float4 f = reinterpret_cast<const float4*>(src)[k];
@@ -74,7 +86,7 @@ __global__ void __launch_bounds__(256) qmma_quantize_kernel(const float* __restr
       }
     }
     // unit-major: the tokens of one unit are adjacent, so a warp's 8 tokens share cache lines
-    const int64_t at = (i % n_units) * n + i / n_units;
+    const int64_t at = (i % n_units) * n_pad + i / n_units;
     uint4* dst = reinterpret_cast<uint4*>(xq + at * kUnitBytes);
 #pragma unroll
     for (int p = 0; p < 4; ++p) dst[p] = make_uint4(lo[p], lo[p + 4], hi[p], hi[p + 4]);
@@ -123,14 +135,17 @@ __device__ __forceinline__ float biased_to_float(int d) { return __fsub_rn(__int
 
 // --- weights ------------------------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t ld32(const uint8_t* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
+// Loads out of a weight row's staged chunk (shared memory; the chunk starts at a block boundary,
+// so offsets inside blocks are the row's own).
+__device__ __forceinline__ uint32_t ld32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {
   const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-  return static_cast<uint32_t>(__ldg(h)) | static_cast<uint32_t>(__ldg(h + 1)) << 16;
+  return static_cast<uint32_t>(h[0]) | static_cast<uint32_t>(h[1]) << 16;
 }
 __device__ __forceinline__ float ld_half(const uint8_t* p) {
-  return half_bits_to_float(__ldg(reinterpret_cast<const uint16_t*>(p)));
+  return half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
 }
+__device__ __forceinline__ int ld_s8(const uint8_t* p) { return static_cast<int8_t>(*p); }
 
 // The B operand of unit u of a weight row: its codes of unit elements 4p .. 4p + 3 (b0) and
 // 16 + 4p .. 16 + 4p + 3 (b1), p = the lane's quad index, as signed bytes (q6_k: code - 32).
@@ -201,8 +216,8 @@ __device__ __forceinline__ UnitScale unit_scale(const uint8_t* w, int u) {
     const uint8_t* blk = w + 210 * (u >> 3);
     const int k8 = u & 7, hh = k8 >> 2, k = k8 & 3;
     r.d = ld_half(blk + 208);
-    r.sa = static_cast<int8_t>(__ldg(blk + 192 + 8 * hh + 2 * k));
-    r.sb = static_cast<int8_t>(__ldg(blk + 192 + 8 * hh + 2 * k + 1));
+    r.sa = ld_s8(blk + 192 + 8 * hh + 2 * k);
+    r.sb = ld_s8(blk + 192 + 8 * hh + 2 * k + 1);
   }
   return r;
 }
@@ -294,122 +309,208 @@ __device__ __forceinline__ float unit_c(const UnitScale& s, float dx, float fxs,
 // token g + 8 (e >> 1), row 8t + 2p + (e & 1) of the warp's tile (g = lane / 4, p = lane % 4).
 constexpr int kElems = 8;
 
-// The block's scale table: every (unit, row) of kTabUnits units of its 64 rows, formed once per
-// block by all its threads (a weight row's scales are read by 16 lanes of 2 warps), as two
-// float2 per (unit, row pair).
-constexpr int kTabUnits = 64;
-
-// What a unit's contributions read from memory: the A fragments of the warp's tokens g and
-// g + 8, their scales {d, float(s)}, and the B words of its two n8 tiles' rows. Loaded one unit
-// ahead of their use (qmma_kernel), so a warp's loads are in flight while it computes.
-struct UnitLoads {
-  uint4 q0, q1;
-  float2 f0, f1;
-  uint32_t b[2][2];
-};
-
+// Bytes of n units of a row (n a multiple of 8 for the k-quants' 256-element blocks).
 template <DType T>
-__device__ __forceinline__ void load_unit(const uint8_t* const (&wb)[2], const uint8_t* const (&xa)[2],
-                                          const float2* const (&xs)[2], int64_t n, int u, int p, UnitLoads& l) {
-  l.q0 = __ldg(reinterpret_cast<const uint4*>(xa[0] + static_cast<size_t>(u) * n * kUnitBytes));
-  l.q1 = __ldg(reinterpret_cast<const uint4*>(xa[1] + static_cast<size_t>(u) * n * kUnitBytes));
-  l.f0 = __ldg(xs[0] + static_cast<size_t>(u) * n);
-  l.f1 = __ldg(xs[1] + static_cast<size_t>(u) * n);
-#pragma unroll
-  for (int t = 0; t < 2; ++t) b_words<T>(wb[t], u, p, l.b[t][0], l.b[t][1]);
+__host__ __device__ constexpr int units_row_bytes(int n) {
+  return T == DType::Q4_K ? n / 8 * 144
+       : T == DType::Q5_K ? n / 8 * 176
+       : T == DType::Q6_K ? n / 8 * 210
+       : T == DType::Q8_0 ? n * 34
+       : T == DType::Q4_0 ? n * 18
+                          : n * 20;  // Q4_1
 }
 
+// A pipeline stage in shared memory: the chunk's activation pieces [unit][32 tokens][64 bytes],
+// their scales [unit][32 tokens], the block's 64 weight rows' chunk bytes (rows w_pitch apart:
+// 16 bytes mod 32, so the 8 rows x 4 quads of a warp's B-word loads fall on 32 banks) and the
+// scale table [unit][row pair] (two float2 per float4).
+template <DType T>
+struct StageLayout {
+  static constexpr int kRowBytes = units_row_bytes<T>(kChunkUnits);
+  static constexpr int kWPitch = (kRowBytes + 15) / 16 * 16 % 32 == 16 ? (kRowBytes + 15) / 16 * 16
+                                                                        : (kRowBytes + 15) / 16 * 16 + 16;
+  static constexpr int kA = 0;
+  static constexpr int kXf = kA + kChunkUnits * kTileTokens * kUnitBytes;
+  static constexpr int kW = kXf + kChunkUnits * kTileTokens * 8;
+  static constexpr int kTab = kW + kTileRows * kWPitch;
+  static constexpr int kBytes = kTab + kChunkUnits * kTileRows * 8;
+  static constexpr int kTotal = 2 * kBytes;  // double-buffered
+};
+
+// The block's copies of chunk c into stage `st` (cp.async; the caller commits): the activation
+// pieces and scales of its 32 tokens (whole 16-byte pieces), and each weight row's chunk bytes by
+// 16-byte copies where the row and length allow, else 4-byte copies, else 2-byte loads.
+template <DType T>
+__device__ __forceinline__ void stage_chunk(uint8_t* st, int c, int n_units, int64_t n_pad, int64_t tok_block0,
+                                            const uint8_t* xq, const float2* xf, const uint8_t* w_row, int copy_row,
+                                            int copy_part) {
+  using L = StageLayout<T>;
+  const int u0 = c * kChunkUnits, units = min(kChunkUnits, n_units - u0);
+  const int tid = threadIdx.x;
+  // activations: per unit 32 tokens x 64 bytes = 128 pieces, contiguous in the scratch
+  for (int i = tid; i < units * (kTileTokens * kUnitBytes / 16); i += kThreads) {
+    const int k = i / (kTileTokens * kUnitBytes / 16), piece = i % (kTileTokens * kUnitBytes / 16);
+    const uint8_t* src = xq + (static_cast<size_t>(u0 + k) * n_pad + tok_block0) * kUnitBytes + 16 * piece;
+    cp_async16(st + L::kA + (k * kTileTokens * kUnitBytes) + 16 * piece, src);
+  }
+  for (int i = tid; i < units * (kTileTokens * 8 / 16); i += kThreads) {
+    const int k = i / (kTileTokens * 8 / 16), piece = i % (kTileTokens * 8 / 16);
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(xf + static_cast<size_t>(u0 + k) * n_pad + tok_block0) + 16 * piece;
+    cp_async16(st + L::kXf + k * kTileTokens * 8 + 16 * piece, src);
+  }
+  // weights: four threads per row
+  const uint8_t* src = w_row + units_row_bytes<T>(u0);
+  uint8_t* dst = st + L::kW + copy_row * L::kWPitch;
+  const int len = units_row_bytes<T>(units);
+  const uintptr_t align = reinterpret_cast<uintptr_t>(src) | static_cast<uintptr_t>(len);
+  if ((align & 15) == 0) {
+    for (int o = 16 * copy_part; o < len; o += 64) cp_async16(dst + o, src + o);
+  } else if ((align & 3) == 0) {
+    for (int o = 4 * copy_part; o < len; o += 16) cp_async4(dst + o, src + o);
+  } else {
+    for (int o = 2 * copy_part; o < len; o += 8) {
+      *reinterpret_cast<uint16_t*>(dst + o) = __ldg(reinterpret_cast<const uint16_t*>(src + o));
+    }
+  }
+}
+
+// Unit k of the stage: the warp's contributions c[8].
 template <DType T, int kXB>
-__device__ __forceinline__ void unit_contributions(const UnitLoads& l, const float4 (*tab)[kTileRows / 2], int wrow,
-                                                   int u, int p, float (&c)[kElems]) {
+__device__ __forceinline__ void unit_contributions(const uint8_t* st, int tok_w, int wrow, int g, int p, int k,
+                                                   float (&c)[kElems]) {
+  using L = StageLayout<T>;
+  const uint8_t* a = st + L::kA + (k * kTileTokens + tok_w + g) * kUnitBytes + 16 * p;
+  const uint4 q0 = *reinterpret_cast<const uint4*>(a);
+  const uint4 q1 = *reinterpret_cast<const uint4*>(a + 8 * kUnitBytes);
+  const float2* f = reinterpret_cast<const float2*>(st + L::kXf) + k * kTileTokens + tok_w + g;
+  const float2 f0 = f[0], f1 = f[8];
   // A fragments: rows g (q0) and g + 8 (q1); low plane, then high plane.
-  const uint32_t A[8] = {l.q0.x, l.q1.x, l.q0.y, l.q1.y, l.q0.z, l.q1.z, l.q0.w, l.q1.w};
+  const uint32_t A[8] = {q0.x, q1.x, q0.y, q1.y, q0.z, q1.z, q0.w, q1.w};
+  const float4* tab = reinterpret_cast<const float4*>(st + L::kTab) + k * (kTileRows / 2);
 #pragma unroll
   for (int t = 0; t < 2; ++t) {
+    uint32_t b0, b1;
+    b_words<T>(st + L::kW + (wrow + 8 * t + g) * L::kWPitch, k, p, b0, b1);
     UnitDots<T, kXB> r;
-    unit_dots<T, kXB>(A, l.b[t][0], l.b[t][1], r);
+    unit_dots<T, kXB>(A, b0, b1, r);
     // rows 8t + 2p and 8t + 2p + 1 of the warp's tile: one 16-byte entry pair
-    const float4 e = tab[u % kTabUnits][(wrow + 8 * t + 2 * p) / 2];
+    const float4 e = tab[(wrow + 8 * t + 2 * p) / 2];
     const UnitScale s0 = unpack_scale(make_float2(e.x, e.y), T == DType::Q6_K);
     const UnitScale s1 = unpack_scale(make_float2(e.z, e.w), T == DType::Q6_K);
-    c[4 * t + 0] = unit_c<T, kXB>(s0, l.f0.x, l.f0.y, r, 0);
-    c[4 * t + 1] = unit_c<T, kXB>(s1, l.f0.x, l.f0.y, r, 1);
-    c[4 * t + 2] = unit_c<T, kXB>(s0, l.f1.x, l.f1.y, r, 2);
-    c[4 * t + 3] = unit_c<T, kXB>(s1, l.f1.x, l.f1.y, r, 3);
+    c[4 * t + 0] = unit_c<T, kXB>(s0, f0.x, f0.y, r, 0);
+    c[4 * t + 1] = unit_c<T, kXB>(s1, f0.x, f0.y, r, 1);
+    c[4 * t + 2] = unit_c<T, kXB>(s0, f1.x, f1.y, r, 2);
+    c[4 * t + 3] = unit_c<T, kXB>(s1, f1.x, f1.y, r, 3);
+  }
+}
+
+// Item i of the step's 32 enters the counter: it merges with the stored subtrees of its trailing
+// one bits and is stored at the first zero bit. After item 31, v is the step's sum.
+__device__ __forceinline__ void push_item(float (&items)[kItemLevels][kElems], float (&v)[kElems], int i) {
+  bool placed = false;
+#pragma unroll
+  for (int l = 0; l < kItemLevels; ++l) {
+    if (!placed) {
+      if ((i >> l) & 1) {
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) v[e] = __fadd_rn(items[l][e], v[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) items[l][e] = v[e];
+        placed = true;
+      }
+    }
+  }
+}
+// Step s's sum enters the step counter (gemv_tile.cuh counter_push over kQmmaStepLevels levels).
+__device__ __forceinline__ void push_step(float (&stack)[kElems][kQmmaStepLevels], const float (&v)[kElems], int s) {
+#pragma unroll
+  for (int e = 0; e < kElems; ++e) {
+    float sum = v[e];
+    bool placed = false;
+#pragma unroll
+    for (int k = 0; k < kQmmaStepLevels; ++k) {
+      if (!placed) {
+        if ((s >> k) & 1) {
+          sum = __fadd_rn(stack[e][k], sum);
+        } else {
+          stack[e][k] = sum;
+          placed = true;
+        }
+      }
+    }
   }
 }
 
 template <DType T, int kXB>
 __global__ void __launch_bounds__(kThreads) qmma_kernel(const MatmulArgs a) {
+  using L = StageLayout<T>;
+  extern __shared__ __align__(16) uint8_t smem[];
   const int cols = static_cast<int>(a.cols), n_units = cols / 32;
-  const int n_steps = (n_units + kStepUnits - 1) / kStepUnits;
+  const int n_chunks = (n_units + kChunkUnits - 1) / kChunkUnits;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, p = lane & 3;
-  const int64_t n = a.n, total = a.total_rows();
-  const int64_t tok0 = static_cast<int64_t>(blockIdx.y) * kTileTokens + 16 * (warp % kWarpsM);
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows + 16 * (warp / kWarpsM);
-  // Rows and tokens past the ends read the last one's data (results not stored).
-  auto clamp_row = [&](int64_t r) { return r < total ? r : total - 1; };
-  auto clamp_tok = [&](int64_t i) { return i < n ? i : n - 1; };
-  const uint8_t* wb[2];  // B rows: 8t + g
-#pragma unroll
-  for (int t = 0; t < 2; ++t) wb[t] = mat_row(a, clamp_row(row0 + 8 * t + g)).w;
-  // The scale table: thread tid fills row tid % 64 of the block's tile, units tid / 64 + 4k.
-  __shared__ float4 tab[kTabUnits][kTileRows / 2];
-  const int tab_row = threadIdx.x % kTileRows, tab_unit0 = threadIdx.x / kTileRows;
-  const uint8_t* tab_w = mat_row(a, clamp_row(static_cast<int64_t>(blockIdx.x) * kTileRows + tab_row)).w;
-  float2* tab_entries = reinterpret_cast<float2*>(&tab[0][0]);
-  const int wrow = 16 * (warp / kWarpsM);  // the warp's first row in the block's tile
+  const int64_t n = a.n, n_pad = padded_tokens(n), total = a.total_rows();
+  const int64_t tok_block0 = static_cast<int64_t>(blockIdx.y) * kTileTokens;
+  const int64_t row_block0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const int tok_w = 16 * (warp % kWarpsM);  // the warp's first token and row in the block's tile
+  const int wrow = 16 * (warp / kWarpsM);
   const uint8_t* xq = a.qmma_x;
   const float2* xf = reinterpret_cast<const float2*>(a.qmma_x + units_bytes(n, cols));
-  const uint8_t* xa[2];
-  const float2* xs[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t tok = clamp_tok(tok0 + g + 8 * h);
-    xa[h] = xq + static_cast<size_t>(tok) * kUnitBytes + 16 * p;
-    xs[h] = xf + tok;
-  }
+  // The row this thread copies (four threads per row; rows past the end copy the last one) and
+  // the scale-table entries it forms: row tid % 64, units tid / 64 + 4k of each chunk.
+  const int copy_row = threadIdx.x / 4, copy_part = threadIdx.x % 4;
+  const int64_t copy_gr = row_block0 + copy_row < total ? row_block0 + copy_row : total - 1;
+  const uint8_t* w_row = mat_row(a, copy_gr).w;
+  const int tab_row = threadIdx.x % kTileRows, tab_unit0 = threadIdx.x / kTileRows;
+
   pdl_enter();  // the scratch is the quantize kernel's output
-  // Units past the row load the last unit (never used): every load stays inside the row.
-  UnitLoads next;
-  load_unit<T>(wb, xa, xs, n, 0, p, next);
+  stage_chunk<T>(smem, 0, n_units, n_pad, tok_block0, xq, xf, w_row, copy_row, copy_part);
+  cp_async_commit();
 
   float stack[kElems][kQmmaStepLevels];
+  float items[kItemLevels][kElems];
 #pragma unroll
   for (int e = 0; e < kElems; ++e) {
 #pragma unroll
     for (int k = 0; k < kQmmaStepLevels; ++k) stack[e][k] = 0.0f;
   }
-  for (int s = 0; s < n_steps; ++s) {
-    float items[kItemLevels][kElems];  // the item counter's stored subtrees
 #pragma unroll
-    for (int l = 0; l < kItemLevels; ++l) {
+  for (int l = 0; l < kItemLevels; ++l) {
 #pragma unroll
-      for (int e = 0; e < kElems; ++e) items[l][e] = 0.0f;
+    for (int e = 0; e < kElems; ++e) items[l][e] = 0.0f;
+  }
+  int item = 0;  // items pushed so far: item % 32 in the step, item / 32 the step
+  float v[kElems];
+  for (int c = 0; c < n_chunks; ++c) {
+    uint8_t* st = smem + (c & 1) * L::kBytes;
+    if (c + 1 < n_chunks) {  // the next chunk's copies go out before this one is computed
+      stage_chunk<T>(smem + ((c + 1) & 1) * L::kBytes, c + 1, n_units, n_pad, tok_block0, xq, xf, w_row, copy_row,
+                     copy_part);
     }
-    float v[kElems];
-    for (int i = 0; i < kStepUnits / kItemUnits; ++i) {
-      const int u0 = s * kStepUnits + i * kItemUnits;
-      if (u0 % kTabUnits == 0) {  // uniform: refill the scale table for units u0 .. u0 + 63
-        __syncthreads();
-        for (int k = tab_unit0; k < kTabUnits; k += kThreads / kTileRows) {
-          if (u0 + k < n_units) {
-            tab_entries[k * kTileRows + tab_row] = pack_scale(unit_scale<T>(tab_w, u0 + k), T == DType::Q6_K);
-          }
-        }
-        __syncthreads();
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    // The chunk's scale table, from the staged rows.
+    const int u0 = c * kChunkUnits;
+    for (int k = tab_unit0; k < kChunkUnits; k += kThreads / kTileRows) {
+      if (u0 + k < n_units) {
+        reinterpret_cast<float2*>(st + L::kTab)[k * kTileRows + tab_row] =
+            pack_scale(unit_scale<T>(st + L::kW + tab_row * L::kWPitch, k), T == DType::Q6_K);
       }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kChunkUnits / kItemUnits; ++j) {
+      const int k0 = j * kItemUnits;
 #pragma unroll
       for (int e = 0; e < kElems; ++e) v[e] = 0.0f;
-      if (u0 < n_units) {  // uniform; an item past the row is a +0 leaf, as the GEMV's idle lanes
+      if (u0 + k0 < n_units) {  // uniform; an item past the row is a +0 leaf, as the GEMV's idle lanes
         float c0[kElems], c1[kElems], pair[kElems];
 #pragma unroll
         for (int k = 0; k < kItemUnits; ++k) {
           float cu[kElems];
-          if (u0 + k < n_units) {
-            const UnitLoads cur = next;
-            load_unit<T>(wb, xa, xs, n, min(u0 + k + 1, n_units - 1), p, next);
-            unit_contributions<T, kXB>(cur, tab, wrow, u0 + k, p, cu);
+          if (u0 + k0 + k < n_units) {
+            unit_contributions<T, kXB>(st, tok_w, wrow, g, p, k0 + k, cu);
           } else {  // a legacy row's partial item: a zero leaf (gemv_items.cuh item_tree)
 #pragma unroll
             for (int e = 0; e < kElems; ++e) cu[e] = 0.0f;
@@ -428,39 +529,21 @@ __global__ void __launch_bounds__(kThreads) qmma_kernel(const MatmulArgs a) {
           }
         }
       }
-      // Push item i: merge with the stored subtrees of its trailing one bits, store at the first
-      // zero bit. After item 31, v is the step's sum.
-      bool placed = false;
-#pragma unroll
-      for (int l = 0; l < kItemLevels; ++l) {
-        if (!placed) {
-          if ((i >> l) & 1) {
-#pragma unroll
-            for (int e = 0; e < kElems; ++e) v[e] = __fadd_rn(items[l][e], v[e]);
-          } else {
-#pragma unroll
-            for (int e = 0; e < kElems; ++e) items[l][e] = v[e];
-            placed = true;
-          }
-        }
-      }
+      push_item(items, v, item & 31);
+      if ((item & 31) == 31) push_step(stack, v, item >> 5);
+      ++item;
     }
-#pragma unroll
-    for (int e = 0; e < kElems; ++e) {
-      bool placed = false;
-#pragma unroll
-      for (int k = 0; k < kQmmaStepLevels; ++k) {
-        if (!placed) {
-          if ((s >> k) & 1) {
-            v[e] = __fadd_rn(stack[e][k], v[e]);
-          } else {
-            stack[e][k] = v[e];
-            placed = true;
-          }
-        }
-      }
-    }
+    __syncthreads();  // the stage is refilled two chunks on
   }
+  // The last step's missing items are +0 leaves.
+  while ((item & 31) != 0) {
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) v[e] = 0.0f;
+    push_item(items, v, item & 31);
+    if ((item & 31) == 31) push_step(stack, v, item >> 5);
+    ++item;
+  }
+  const int n_steps = item >> 5;
 #pragma unroll
   for (int e = 0; e < kElems; ++e) {
     // gemv_tile.cuh counter_close over kQmmaStepLevels levels
@@ -474,7 +557,7 @@ __global__ void __launch_bounds__(kThreads) qmma_kernel(const MatmulArgs a) {
       }
     }
     const int t = e >> 2, f = e & 3;
-    const int64_t tok = tok0 + g + 8 * (f >> 1), gr = row0 + 8 * t + 2 * p + (f & 1);
+    const int64_t tok = tok_block0 + tok_w + g + 8 * (f >> 1), gr = row_block0 + wrow + 8 * t + 2 * p + (f & 1);
     if (tok < n && gr < total) {
       const MatRow row = mat_row(a, gr);
       row.y[tok * row.rows + row.r] = acc;
@@ -489,7 +572,26 @@ void launch_typed(const MatmulArgs& a, const LaunchEnv& env) {
   const int64_t tok_blocks = (a.n + kTileTokens - 1) / kTileTokens;
   TERN_CHECK_MSG(tok_blocks <= 65535, "qmma: too many activation rows for one launch");
   launch_kernel(env, qmma_kernel<T, kXB>, dim3(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tok_blocks)),
-                kThreads, 0, a);
+                kThreads, StageLayout<T>::kTotal, a);
+}
+
+template <DType T>
+void allow_smem(int max_smem_bytes) {
+  if (StageLayout<T>::kTotal > max_smem_bytes) return;  // qmma_takes declines the type there
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(qmma_kernel<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, StageLayout<T>::kTotal));
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(qmma_kernel<T, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, StageLayout<T>::kTotal));
+}
+
+int stage_bytes(DType t) {
+  switch (t) {
+    case DType::Q4_0: return StageLayout<DType::Q4_0>::kTotal;
+    case DType::Q4_1: return StageLayout<DType::Q4_1>::kTotal;
+    case DType::Q8_0: return StageLayout<DType::Q8_0>::kTotal;
+    case DType::Q4_K: return StageLayout<DType::Q4_K>::kTotal;
+    case DType::Q5_K: return StageLayout<DType::Q5_K>::kTotal;
+    case DType::Q6_K: return StageLayout<DType::Q6_K>::kTotal;
+    default: return 0;
+  }
 }
 
 template <int kXB>
@@ -505,15 +607,10 @@ void launch_product(const MatmulArgs& a, const LaunchEnv& env) {
   }
 }
 
-// The byte alignment b_words / unit_scale need of a row of type t.
-size_t row_alignment(DType t) {
-  return t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q5_K ? 4 : 2;
-}
-
 }  // namespace
 
 size_t qmma_scratch_bytes(int64_t n, int64_t cols) {
-  return units_bytes(n, cols) + static_cast<size_t>(n) * static_cast<size_t>(cols / 32) * sizeof(float2);
+  return units_bytes(n, cols) + static_cast<size_t>(padded_tokens(n)) * static_cast<size_t>(cols / 32) * sizeof(float2);
 }
 
 bool qmma_supports(DType t) {
@@ -529,9 +626,9 @@ bool qmma_takes(const MatmulArgs& a) {
   if (a.qmma_x == nullptr || a.n < 1 || a.tail_mat != 0 || !qmma_supports(a.dtype)) return false;
   if (a.x_bits != 8 && a.x_bits != 16) return false;
   if (a.cols % 32 != 0 || (a.cols + gemv_items::kStepElems - 1) / gemv_items::kStepElems > kQmmaMaxSteps) return false;
-  const size_t align = row_alignment(a.dtype);
-  for (int m = 0; m < a.n_mats; ++m) {
-    if (reinterpret_cast<uintptr_t>(a.w[m]) % align != 0 || a.w_stride_bytes[m] % align != 0) return false;
+  if (stage_bytes(a.dtype) > a.max_smem_bytes) return false;  // e.g. q8_0 on a 99 KiB device
+  for (int m = 0; m < a.n_mats; ++m) {  // the stages copy rows by 16, 4 or 2 bytes
+    if (reinterpret_cast<uintptr_t>(a.w[m]) % 2 != 0 || a.w_stride_bytes[m] % 2 != 0) return false;
   }
   return gemv_quant_takes(a);  // n = 1 runs the GEMV: the same arithmetic only where it takes it
 }
@@ -544,7 +641,7 @@ bool launch_matmul_qmma(const MatmulArgs& fused, const LaunchEnv& env) {
     a.fuse.prologue = GemvPrologue::kNone;
     a.fuse.write_x = 0;
   }
-  const int64_t units = a.n * (a.cols / 32);
+  const int64_t units = padded_tokens(a.n) * (a.cols / 32);
   uint8_t* xq = a.qmma_x;
   float2* xf = reinterpret_cast<float2*>(xq + units_bytes(a.n, a.cols));
   const unsigned blocks = static_cast<unsigned>((units + 255) / 256);
@@ -557,6 +654,15 @@ bool launch_matmul_qmma(const MatmulArgs& fused, const LaunchEnv& env) {
   }
   if (a.fuse.glu_out != nullptr) launch_glu_after(a, env);
   return true;
+}
+
+void init_qmma(int max_smem_bytes) {
+  allow_smem<DType::Q4_0>(max_smem_bytes);
+  allow_smem<DType::Q4_1>(max_smem_bytes);
+  allow_smem<DType::Q8_0>(max_smem_bytes);
+  allow_smem<DType::Q4_K>(max_smem_bytes);
+  allow_smem<DType::Q5_K>(max_smem_bytes);
+  allow_smem<DType::Q6_K>(max_smem_bytes);
 }
 
 }  // namespace tern::cuda

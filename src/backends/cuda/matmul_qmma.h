@@ -48,6 +48,8 @@ bool qmma_supports(DType t);
 bool qmma_takes(const MatmulArgs& a);
 // Launches the product (with its prologue and epilogues) if qmma_takes(a); false otherwise.
 bool launch_matmul_qmma(const MatmulArgs& a, const LaunchEnv& env);
+// Sets the product kernels' dynamic shared-memory limit (once per device).
+void init_qmma(int max_smem_bytes);
 
 // Steps (4096 columns) a row may span: the step counter has 3 levels (28672 columns; wider
 // rows stay on the GEMV).
