@@ -43,12 +43,15 @@ constexpr int kDefaultAttnCompact = 3;
 constexpr int kDefaultActBits = 16;
 
 // Activation rows from which a quantized product takes the tensor-core kernel
-// (CudaBackendOptions::qmma_min_tokens, matmul_qmma.h). Same bits either way. Its step time is
-// one 32-token tile's up to 32 rows, the GEMV's grows with n: on the H200 (bench/RESULTS.md,
-// session 14) 8B Q4_K_M decode steps of 8 / 16 / 32 sequences took 12.8 / 22.0 / 40.3 ms on the
-// GEMV and 29.8 / 30.8 / 31.9 on the tensor cores, SmolLM2 Q4_1 steps of 16 / 32 took 2.4 / 3.6
-// against 3.9 / 4.5, and every prefill chunk was faster on the tensor cores.
-constexpr int kDefaultQmmaMinTokens = 32;
+// (CudaBackendOptions::qmma_min_tokens, matmul_qmma.h). Same bits either way: a speed choice. Its
+// step time is about one 32-token tile's up to 32 rows, the GEMV's grows with n. On the H200
+// (bench/RESULTS.md, session 14), decode steps of 8 / 16 / 24 / 32 / 64 sequences at ctx 1k took,
+// GEMV against tensor cores, 12.8 / 22.0 / 31.2 / 40.1 against 17.8 / 18.7 / 19.2 / 19.9 ms on
+// the 8B Q4_K_M shape and 1.62 / 2.34 / - / 3.51 / 6.15 against 2.71 / 3.34 / - / 4.00 / 5.29 ms
+// on SmolLM2 Q4_1 (whose narrow products fill few blocks); every prefill chunk was faster on the
+// tensor cores. 24 takes the 8B shape's large gains and leaves the small model's losses to n of
+// 24-48.
+constexpr int kDefaultQmmaMinTokens = 24;
 
 struct BackendSettings {
   bool pdl = false;            // programmatic dependent launch (sm_90+; TERN_CUDA_PDL=0 off)

@@ -9,7 +9,10 @@
 //      (gemv_tile.cuh: q = rint(x * (q_max / amax)), d = amax / q_max, the int sum s) into a
 //      scratch buffer. At 16 bits each q is split into a low byte (unsigned) and a high byte
 //      (signed, q >> 8), two planes of int8 mma operands: q = 256 hi + lo.
-//   2. the product kernel: a warp holds 16 activation rows x 16 weight rows. Per unit it forms
+//   2. the product kernel: a block of 8 warps takes 32 activation rows x 64 weight rows and
+//      stages them 16 units at a time through shared memory (cp.async, double-buffered: the
+//      tokens' quantized pieces and scales, the rows' block bytes as stored, and a table of each
+//      (row, unit)'s scales formed once from them). A warp holds 16 tokens x 16 rows. Per unit it forms
 //      the weight codes of its rows as int8 mma operands (q4: the nibble; q5_k: five bits;
 //      q6_k: the 6-bit code minus 32; q8_0: the byte), takes each (row, token) integer dot with
 //      mma.sync m16n8k32 (q6_k: m16n8k16 per 16-element half, whose sub-block scales differ),
@@ -28,7 +31,9 @@
 // quant bytes). Products the GEMV does not take (gemv_quant_takes) are never taken here.
 //
 // Fusions: a prologue runs as its own kernel first (launch_prologue_op: the same values), the
-// residual epilogue is applied in-kernel, a SwiGLU epilogue as its own kernel after.
+// residual epilogue is applied in-kernel, a SwiGLU epilogue as its own kernel after. A stage takes
+// 126-158 KiB of shared memory (two of them), so devices with less (an RTX 4090's 99 KiB) keep
+// these products on the GEMV.
 #pragma once
 
 #include <cstddef>
