@@ -27,7 +27,7 @@ constexpr const char* kVariables[] = {
     "TERN_CUDA_GEMV_FLOAT_GLU", "TERN_CUDA_GEMV_FLOAT_DYNAMIC", "TERN_CUDA_ATTN_SPLIT_RING",
     "TERN_CUDA_ATTN_FUSED", "TERN_CUDA_GEMV_FLOAT_PIPE", "TERN_CUDA_GEMV_NORM_PRELOAD",
     "TERN_CUDA_GEMV_MIXED", "TERN_CUDA_ATTN_FUSED_EARLY_KV", "TERN_CUDA_ATTN_COMPACT", "TERN_CUDA_GEMV_STREAM_BLOCKS",
-    "TERN_CUDA_ACT_BITS"};
+    "TERN_CUDA_ACT_BITS", "TERN_CUDA_QMMA_MIN"};
 
 // Clears every TERN_CUDA_* variable the settings read, and puts the caller's values back after.
 class BackendSettingsTest : public ::testing::Test {
@@ -409,6 +409,30 @@ TEST_F(BackendSettingsTest, ActivationBits) {
   EXPECT_EQ(resolve_settings(CudaBackendOptions{}, 8, false).act_bits, 8);
   setenv("TERN_CUDA_ACT_BITS", "4", 1);  // ignored with a warning
   EXPECT_EQ(resolve_settings(o, 9, true).act_bits, 8);
+}
+
+// The tensor-core products' thresholds (matmul_qmma.h): by default 24 activation rows, 64 for small
+// weights; an explicit count applies to both, a negative one turns them off, and the environment
+// (a count; 0 = off) wins over the option.
+TEST_F(BackendSettingsTest, QmmaThresholds) {
+  const BackendSettings d = resolve_settings(CudaBackendOptions{}, 9, true);
+  EXPECT_EQ(d.qmma_min_tokens, cuda::kDefaultQmmaMinTokens);
+  EXPECT_EQ(d.qmma_min_tokens_small, cuda::kDefaultQmmaMinTokensSmall);
+  CudaBackendOptions o;
+  o.qmma_min_tokens = 2;
+  EXPECT_EQ(resolve_settings(o, 9, true).qmma_min_tokens, 2);
+  EXPECT_EQ(resolve_settings(o, 9, true).qmma_min_tokens_small, 2);
+  o.qmma_min_tokens = -1;
+  EXPECT_EQ(resolve_settings(o, 9, true).qmma_min_tokens, 0);
+  EXPECT_EQ(resolve_settings(o, 9, true).qmma_min_tokens_small, 0);
+  setenv("TERN_CUDA_QMMA_MIN", "48", 1);
+  EXPECT_EQ(resolve_settings(o, 9, true).qmma_min_tokens, 48);
+  EXPECT_EQ(resolve_settings(o, 9, true).qmma_min_tokens_small, 48);
+  setenv("TERN_CUDA_QMMA_MIN", "0", 1);
+  o.qmma_min_tokens = 2;
+  EXPECT_EQ(resolve_settings(o, 9, true).qmma_min_tokens, 0);
+  setenv("TERN_CUDA_QMMA_MIN", "many", 1);  // ignored with a warning
+  EXPECT_EQ(resolve_settings(o, 9, true).qmma_min_tokens, 2);
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ int act_bits(const CudaBackendOptions& options) {
   return options.act_bits == 8 || options.act_bits == 16 ? options.act_bits : kDefaultActBits;
 }
 // CudaBackendOptions::qmma_min_tokens (0: the default, negative: never), unless TERN_CUDA_QMMA_MIN
-// is a count (0: never); 0 = never.
+// is a count (0: never); 0 = never, -1 = the defaults (by weight size).
 int qmma_min_tokens(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_QMMA_MIN");
   if (env != nullptr && *env) {
@@ -104,7 +104,7 @@ int qmma_min_tokens(const CudaBackendOptions& options) {
     std::fprintf(stderr, "tern: ignoring TERN_CUDA_QMMA_MIN=%s (expected a count >= 0)\n", env);
   }
   if (options.qmma_min_tokens < 0) return 0;
-  return options.qmma_min_tokens > 0 ? options.qmma_min_tokens : kDefaultQmmaMinTokens;
+  return options.qmma_min_tokens > 0 ? options.qmma_min_tokens : -1;
 }
 bool use_float_swiglu_epilogue(const CudaBackendOptions& options) {
   const char* env = std::getenv("TERN_CUDA_GEMV_FLOAT_GLU");
@@ -288,7 +288,9 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.gemv_mixed = on_off_default("TERN_CUDA_GEMV_MIXED", options.gemv_mixed);
   s.fuse_float_swiglu_epilogue = s.fuse_gemv && s.gemv_float_kernel == 0 && use_float_swiglu_epilogue(options);
   s.act_bits = act_bits(options);
-  s.qmma_min_tokens = qmma_min_tokens(options);
+  const int qmma_min = qmma_min_tokens(options);
+  s.qmma_min_tokens = qmma_min < 0 ? kDefaultQmmaMinTokens : qmma_min;
+  s.qmma_min_tokens_small = qmma_min < 0 ? kDefaultQmmaMinTokensSmall : qmma_min;
   return s;
 }
 

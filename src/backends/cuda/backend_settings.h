@@ -42,16 +42,19 @@ constexpr int kDefaultAttnCompact = 3;
 // Quantized activations' default precision (CudaBackendOptions::act_bits): 16, the CPU backend's.
 constexpr int kDefaultActBits = 16;
 
-// Activation rows from which a quantized product takes the tensor-core kernel
-// (CudaBackendOptions::qmma_min_tokens, matmul_qmma.h). Same bits either way: a speed choice. Its
-// step time is about one 32-token tile's up to 32 rows, the GEMV's grows with n. On the H200
-// (bench/RESULTS.md, session 14), decode steps of 8 / 16 / 24 / 32 / 64 sequences at ctx 1k took,
-// GEMV against tensor cores, 12.8 / 22.0 / 31.2 / 40.1 against 17.8 / 18.7 / 19.2 / 19.9 ms on
-// the 8B Q4_K_M shape and 1.62 / 2.34 / - / 3.51 / 6.15 against 2.71 / 3.34 / - / 4.00 / 5.29 ms
-// on SmolLM2 Q4_1 (whose narrow products fill few blocks); every prefill chunk was faster on the
-// tensor cores. 24 takes the 8B shape's large gains and leaves the small model's losses to n of
-// 24-48.
+// Activation rows from which a quantized product takes the tensor-core kernel by default
+// (CudaBackendOptions::qmma_min_tokens = 0, matmul_qmma.h). Same bits either way: a speed choice.
+// Its step time is about one 32-token tile's up to 32 rows plus a quantize launch, the GEMV's
+// grows with n. On the H200 (bench/RESULTS.md, session 14), decode steps of 8 / 16 / 24 / 32 / 64
+// sequences at ctx 1k took, GEMV against tensor cores, 12.8 / 22.0 / 31.2 / 40.1 against 17.8 /
+// 18.7 / 19.2 / 19.9 ms on the 8B Q4_K_M shape (weights of 2.4-66 MB per product), and 1.62 /
+// 2.34 / - / 3.51 / 6.15 against 2.71 / 3.34 / - / 4.00 / 5.29 ms on SmolLM2 Q4_1 (0.07-1.1 MB:
+// the extra launch and a few blocks per product weigh more); every prefill chunk was faster on
+// the tensor cores. So weights of at least kQmmaLargeWeightBytes take it from 24 rows, smaller
+// ones from 64. An explicit qmma_min_tokens applies to every product.
 constexpr int kDefaultQmmaMinTokens = 24;
+constexpr int kDefaultQmmaMinTokensSmall = 64;
+constexpr int64_t kQmmaLargeWeightBytes = int64_t{4} << 20;
 
 struct BackendSettings {
   bool pdl = false;            // programmatic dependent launch (sm_90+; TERN_CUDA_PDL=0 off)
@@ -91,6 +94,7 @@ struct BackendSettings {
   bool fuse_float_swiglu_epilogue = false;  // with fuse_gemv (TERN_CUDA_GEMV_FLOAT_GLU=0 / 1)
   int act_bits = kDefaultActBits;   // 8 or 16 (TERN_CUDA_ACT_BITS=8 / 16): MatmulArgs::x_bits
   int qmma_min_tokens = kDefaultQmmaMinTokens;  // TERN_CUDA_QMMA_MIN=N; 0: never
+  int qmma_min_tokens_small = kDefaultQmmaMinTokensSmall;  // the same, for weights under kQmmaLargeWeightBytes
 };
 
 // cc_major: the device's compute capability; bulk_compiled: gemv_bulk_compiled() (bulk-copy GEMVs

@@ -116,7 +116,8 @@ class CudaBackend final : public Backend {
         gemv_stream_blocks_(settings.gemv_stream_blocks),
         gemv_mixed_(settings.gemv_mixed != 2 && prop.major >= 9),
         act_bits_(settings.act_bits),
-        qmma_min_tokens_(prop.major >= 8 ? settings.qmma_min_tokens : 0) {
+        qmma_min_tokens_(prop.major >= 8 ? settings.qmma_min_tokens : 0),
+        qmma_min_tokens_small_(prop.major >= 8 ? settings.qmma_min_tokens_small : 0) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
     if (settings.gemv_float_dynamic) gemv_float_counter_ = alloc(64);  // MatmulArgs::gemv_float_counter
@@ -368,7 +369,9 @@ class CudaBackend final : public Backend {
     // Many activation rows: the tensor-core kernel's scratch (matmul_qmma.h; launch_matmul sends
     // the product there where that kernel handles the weight). Reserved before the record is
     // pushed: growing the buffer flushes the queue.
-    const bool qmma = qmma_min_tokens_ > 0 && x.rows >= qmma_min_tokens_ && qmma_supports(w.dtype);
+    const int qmma_min =
+        static_cast<int64_t>(w.bytes()) >= kQmmaLargeWeightBytes ? qmma_min_tokens_ : qmma_min_tokens_small_;
+    const bool qmma = qmma_min > 0 && x.rows >= qmma_min && qmma_supports(w.dtype);
     if (qmma) reserve(qmma_x_, qmma_scratch_bytes(x.rows, w.cols));
     GemvFusion fuse{};
     if (fuse_gemv_) {
@@ -851,6 +854,7 @@ class CudaBackend final : public Backend {
   int64_t gemv_mixed_joins_ = 0;
   int act_bits_ = kDefaultActBits;  // MatmulArgs::x_bits of every quantized product
   int qmma_min_tokens_ = 0;         // BackendSettings::qmma_min_tokens (0: never)
+  int qmma_min_tokens_small_ = 0;   // BackendSettings::qmma_min_tokens_small (0: never)
   std::unique_ptr<Buffer> qmma_x_;  // MatmulArgs::qmma_x
   int64_t qmma_matmuls_ = 0;
   std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks

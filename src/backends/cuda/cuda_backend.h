@@ -184,8 +184,8 @@ struct CudaBackendOptions {
   int act_bits = 0;
   // Quantized products with at least this many activation rows (prefill chunks, large batches)
   // take the tensor-core kernel (matmul_qmma.h), whose rows equal the GEMV's bit for bit; fewer
-  // stay on the GEMV. 0 = the default (kDefaultQmmaMinTokens), negative = never.
-  // TERN_CUDA_QMMA_MIN=N overrides it (0: never).
+  // stay on the GEMV. 0 = the defaults (backend_settings.h: 24 rows, 64 for weights under 4 MiB),
+  // negative = never. TERN_CUDA_QMMA_MIN=N overrides it (0: never).
   int qmma_min_tokens = 0;
   // Tests: caps the shared memory per block the GEMV kernels plan with (0: the device's), so that
   // an H200 runs the launch shapes of a smaller device (an A100's 163 KiB, an RTX 4090's 99).
