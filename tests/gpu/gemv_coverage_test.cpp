@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "backends/cuda/matmul_qmma.h"
 #include "gemv_args.h"
 
 namespace tern {
@@ -43,6 +44,31 @@ TEST(GemvCoverage, HopperTileRows) {
   EXPECT_EQ(cuda::gemv_quant_tile_rows(plain_product(DType::Q6_K, 4096, 14336, 16, kSmem, 512)), 4);
   EXPECT_EQ(cuda::gemv_quant_tile_rows(plain_product(DType::Q4_K, 4096, 14336, 8, kSmem, 512)), 4);
   EXPECT_EQ(cuda::gemv_quant_tile_rows(plain_product(DType::Q6_K, 4096, 14336, 8, kSmem, 512)), 4);
+}
+
+// The tensor-core products (matmul_qmma.h) of prefill chunks: every 8B product at both precisions
+// on an H200's and an A100's shared memory; none on an RTX 4090's 99 KiB (two stages do not fit,
+// the GEMV runs them with the same bits), none without the scratch, none past 65535 token tiles.
+TEST(GemvCoverage, TensorCoreProductsOnHopperAndAmpere) {
+  const std::pair<int64_t, int64_t> shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  uint8_t scratch = 0;
+  for (int bits : {16, 8}) {
+    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+      for (auto [rows, cols] : shapes) {
+        for (int smem : {232448, 166912, 101376}) {
+          cuda::MatmulArgs a = plain_product(t, rows, cols, bits, smem, 512);
+          a.qmma_x = &scratch;
+          EXPECT_EQ(cuda::qmma_takes(a), smem > 101376)
+              << dtype_name(t) << " " << rows << " x " << cols << " at " << bits << " bits, " << smem << " bytes";
+        }
+      }
+    }
+  }
+  cuda::MatmulArgs a = plain_product(DType::Q4_K, 4096, 4096, 16, 232448, 512);
+  EXPECT_FALSE(cuda::qmma_takes(a)) << "no scratch";
+  a.qmma_x = &scratch;
+  a.n = int64_t{65536} * 32;
+  EXPECT_FALSE(cuda::qmma_takes(a)) << "more token tiles than a launch's grid holds";
 }
 
 // Types without a quantized kernel are left to the generic one.

@@ -368,11 +368,18 @@ class CudaBackend final : public Backend {
     }
     // Many activation rows: the tensor-core kernel's scratch (matmul_qmma.h; launch_matmul sends
     // the product there where that kernel handles the weight). Reserved before the record is
-    // pushed: growing the buffer flushes the queue.
+    // pushed: growing the buffer flushes the queue. Where the device has no room for it, the
+    // product stays on the GEMV, which gives the same bits.
     const int qmma_min =
         static_cast<int64_t>(w.bytes()) >= kQmmaLargeWeightBytes ? qmma_min_tokens_ : qmma_min_tokens_small_;
-    const bool qmma = qmma_min > 0 && x.rows >= qmma_min && qmma_supports(w.dtype);
-    if (qmma) reserve(qmma_x_, qmma_scratch_bytes(x.rows, w.cols));
+    bool qmma = qmma_min > 0 && x.rows >= qmma_min && qmma_supports(w.dtype);
+    if (qmma) {
+      try {
+        reserve(qmma_x_, qmma_scratch_bytes(x.rows, w.cols));
+      } catch (const OutOfMemory&) {
+        qmma = false;
+      }
+    }
     GemvFusion fuse{};
     if (fuse_gemv_) {
       fuse = take_gemv_prologue(*queue_, w, x, out, fuse_swiglu_ ? static_cast<int*>(fusion_counter_->data()) : nullptr);

@@ -624,6 +624,7 @@ bool qmma_supports(DType t) {
 
 bool qmma_takes(const MatmulArgs& a) {
   if (a.qmma_x == nullptr || a.n < 1 || a.tail_mat != 0 || !qmma_supports(a.dtype)) return false;
+  if ((a.n + kTileTokens - 1) / kTileTokens > 65535) return false;  // the grid's y dimension
   if (a.x_bits != 8 && a.x_bits != 16) return false;
   if (a.cols % 32 != 0 || (a.cols + gemv_items::kStepElems - 1) / gemv_items::kStepElems > kQmmaMaxSteps) return false;
   if (stage_bytes(a.dtype) > a.max_smem_bytes) return false;  // e.g. q8_0 on a 99 KiB device
