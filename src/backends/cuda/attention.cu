@@ -5,6 +5,7 @@
 
 #include "backends/cuda/async_copy.cuh"
 #include "backends/cuda/attention.h"
+#include "backends/cuda/attention_mma.h"
 #include "backends/cuda/attention_chunk.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
@@ -321,6 +322,10 @@ size_t attention_smem_bytes(const AttentionArgs& a) { return smem_layout(a, shap
 
 void launch_attention(const AttentionArgs& a, const LaunchEnv& env) {
   if (a.plan.n_tokens == 0) return;
+  if (a.tc == kAttnMmaFused || a.tc == kAttnMmaSplit) {
+    launch_attention_mma(a, env);
+    return;
+  }
   if (a.tc) {
     launch_attention_tc(a, env);
     return;

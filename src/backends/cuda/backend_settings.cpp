@@ -291,6 +291,9 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   const int qmma_min = qmma_min_tokens(options);
   s.qmma_min_tokens = qmma_min < 0 ? kDefaultQmmaMinTokens : qmma_min;
   s.qmma_min_tokens_small = qmma_min < 0 ? kDefaultQmmaMinTokensSmall : qmma_min;
+  s.attention_mma = options.attention_mma == 3 || options.attention_mma == 4
+                        ? options.attention_mma
+                        : (on_off_default("TERN_CUDA_ATTN_MMA", options.attention_mma) == 1 ? 1 : 0);
   return s;
 }
 

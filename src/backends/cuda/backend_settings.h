@@ -95,6 +95,9 @@ struct BackendSettings {
   int act_bits = kDefaultActBits;   // 8 or 16 (TERN_CUDA_ACT_BITS=8 / 16): MatmulArgs::x_bits
   int qmma_min_tokens = kDefaultQmmaMinTokens;  // TERN_CUDA_QMMA_MIN=N; 0: never
   int qmma_min_tokens_small = kDefaultQmmaMinTokensSmall;  // the same, for weights under kQmmaLargeWeightBytes
+  // The invariant tensor-core attention (attention_mma.h): 0 off, 1 on (mode per plan), 3 on in
+  // split mode only, 4 on in fused mode only (tests; TERN_CUDA_ATTN_MMA=1 / 0 overrides 0-2).
+  int attention_mma = 0;
 };
 
 // cc_major: the device's compute capability; bulk_compiled: gemv_bulk_compiled() (bulk-copy GEMVs

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/cuda/attention.h"
+#include "backends/cuda/attention_mma.h"
 #include "backends/cuda/attention_tc.h"
 #include "backends/cuda/backend_settings.h"
 #include "backends/cuda/cuda_check.h"
@@ -117,7 +118,8 @@ class CudaBackend final : public Backend {
         gemv_mixed_(settings.gemv_mixed != 2 && prop.major >= 9),
         act_bits_(settings.act_bits),
         qmma_min_tokens_(prop.major >= 8 ? settings.qmma_min_tokens : 0),
-        qmma_min_tokens_small_(prop.major >= 8 ? settings.qmma_min_tokens_small : 0) {
+        qmma_min_tokens_small_(prop.major >= 8 ? settings.qmma_min_tokens_small : 0),
+        attention_mma_(settings.attention_mma) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
     if (settings.gemv_float_dynamic) gemv_float_counter_ = alloc(64);  // MatmulArgs::gemv_float_counter
@@ -158,6 +160,8 @@ class CudaBackend final : public Backend {
     s.act_bits = act_bits_;
     s.qmma_min_tokens = qmma_min_tokens_;
     s.qmma_matmuls = qmma_matmuls_;
+    s.mma_attentions = mma_attentions_;
+    s.mma_split_attentions = mma_split_attentions_;
     return s;
   }
 
@@ -465,6 +469,22 @@ class CudaBackend final : public Backend {
     AttentionArgs a;
     std::memset(&a, 0, sizeof(a));
     fill_attention(q, kv, p, out, a);
+    // The invariant tensor-core attention (attention_mma.h): every step of a supported shape, so
+    // the model's rows stay on one contract.
+    if (attention_mma_ != 0 && attention_mma_supports(a)) {
+      ++mma_attentions_;
+      if (attention_mma_ == 3 || (attention_mma_ == 1 && attention_mma_split(a, n_sm_))) {
+        a.tc = kAttnMmaSplit;
+        a.split = 1;
+        reserve_partials(a);
+        ++mma_split_attentions_;
+      } else {
+        a.tc = kAttnMmaFused;
+      }
+      AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
+      std::memcpy(&rec, &a, sizeof(a));
+      return;
+    }
     // The opt-in tensor-core prefill attention (attention_tc.h) for large steps it supports.
     if (tc_attention_ && plan_.n_tokens >= options_.tc_prefill_min_tokens && attention_tc_supports(a)) {
       a.tc = 1;
@@ -491,12 +511,7 @@ class CudaBackend final : public Backend {
         a.chunk_split = chunk_split(p.n_kv_heads, kernel);
         plan_attention_span(a, n_sm_, max_smem_bytes_, attention_span_stages_, kernel);
       }
-      const size_t need = attention_partials_bytes(a);
-      // Growing frees the old buffer, which flushes the records that still use it.
-      if (partials_ == nullptr || partials_->bytes() < need) {
-        partials_ = alloc(std::max({need, 2 * (partials_ ? partials_->bytes() : 0), size_t{1} << 20}));
-      }
-      a.partials = static_cast<float*>(partials_->data());
+      reserve_partials(a);
       if (a.span_kernel > 0 && a.chunk_split == 0 && fold_merge(a)) plan_fold_merge(a);
       if (a.chunk_split > 0) ++chunk_splits_;
       // Early K/V copies compare each row's slot with the step's kv_slots: small steps only.
@@ -518,6 +533,16 @@ class CudaBackend final : public Backend {
     }
     AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
     std::memcpy(&rec, &a, sizeof(a));
+  }
+
+  // Points a.partials at a buffer of attention_partials_bytes(a). Growing frees the old buffer,
+  // which flushes the records that still use it.
+  void reserve_partials(AttentionArgs& a) {
+    const size_t need = attention_partials_bytes(a);
+    if (partials_ == nullptr || partials_->bytes() < need) {
+      partials_ = alloc(std::max({need, 2 * (partials_ ? partials_->bytes() : 0), size_t{1} << 20}));
+    }
+    a.partials = static_cast<float*>(partials_->data());
   }
 
   void set_attention_split_ring(int split_ring) { attention_split_ring_ = std::clamp(split_ring, 0, kMaxSplitRing); }
@@ -862,6 +887,8 @@ class CudaBackend final : public Backend {
   int act_bits_ = kDefaultActBits;  // MatmulArgs::x_bits of every quantized product
   int qmma_min_tokens_ = 0;         // BackendSettings::qmma_min_tokens (0: never)
   int qmma_min_tokens_small_ = 0;   // BackendSettings::qmma_min_tokens_small (0: never)
+  int attention_mma_ = 0;           // the invariant tensor-core attention (BackendSettings::attention_mma)
+  int64_t mma_attentions_ = 0, mma_split_attentions_ = 0;
   std::unique_ptr<Buffer> qmma_x_;  // MatmulArgs::qmma_x
   int64_t qmma_matmuls_ = 0;
   std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks
@@ -903,7 +930,10 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   init_matmul(static_cast<int>(prop.sharedMemPerBlockOptin));
   init_attention(static_cast<int>(prop.sharedMemPerBlockOptin));
   init_attention_tc(static_cast<int>(prop.sharedMemPerBlockOptin));
-  const BackendSettings settings = resolve_settings(options, prop.major, gemv_bulk_compiled());
+  BackendSettings settings = resolve_settings(options, prop.major, gemv_bulk_compiled());
+  // The invariant tensor-core attention where its blocks fit the device (every model shape it
+  // supports then takes it, or none does).
+  if (!init_attention_mma(static_cast<int>(prop.sharedMemPerBlockOptin))) settings.attention_mma = 0;
   std::unique_ptr<TcGemm> tc_gemm;
   if (settings.tc_prefill) {
     if (options.tc_prefill_min_tokens < 1) {

@@ -187,6 +187,12 @@ struct CudaBackendOptions {
   // stay on the GEMV. 0 = the defaults (backend_settings.h: 24 rows, 64 for weights under 4 MiB),
   // negative = never. TERN_CUDA_QMMA_MIN=N overrides it (0: never).
   int qmma_min_tokens = 0;
+  // Attention on the tensor cores with its own batch-invariance contract (attention_mma.h): every
+  // attention of an f16 cache at head_dim 64 / 128 takes it, prefill and decode alike, so rows
+  // stay bit-identical across steps (not to the default kernels' bits: another summation order,
+  // close to f32). 0 = the default (off), 1 = on, 2 = off; TERN_CUDA_ATTN_MMA=1 / 0 overrides it.
+  // Tests: 3 = on in its split mode only, 4 = in its fused mode only (the same bits as 1).
+  int attention_mma = 0;
   // Tests: caps the shared memory per block the GEMV kernels plan with (0: the device's), so that
   // an H200 runs the launch shapes of a smaller device (an A100's 163 KiB, an RTX 4090's 99).
   int gemv_smem_cap = 0;
@@ -217,6 +223,8 @@ struct CudaBackendStats {
   int act_bits = 16;             // CudaBackendOptions::act_bits as resolved (8 or 16)
   int qmma_min_tokens = 0;       // CudaBackendOptions::qmma_min_tokens as resolved (0: never)
   int64_t qmma_matmuls = 0;      // products recorded with the tensor-core scratch (matmul_qmma.h)
+  int64_t mma_attentions = 0;    // attention ops recorded for the invariant tensor-core kernel (attention_mma.h)
+  int64_t mma_split_attentions = 0;  // ... of those, in its split mode (span partials and a merge)
   int gemv_path = 0;             // the GEMV family its products take (kernels.h GemvPath:
                                  // 0 default, 1 legacy, 2 multi-row / split-row, 3 single-row,
                                  // 4 register-streamed, 5 default before it)
