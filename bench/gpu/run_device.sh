@@ -50,6 +50,11 @@
 #   drafts) and how many turns' texts they share (replay_compare.py). The file is $TERN_MODEL, or
 #   is put together from $MODEL_PARTS/*/*.part* (bench/gpu/pack_model.sh packs its xz for two calls:
 #   one call carries at most 64 MiB) and checked against the sha256 that scripts/fetch-model pins.
+# attn-mma: the invariant tensor-core attention (attention_mma.h, TERN_CUDA_ATTN_MMA=1): its tests
+#   (GpuAttentionMma.*, and GpuAttentionTc.* which shares its fragment helpers), compute-sanitizer
+#   on it, the attention alone against the default kernels (decode 1k / 8k / 32k, prefill 4096,
+#   2048 on 30720), then 8B Q4_K_M prefill of 512 / 4096 (both) and 32768 (mma) tokens on the
+#   invariant products and decode at 1k / 32k, each with and without it.
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -134,6 +139,27 @@ for step in "${steps[@]}"; do
       awk '/^\[  PASSED  \]/ { p += $4 } /^\[  FAILED  \] [0-9]+ test/ { f += $4 }
            END { printf "   test_gpu: %d passed, %d failed\n", p, f }' "$OUT/test_gpu.txt"
       grep -B1 -A10 "Failure$" "$OUT/test_gpu.txt" | head -120
+      ;;
+    attn-mma)
+      echo "== test_gpu GpuAttentionMma.* GpuAttentionTc.*"
+      timeout 300 "$BIN/test_gpu" --gtest_color=no --gtest_filter='GpuAttentionMma.*:GpuAttentionTc.*' \
+        >"$OUT/test_gpu-mma.txt" 2>&1
+      echo "   exit $?"
+      grep -E "^\[  (PASSED|FAILED) |mma attn" "$OUT/test_gpu-mma.txt" | head -60
+      grep -B1 -A10 "Failure$" "$OUT/test_gpu-mma.txt" | head -80
+      echo "== compute-sanitizer memcheck, attention with TERN_CUDA_ATTN_MMA=1"
+      TERN_CUDA_ATTN_MMA=1 timeout 200 compute-sanitizer --tool memcheck --print-limit 10 "$BIN/gpu_bench" --attn \
+        --attn-ctx 200,1024,8192 --attn-prefill "0+300,1000+200" --attn-reps 1 >"$OUT/memcheck-mma.txt" 2>&1
+      echo "   exit $?; $(grep -h "ERROR SUMMARY" "$OUT/memcheck-mma.txt")"
+      bench attn-mma 200 --attn --attn-ctx 1024,8192,32768 --attn-prefill "0+4096,30720+2048" \
+        --attn-env "TERN_CUDA_ATTN_MMA=0;TERN_CUDA_ATTN_MMA=1" --attn-rounds 2
+      bench prefill-q4k-default 200 --preset llama3-8b --mix q4_k_m --ctx "" --prefill 512,4096 --decode-steps 0
+      TERN_CUDA_ATTN_MMA=1 bench prefill-q4k-mma 300 --preset llama3-8b --mix q4_k_m --ctx "" \
+        --prefill 512,4096,32768 --chunk 4096 --decode-steps 0
+      bench decode-q4k-default 200 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 \
+        --tc-prefill --decode-steps 32
+      TERN_CUDA_ATTN_MMA=1 bench decode-q4k-mma 200 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" \
+        --chunk 4096 --tc-prefill --decode-steps 32
       ;;
     memcheck)
       echo "== compute-sanitizer memcheck: attention at 200 / 1,024 / 8,192, SmolLM2-shape Q4_K_M"
