@@ -55,6 +55,8 @@
 #   on it, the attention alone against the default kernels (decode 1k / 8k / 32k, prefill 4096,
 #   2048 on 30720), then 8B Q4_K_M prefill of 512 / 4096 (both) and 32768 (mma) tokens on the
 #   invariant products and decode at 1k / 32k, each with and without it.
+# profile-attn-mma: the attention alone, default kernels against TERN_CUDA_ATTN_MMA=1 (decode 1k /
+#   32k, prefill 4096), then ncu of the tensor-core kernels at a 1k and a 32k decode.
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -160,6 +162,20 @@ for step in "${steps[@]}"; do
         --tc-prefill --decode-steps 32
       TERN_CUDA_ATTN_MMA=1 bench decode-q4k-mma 200 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" \
         --chunk 4096 --tc-prefill --decode-steps 32
+      ;;
+    profile-attn-mma)
+      bench attn-mma-ab 200 --attn --attn-ctx 1024,32768 --attn-prefill "0+4096" --attn-reps 5 \
+        --attn-env "TERN_CUDA_ATTN_MMA=0;TERN_CUDA_ATTN_MMA=1"
+      for ctx in 1024 32768; do
+        echo "== ncu attention_mma at a $ctx decode"
+        TERN_CUDA_ATTN_MMA=1 timeout 150 ncu --kernel-name regex:"attention_mma" --launch-skip 64 --launch-count 2 \
+          --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
+          --section SchedulerStats --section MemoryWorkloadAnalysis "$BIN/gpu_bench" --attn --attn-ctx $ctx \
+          --attn-prefill "" --attn-reps 1 >"$OUT/ncu-mma-$ctx.txt" 2>&1
+        echo "   (exit $?)"
+        grep -E "attention_mma.*kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Theoretical Occupancy|Stall|Registers Per|Block Limit|Eligible Warps|Active Warps Per|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth" \
+          "$OUT/ncu-mma-$ctx.txt" | head -60
+      done
       ;;
     memcheck)
       echo "== compute-sanitizer memcheck: attention at 200 / 1,024 / 8,192, SmolLM2-shape Q4_K_M"

@@ -18,14 +18,17 @@ constexpr int kKeys = kTcKeys;           // keys per K/V tile = one softmax chun
 constexpr int kFusedRows = 16 * kWarps;  // fused: a warp's 16 rows each
 constexpr int kFusedMaxHeads = 8;        // fused: heads of a GQA group per block (larger ones sliced)
 constexpr int kSplitHeads = 4;           // split: heads of a GQA group per block
-constexpr int kSplitRows = 32;           // split: the rows every warp shares (two m tiles)
-static_assert(kAttnTileTokens * kSplitHeads <= kSplitRows, "a split block's rows must fit two m tiles");
+// Split: the rows every warp shares, in kMT m tiles of 16 (two for up to 8 tokens x 4 heads; one
+// where the plan's tiles x heads fit 16, e.g. a decode step's one token per sequence).
+static_assert(kAttnTileTokens * kSplitHeads <= 32, "a split block's rows must fit two m tiles");
 static_assert(kAttnSpanTokens == kAttnSpanChunks * kKeys, "spans are whole K/V tiles");
 
-template <int HD, bool kSplit>
+// kMT: 0 = fused (a warp's own m tile), 1 / 2 = split with that many m tiles shared by the warps.
+template <int HD, int kSplitMT>
 struct MmaShape {
-  static constexpr int kRows = kSplit ? kSplitRows : kFusedRows;
-  static constexpr int kMT = kSplit ? 2 : 1;             // 16-row mma tiles per warp
+  static constexpr bool kSplit = kSplitMT > 0;
+  static constexpr int kRows = kSplit ? 16 * kSplitMT : kFusedRows;
+  static constexpr int kMT = kSplit ? kSplitMT : 1;      // 16-row mma tiles per warp
   static constexpr int kDT = kSplit ? HD / 32 : HD / 8;  // 8-wide output tiles per warp
   static constexpr int kRow = HD + 8;  // halves per shared row: 16 bytes of padding (ldmatrix without conflicts)
   static constexpr int kStage = 2 * kKeys * kRow;  // K rows, then V rows
@@ -72,10 +75,11 @@ __device__ __forceinline__ FoldScales fold_scales(float& M, float m) {
 }
 __device__ __forceinline__ float fold(float acc, float part, FoldScales f) { return fmaf(part, f.b, acc * f.a); }
 
-template <int HD, bool kSplit>
+template <int HD, int kSplitMT>
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs a) {
   pdl_enter();
-  using C = MmaShape<HD, kSplit>;
+  using C = MmaShape<HD, kSplitMT>;
+  constexpr bool kSplit = C::kSplit;
   constexpr int kRow = C::kRow, kMT = C::kMT, kDT = C::kDT;
   extern __shared__ __align__(16) unsigned char sm_raw[];
   __half* qh_s = reinterpret_cast<__half*>(sm_raw);  // [kRows][kRow] q_hi
@@ -410,7 +414,7 @@ __global__ void __launch_bounds__(HD) attention_mma_merge_kernel(AttentionArgs a
   const int n_spans = P.positions[t] / kAttnSpanTokens + 1;
   const int64_t first = int64_t{P.token_partial_begin[t]};
   float M = -INFINITY, L = 0.0f, A = 0.0f;
-  constexpr int kBatch = 8;  // records loaded together, then folded in order
+  constexpr int kBatch = 32;  // records loaded together (latency: a 32k context has 128), then folded in order
   for (int s0 = 0; s0 < n_spans; s0 += kBatch) {
     float m[kBatch], l[kBatch], o[kBatch];
 #pragma unroll
@@ -438,22 +442,27 @@ __global__ void __launch_bounds__(HD) attention_mma_merge_kernel(AttentionArgs a
 template <int HD>
 void launch_hd(const AttentionArgs& a, const LaunchEnv& env) {
   if (a.tc == kAttnMmaSplit) {
-    const dim3 grid(static_cast<unsigned>(a.plan.n_split_items), static_cast<unsigned>(a.n_kv_heads * split_slices(a)));
-    launch_kernel(env, attention_mma_kernel<HD, true>, grid, dim3(kThreads), MmaShape<HD, true>::kSmem, a);
+    const int n_slices = split_slices(a), group = a.n_heads / a.n_kv_heads;
+    const dim3 grid(static_cast<unsigned>(a.plan.n_split_items), static_cast<unsigned>(a.n_kv_heads * n_slices));
+    if (a.plan.max_tile_tokens * ((group + n_slices - 1) / n_slices) <= 16) {
+      launch_kernel(env, attention_mma_kernel<HD, 1>, grid, dim3(kThreads), MmaShape<HD, 1>::kSmem, a);
+    } else {
+      launch_kernel(env, attention_mma_kernel<HD, 2>, grid, dim3(kThreads), MmaShape<HD, 2>::kSmem, a);
+    }
     launch_kernel(env, attention_mma_merge_kernel<HD>,
                   dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), dim3(HD), 0, a);
     return;
   }
   const FusedMap map(a);
   const dim3 grid(static_cast<unsigned>(a.plan.n_tc_tiles * map.n_sub), static_cast<unsigned>(a.n_kv_heads * map.n_slices));
-  launch_kernel(env, attention_mma_kernel<HD, false>, grid, dim3(kThreads), MmaShape<HD, false>::kSmem, a);
+  launch_kernel(env, attention_mma_kernel<HD, 0>, grid, dim3(kThreads), MmaShape<HD, 0>::kSmem, a);
 }
 
-template <int HD, bool kSplit>
+template <int HD, int kSplitMT>
 bool init_one(int max_smem_bytes) {
-  constexpr size_t smem = MmaShape<HD, kSplit>::kSmem;
+  constexpr size_t smem = MmaShape<HD, kSplitMT>::kSmem;
   if (smem > static_cast<size_t>(max_smem_bytes)) return false;
-  TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<HD, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  TERN_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<HD, kSplitMT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
   return true;
 }
@@ -486,10 +495,13 @@ void launch_attention_mma(const AttentionArgs& a, const LaunchEnv& env) {
 }
 
 bool init_attention_mma(int max_smem_bytes) {
-  bool ok = init_one<64, false>(max_smem_bytes);
-  ok = init_one<64, true>(max_smem_bytes) && ok;
-  ok = init_one<128, false>(max_smem_bytes) && ok;
-  ok = init_one<128, true>(max_smem_bytes) && ok;
+  bool ok = true;
+  ok = init_one<64, 0>(max_smem_bytes) && ok;
+  ok = init_one<64, 1>(max_smem_bytes) && ok;
+  ok = init_one<64, 2>(max_smem_bytes) && ok;
+  ok = init_one<128, 0>(max_smem_bytes) && ok;
+  ok = init_one<128, 1>(max_smem_bytes) && ok;
+  ok = init_one<128, 2>(max_smem_bytes) && ok;
   return ok;
 }
 
