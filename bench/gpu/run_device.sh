@@ -52,9 +52,9 @@
 #   one call carries at most 64 MiB) and checked against the sha256 that scripts/fetch-model pins.
 # attn-mma: the invariant tensor-core attention (attention_mma.h, TERN_CUDA_ATTN_MMA=1): its tests
 #   (GpuAttentionMma.*, and GpuAttentionTc.* which shares its fragment helpers), compute-sanitizer
-#   on it, the attention alone against the default kernels (decode 1k / 8k / 32k, prefill 4096,
-#   2048 on 30720), then 8B Q4_K_M prefill of 512 / 4096 (both) and 32768 (mma) tokens on the
-#   invariant products and decode at 1k / 32k, each with and without it.
+#   on it, the attention alone against the default kernels (decode 1k / 8k / 32k, prefill 4096)
+#   and alone (2048 on 30720), 8B Q4_K_M decode at 1k / 32k with and without it, its prefill of
+#   512 / 4096 / 32768 tokens on the invariant products and the F16 30k + 2k append with it.
 # profile-attn-mma: the attention alone, default kernels against TERN_CUDA_ATTN_MMA=1 (decode 1k /
 #   32k, prefill 4096), then ncu of the tensor-core kernels at a 1k and a 32k decode.
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
@@ -153,15 +153,17 @@ for step in "${steps[@]}"; do
       TERN_CUDA_ATTN_MMA=1 timeout 200 compute-sanitizer --tool memcheck --print-limit 10 "$BIN/gpu_bench" --attn \
         --attn-ctx 200,1024,8192 --attn-prefill "0+300,1000+200" --attn-reps 1 >"$OUT/memcheck-mma.txt" 2>&1
       echo "   exit $?; $(grep -h "ERROR SUMMARY" "$OUT/memcheck-mma.txt")"
-      bench attn-mma 200 --attn --attn-ctx 1024,8192,32768 --attn-prefill "0+4096,30720+2048" \
+      bench attn-mma 200 --attn --attn-ctx 1024,8192,32768 --attn-prefill "0+4096" \
         --attn-env "TERN_CUDA_ATTN_MMA=0;TERN_CUDA_ATTN_MMA=1" --attn-rounds 2
-      bench prefill-q4k-default 200 --preset llama3-8b --mix q4_k_m --ctx "" --prefill 512,4096 --decode-steps 0
-      TERN_CUDA_ATTN_MMA=1 bench prefill-q4k-mma 300 --preset llama3-8b --mix q4_k_m --ctx "" \
-        --prefill 512,4096,32768 --chunk 4096 --decode-steps 0
+      TERN_CUDA_ATTN_MMA=1 bench attn-mma-append 100 --attn --attn-ctx "" --attn-prefill "30720+2048" --attn-reps 3
       bench decode-q4k-default 200 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 \
         --tc-prefill --decode-steps 32
       TERN_CUDA_ATTN_MMA=1 bench decode-q4k-mma 200 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" \
         --chunk 4096 --tc-prefill --decode-steps 32
+      TERN_CUDA_ATTN_MMA=1 bench prefill-q4k-mma 300 --preset llama3-8b --mix q4_k_m --ctx "" \
+        --prefill 512,4096,32768 --chunk 4096 --decode-steps 0
+      TERN_CUDA_ATTN_MMA=1 bench append-f16-mma 200 --preset llama3-8b --mix f16 --ctx "" --prefill "" \
+        --decode-steps 0 --append 30720+2048 --chunk 2048 --tc-prefill
       ;;
     profile-attn-mma)
       bench attn-mma-ab 200 --attn --attn-ctx 1024,32768 --attn-prefill "0+4096" --attn-reps 5 \

@@ -476,6 +476,7 @@ class CudaBackend final : public Backend {
       if (attention_mma_ == 3 || (attention_mma_ == 1 && attention_mma_split(a, n_sm_))) {
         a.tc = kAttnMmaSplit;
         a.split = 1;
+        a.tc_variant = attention_mma_v_stages(a, n_sm_);
         reserve_partials(a);
         ++mma_split_attentions_;
       } else {
