@@ -645,29 +645,34 @@ __global__ void __launch_bounds__(kThreads) attention_mma_span_kernel(AttentionA
 }
 
 // Split mode: folds a (token, head)'s span partials in span order, skipping empty ones (the
-// fused kernel's fold). One block per (token, head), a thread per dimension.
+// fused kernel's fold). One warp per (token, head, 32 dimensions); the records of the next batch
+// of spans load while this batch folds (a 32k context has 128 spans).
+constexpr int kMergeDims = 32;
 template <int HD>
-__global__ void __launch_bounds__(HD) attention_mma_merge_kernel(AttentionArgs a) {
+__global__ void __launch_bounds__(kMergeDims) attention_mma_merge_kernel(AttentionArgs a) {
   pdl_enter();
-  const int t = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), d = static_cast<int>(threadIdx.x);
+  const int t = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
+  const int d = static_cast<int>(blockIdx.z) * kMergeDims + static_cast<int>(threadIdx.x);
   const DevicePlan& P = a.plan;
   const int n_spans = P.positions[t] / kAttnSpanTokens + 1;
-  const int64_t first = int64_t{P.token_partial_begin[t]};
-  float M = -INFINITY, L = 0.0f, A = 0.0f;
-  constexpr int kBatch = 32;  // records loaded together (latency: a 32k context has 128), then folded in order
-  for (int s0 = 0; s0 < n_spans; s0 += kBatch) {
-    float m[kBatch], l[kBatch], o[kBatch];
+  const float* first = a.partials + (int64_t{P.token_partial_begin[t]} * a.n_heads + h) * (HD + 2);
+  const int64_t span_stride = int64_t{a.n_heads} * (HD + 2);
+  constexpr int kBatch = 16;
+  auto load = [&](int s0, float (&m)[kBatch], float (&l)[kBatch], float (&o)[kBatch]) {
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       m[b] = -INFINITY;
       l[b] = o[b] = 0.0f;
       if (s0 + b < n_spans) {
-        const float* rec = a.partials + ((first + s0 + b) * a.n_heads + h) * (HD + 2);
+        const float* rec = first + (s0 + b) * span_stride;
         m[b] = rec[0];
         l[b] = rec[1];
         o[b] = rec[2 + d];
       }
     }
+  };
+  float M = -INFINITY, L = 0.0f, A = 0.0f;
+  auto fold_batch = [&](const float (&m)[kBatch], const float (&l)[kBatch], const float (&o)[kBatch]) {
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       if (m[b] == -INFINITY) continue;
@@ -675,6 +680,14 @@ __global__ void __launch_bounds__(HD) attention_mma_merge_kernel(AttentionArgs a
       L = fold(L, l[b], f);
       A = fold(A, o[b], f);
     }
+  };
+  float m0[kBatch], l0[kBatch], o0[kBatch], m1[kBatch], l1[kBatch], o1[kBatch];
+  load(0, m0, l0, o0);
+  for (int s0 = 0; s0 < n_spans; s0 += 2 * kBatch) {
+    load(s0 + kBatch, m1, l1, o1);
+    fold_batch(m0, l0, o0);
+    load(s0 + 2 * kBatch, m0, l0, o0);
+    fold_batch(m1, l1, o1);
   }
   a.out[int64_t{t} * a.out_stride + int64_t{h} * HD + d] = __fdiv_rn(A, L);
 }
@@ -699,7 +712,8 @@ void launch_hd(const AttentionArgs& a, const LaunchEnv& env) {
       launch_span<HD, 2>(a, grid, env);
     }
     launch_kernel(env, attention_mma_merge_kernel<HD>,
-                  dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)), dim3(HD), 0, a);
+                  dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads), HD / kMergeDims),
+                  dim3(kMergeDims), 0, a);
     return;
   }
   const FusedMap map(a);
