@@ -154,7 +154,7 @@ for step in "${steps[@]}"; do
         --attn-ctx 200,1024,8192 --attn-prefill "0+300,1000+200" --attn-reps 1 >"$OUT/memcheck-mma.txt" 2>&1
       echo "   exit $?; $(grep -h "ERROR SUMMARY" "$OUT/memcheck-mma.txt")"
       bench attn-mma 200 --attn --attn-ctx 1024,8192,32768 --attn-prefill "0+4096" \
-        --attn-env "TERN_CUDA_ATTN_MMA=0;TERN_CUDA_ATTN_MMA=1" --attn-rounds 2
+        --attn-env "TERN_CUDA_ATTN_MMA=0;TERN_CUDA_ATTN_MMA=1;TERN_CUDA_ATTN_MMA=1,TERN_CUDA_ATTN_MMA_STAGES=2;TERN_CUDA_ATTN_MMA=1,TERN_CUDA_ATTN_MMA_STAGES=4" --attn-rounds 2
       TERN_CUDA_ATTN_MMA=1 bench attn-mma-append 100 --attn --attn-ctx "" --attn-prefill "30720+2048" --attn-reps 3
       bench decode-q4k-default 200 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 \
         --tc-prefill --decode-steps 32

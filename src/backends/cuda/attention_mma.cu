@@ -70,6 +70,11 @@ struct SpanShape {
   static constexpr size_t kSmem = kHalves * sizeof(__half) + kFloats * sizeof(float);
 };
 
+// Hopper and A100 hold 228 / 164 KiB of shared memory per SM, 1 KiB of it reserved per block: the
+// two-stage head_dim 128 block fits two per SM on sm_90, the four-stage one a single block.
+static_assert(SpanShape<128, 1, 2>::kSmem + 1024 <= 114 * 1024, "two split blocks per Hopper SM");
+static_assert(SpanShape<64, 1, 4>::kSmem + 1024 <= 82 * 1024, "two head_dim 64 split blocks per A100 SM");
+
 // q (or p) as f16 hi + lo: hi = f16(x), lo = f16(x - hi); two values packed per word.
 __device__ __forceinline__ void split_pack(float x0, float x1, uint32_t& hi, uint32_t& lo) {
   const __half h0 = __float2half_rn(x0), h1 = __float2half_rn(x1);
