@@ -149,21 +149,21 @@ for step in "${steps[@]}"; do
       echo "   exit $?"
       grep -E "^\[  (PASSED|FAILED) |mma attn" "$OUT/test_gpu-mma.txt" | head -60
       grep -B1 -A10 "Failure$" "$OUT/test_gpu-mma.txt" | head -80
+      bench attn-mma 120 --attn --attn-ctx 1024,8192,32768 --attn-prefill "0+4096" --attn-reps 5 \
+        --attn-env "TERN_CUDA_ATTN_MMA=0;TERN_CUDA_ATTN_MMA=1;TERN_CUDA_ATTN_MMA=1,TERN_CUDA_ATTN_MMA_STAGES=2;TERN_CUDA_ATTN_MMA=1,TERN_CUDA_ATTN_MMA_STAGES=4"
+      TERN_CUDA_ATTN_MMA=1 bench attn-mma-append 60 --attn --attn-ctx "" --attn-prefill "30720+2048" --attn-reps 3
+      bench decode-q4k-default 100 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 \
+        --tc-prefill --decode-steps 32
+      TERN_CUDA_ATTN_MMA=1 bench decode-q4k-mma 100 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" \
+        --chunk 4096 --tc-prefill --decode-steps 32
+      TERN_CUDA_ATTN_MMA=1 bench append-f16-mma 100 --preset llama3-8b --mix f16 --ctx "" --prefill "" \
+        --decode-steps 0 --append 30720+2048 --chunk 2048 --tc-prefill
       echo "== compute-sanitizer memcheck, attention with TERN_CUDA_ATTN_MMA=1"
-      TERN_CUDA_ATTN_MMA=1 timeout 200 compute-sanitizer --tool memcheck --print-limit 10 "$BIN/gpu_bench" --attn \
+      TERN_CUDA_ATTN_MMA=1 timeout 120 compute-sanitizer --tool memcheck --print-limit 10 "$BIN/gpu_bench" --attn \
         --attn-ctx 200,1024,8192 --attn-prefill "0+300,1000+200" --attn-reps 1 >"$OUT/memcheck-mma.txt" 2>&1
       echo "   exit $?; $(grep -h "ERROR SUMMARY" "$OUT/memcheck-mma.txt")"
-      bench attn-mma 200 --attn --attn-ctx 1024,8192,32768 --attn-prefill "0+4096" \
-        --attn-env "TERN_CUDA_ATTN_MMA=0;TERN_CUDA_ATTN_MMA=1;TERN_CUDA_ATTN_MMA=1,TERN_CUDA_ATTN_MMA_STAGES=2;TERN_CUDA_ATTN_MMA=1,TERN_CUDA_ATTN_MMA_STAGES=4" --attn-rounds 2
-      TERN_CUDA_ATTN_MMA=1 bench attn-mma-append 100 --attn --attn-ctx "" --attn-prefill "30720+2048" --attn-reps 3
-      bench decode-q4k-default 200 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 \
-        --tc-prefill --decode-steps 32
-      TERN_CUDA_ATTN_MMA=1 bench decode-q4k-mma 200 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" \
-        --chunk 4096 --tc-prefill --decode-steps 32
-      TERN_CUDA_ATTN_MMA=1 bench prefill-q4k-mma 300 --preset llama3-8b --mix q4_k_m --ctx "" \
+      TERN_CUDA_ATTN_MMA=1 bench prefill-q4k-mma 150 --preset llama3-8b --mix q4_k_m --ctx "" \
         --prefill 512,4096,32768 --chunk 4096 --decode-steps 0
-      TERN_CUDA_ATTN_MMA=1 bench append-f16-mma 200 --preset llama3-8b --mix f16 --ctx "" --prefill "" \
-        --decode-steps 0 --append 30720+2048 --chunk 2048 --tc-prefill
       ;;
     profile-attn-mma)
       bench attn-mma-ab 200 --attn --attn-ctx 1024,32768 --attn-prefill "0+4096" --attn-reps 5 \
