@@ -150,7 +150,7 @@ for step in "${steps[@]}"; do
       grep -E "^\[  (PASSED|FAILED) |mma attn" "$OUT/test_gpu-mma.txt" | head -60
       grep -B1 -A10 "Failure$" "$OUT/test_gpu-mma.txt" | head -80
       bench attn-mma 120 --attn --attn-ctx 1024,8192,32768 --attn-prefill "0+4096" --attn-reps 5 \
-        --attn-env "TERN_CUDA_ATTN_MMA=0;TERN_CUDA_ATTN_MMA=1;TERN_CUDA_ATTN_MMA=1,TERN_CUDA_ATTN_MMA_STAGES=2;TERN_CUDA_ATTN_MMA=1,TERN_CUDA_ATTN_MMA_STAGES=4"
+        --attn-env "TERN_CUDA_ATTN_MMA=0;TERN_CUDA_ATTN_MMA=1"
       TERN_CUDA_ATTN_MMA=1 bench attn-mma-append 60 --attn --attn-ctx "" --attn-prefill "30720+2048" --attn-reps 3
       bench decode-q4k-default 100 --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 \
         --tc-prefill --decode-steps 32
