@@ -23,7 +23,7 @@ constexpr int kSplitHeads = 4;           // split: heads of a GQA group per bloc
 static_assert(kAttnTileTokens * kSplitHeads <= 32, "a split block's rows must fit two m tiles");
 static_assert(kAttnSpanTokens == kAttnSpanChunks * kKeys, "spans are whole K/V tiles");
 
-// kMT: 0 = fused (a warp's own m tile), 1 / 2 = split with that many m tiles shared by the warps.
+// kSplitMT: 0 = fused (a warp's own m tile), 1 / 2 = split with that many m tiles shared by the warps.
 template <int HD, int kSplitMT>
 struct MmaShape {
   static constexpr bool kSplit = kSplitMT > 0;
