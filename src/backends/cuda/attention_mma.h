@@ -32,10 +32,13 @@
 //     64 keys double-buffered through shared memory); each warp folds its rows' span partials
 //     into the result as it walks;
 //   kAttnMmaSplit (decode, small steps): a block per ((tile of <= 8 tokens, span), KV head,
-//     slice of <= 4 heads of the group): up to 32 rows, all 4 warps computing the same scores and
-//     each a quarter of head_dim's outputs; the span partials go to AttentionArgs::partials
-//     (attention.cu's record layout: m, l, then O) and a merge kernel per (token, head) folds
-//     them.
+//     slice of <= 4 heads of the group): up to 32 rows shared by 4 warps. Warp c forms chunk c's
+//     scores, maxima and P (the chunks are independent until the softmax; the running maxima
+//     follow from the chunk maxima in chunk order), then every warp accumulates P V over the
+//     chunks in order for its quarter of head_dim; the span partials go to
+//     AttentionArgs::partials (attention.cu's record layout: m, l, then O) and a merge kernel
+//     per (token, head) folds them. AttentionArgs::tc_variant: V tiles in flight (4: the whole
+//     span, when the grid is one wave; 2: two blocks per SM; attention_mma_v_stages).
 // Numerics: q and p carry ~22 bits (hi + lo), K and V are the cache's f16 values, sums are the
 // tensor cores' f32 (products exact, accumulation in hardware order), exp2 is ex2.approx:
 // close to the f32 kernels (tests: rel. L2 <= 1e-5 against the CPU reference), not their bits.
@@ -58,6 +61,8 @@ bool attention_mma_supports(const AttentionArgs& a);
 // while the fused blocks would not cover every SM twice and the span partials stay under 256 MiB.
 // Either gives the same bits.
 bool attention_mma_split(const AttentionArgs& a, int n_sm);
+// Split mode's AttentionArgs::tc_variant for attention `a` on n_sm SMs (the same bits either way).
+int attention_mma_v_stages(const AttentionArgs& a, int n_sm);
 // Launches a.tc's mode (split: the span blocks, then the merge; a.partials sized by
 // attention_partials_bytes with chunk_split = 0).
 void launch_attention_mma(const AttentionArgs& a, const LaunchEnv& env);

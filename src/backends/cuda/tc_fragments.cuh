@@ -59,11 +59,15 @@ struct DivBlocks {
   __device__ int offset(int j) const { return j % n; }
 };
 
-// Starts copying K and V rows [j0, j0 + kKeys) of the sequence into k_dst / v_dst; rows past
-// last_row are zero-filled (masked, but V must not hold NaN: p = 0 times NaN is NaN). Thread i
-// copies 16-byte piece i % (HD / 8) of rows i / (HD / 8) + k * kRowsPerPass, K and V: one
-// block-table lookup per row and thread, all independent (the loop is unrolled).
-template <int HD, int kThreads, int kKeys, typename Blocks>
+// Which caches load_kv_tile copies.
+constexpr int kLoadK = 1;
+constexpr int kLoadV = 2;
+
+// Starts copying K and V rows [j0, j0 + kKeys) of the sequence into k_dst / v_dst (kParts: both,
+// or only one of them); rows past last_row are zero-filled (masked, but V must not hold NaN: p = 0
+// times NaN is NaN). Thread i copies 16-byte piece i % (HD / 8) of rows i / (HD / 8) + k *
+// kRowsPerPass: one block-table lookup per row and thread, all independent (the loop is unrolled).
+template <int HD, int kThreads, int kKeys, int kParts = kLoadK | kLoadV, typename Blocks>
 __device__ __forceinline__ void load_kv_tile(const AttentionArgs& a, const int32_t* blocks, Blocks bt, int64_t kv_col,
                                              int j0, int last_row, __half* k_dst, __half* v_dst) {
   constexpr int kPerRow = HD / 8;
@@ -79,8 +83,12 @@ __device__ __forceinline__ void load_kv_tile(const AttentionArgs& a, const int32
     const bool live = j <= last_row;
     int64_t slot = 0;
     if (live) slot = int64_t{blocks[bt.block(j)]} * a.block_tokens + bt.offset(j);
-    cp_async16_zfill(k_dst + jj * kRow + piece * 8, k_src + slot * a.k_cache_stride, live ? 16 : 0);
-    cp_async16_zfill(v_dst + jj * kRow + piece * 8, v_src + slot * a.v_cache_stride, live ? 16 : 0);
+    if constexpr ((kParts & kLoadK) != 0) {
+      cp_async16_zfill(k_dst + jj * kRow + piece * 8, k_src + slot * a.k_cache_stride, live ? 16 : 0);
+    }
+    if constexpr ((kParts & kLoadV) != 0) {
+      cp_async16_zfill(v_dst + jj * kRow + piece * 8, v_src + slot * a.v_cache_stride, live ? 16 : 0);
+    }
   }
 }
 
