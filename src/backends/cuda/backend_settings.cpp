@@ -127,6 +127,14 @@ int attention_tc_variant() {
   return v >= 0 && v < attention_tc_variants() ? v : 0;
 }
 
+// The invariant tensor-core attention's split-mode V stages (attention_mma.h, A/B timing):
+// TERN_CUDA_ATTN_MMA_STAGES=2 / 4; 0 (per step) otherwise.
+int attention_mma_stages() {
+  const char* env = std::getenv("TERN_CUDA_ATTN_MMA_STAGES");
+  const int v = env != nullptr ? std::atoi(env) : 0;
+  return v == 2 || v == 4 ? v : 0;
+}
+
 // The GEMV kernel family: TERN_CUDA_GEMV (legacy / default / rows / single / stream / prev) overrides the options; bulk
 // copies need sm_90 and kernels compiled for it (not sm_80 code JIT-compiled for a newer GPU).
 GemvPath gemv_path(const CudaBackendOptions& options, int cc_major, bool bulk_compiled) {
@@ -294,6 +302,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.attention_mma = options.attention_mma == 3 || options.attention_mma == 4
                         ? options.attention_mma
                         : (on_off_default("TERN_CUDA_ATTN_MMA", options.attention_mma) == 1 ? 1 : 0);
+  s.attention_mma_stages = attention_mma_stages();
   return s;
 }
 

@@ -98,6 +98,9 @@ struct BackendSettings {
   // The invariant tensor-core attention (attention_mma.h): 0 off, 1 on (mode per plan), 3 on in
   // split mode only, 4 on in fused mode only (tests; TERN_CUDA_ATTN_MMA=1 / 0 overrides 0-2).
   int attention_mma = 0;
+  // Its split mode's V tiles in flight (A/B timing, the same bits): 2 or 4
+  // (TERN_CUDA_ATTN_MMA_STAGES), 0 per step (attention_mma_v_stages).
+  int attention_mma_stages = 0;
 };
 
 // cc_major: the device's compute capability; bulk_compiled: gemv_bulk_compiled() (bulk-copy GEMVs

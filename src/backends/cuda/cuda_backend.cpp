@@ -119,7 +119,8 @@ class CudaBackend final : public Backend {
         act_bits_(settings.act_bits),
         qmma_min_tokens_(prop.major >= 8 ? settings.qmma_min_tokens : 0),
         qmma_min_tokens_small_(prop.major >= 8 ? settings.qmma_min_tokens_small : 0),
-        attention_mma_(settings.attention_mma) {
+        attention_mma_(settings.attention_mma),
+        attention_mma_stages_(settings.attention_mma_stages) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
     if (settings.gemv_float_dynamic) gemv_float_counter_ = alloc(64);  // MatmulArgs::gemv_float_counter
@@ -476,9 +477,7 @@ class CudaBackend final : public Backend {
       if (attention_mma_ == 3 || (attention_mma_ == 1 && attention_mma_split(a, n_sm_))) {
         a.tc = kAttnMmaSplit;
         a.split = 1;
-        a.chunk_split = 1;  // a record per chunk (attention_partials_bytes)
-        // A decode step (one token per tile): its chunks' earlier K/V rows load ahead of the PDL wait.
-        a.early_kv = layout_.max_tile_tokens == 1 ? 1 : 0;
+        a.tc_variant = attention_mma_stages_ != 0 ? attention_mma_stages_ : attention_mma_v_stages(a, n_sm_);
         reserve_partials(a);
         ++mma_split_attentions_;
       } else {
@@ -891,6 +890,7 @@ class CudaBackend final : public Backend {
   int qmma_min_tokens_ = 0;         // BackendSettings::qmma_min_tokens (0: never)
   int qmma_min_tokens_small_ = 0;   // BackendSettings::qmma_min_tokens_small (0: never)
   int attention_mma_ = 0;           // the invariant tensor-core attention (BackendSettings::attention_mma)
+  int attention_mma_stages_ = 0;    // its split mode's V stages (BackendSettings::attention_mma_stages)
   int64_t mma_attentions_ = 0, mma_split_attentions_ = 0;
   std::unique_ptr<Buffer> qmma_x_;  // MatmulArgs::qmma_x
   int64_t qmma_matmuls_ = 0;
