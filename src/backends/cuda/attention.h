@@ -238,10 +238,6 @@ void init_attention_span(int max_smem_bytes);
 constexpr int kSpanCompact = 2048;
 bool attention_compact_applies(const AttentionArgs& a, int max_tile_tokens);
 void launch_attention_compact(const AttentionArgs& a, const LaunchEnv& env);
-// Where a merge kernel lets the next kernel launch (attention_span_merge.cuh kMergeTrigger*): after
-// its fold for wide models (n_heads x head_dim >= 2048), else right after its wait;
-// TERN_CUDA_MERGE_TRIGGER=0/1 overrides.
-int attention_merge_trigger(const AttentionArgs& a);
 // Launches of the warp-specialized span kernel (kSpanWarpSpecialized) in this process so far:
 // tests check that it ran, not its fallback.
 int64_t attention_span_ws_launches();

@@ -2,9 +2,7 @@
 // (fused over the prefill tiles, split over (tile, span) items) and the split mode's merge.
 #include <climits>
 
-#include "backends/cuda/attention.h"
 #include "backends/cuda/attention_mma.h"
-#include "backends/cuda/attention_span_merge.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/launch.cuh"
@@ -159,18 +157,16 @@ __device__ __forceinline__ void block_key_range(const DevicePlan& P, int t0, int
   kt_end = max_pos / kKeys + 1;
 }
 
-// Starts copying K/V tile kt (kParts) through the sequence's block table (load_kv_tile: rows
-// past max_pos zero-filled, skip_row left alone).
+// Starts copying K/V tile kt (kParts) through the sequence's block table.
 template <int HD, int kParts>
 __device__ __forceinline__ void load_tile(const AttentionArgs& a, const int32_t* blocks, int64_t kv_col, int kt,
-                                          int max_pos, __half* k_dst, __half* v_dst, int skip_row = -1) {
+                                          int max_pos, __half* k_dst, __half* v_dst) {
   const int bt = a.block_tokens;
   if ((bt & (bt - 1)) == 0) {
     load_kv_tile<HD, kThreads, kKeys, kParts>(a, blocks, ShiftBlocks{__ffs(bt) - 1, bt - 1}, kv_col, kt * kKeys,
-                                              max_pos, k_dst, v_dst, skip_row);
+                                              max_pos, k_dst, v_dst);
   } else {
-    load_kv_tile<HD, kThreads, kKeys, kParts>(a, blocks, DivBlocks{bt}, kv_col, kt * kKeys, max_pos, k_dst, v_dst,
-                                              skip_row);
+    load_kv_tile<HD, kThreads, kKeys, kParts>(a, blocks, DivBlocks{bt}, kv_col, kt * kKeys, max_pos, k_dst, v_dst);
   }
 }
 
@@ -462,6 +458,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_fused_kernel(Attention
 // head_dim. Each step is the fused kernel's expression on the same operands, so the bits agree.
 template <int HD, int kMT, int kVStages>
 __global__ void __launch_bounds__(kThreads) attention_mma_span_kernel(AttentionArgs a) {
+  pdl_enter();
   using C = SpanShape<HD, kMT, kVStages>;
   constexpr int kRow = C::kRow, kDT = C::kDT, kTile = C::kTile, kRows = C::kRows;
   extern __shared__ __align__(16) unsigned char sm_raw[];
@@ -485,7 +482,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_span_kernel(AttentionA
   const int gid = lane >> 2, tig = lane & 3, mat = lane >> 3, mrow = lane & 7;
   const int n_mt = (n_rows + 15) / 16;
 
-  // The plan is uploaded before the step's first kernel: it may be read ahead of the PDL wait.
+  stage_q<HD, kRows>(a, t0, h0, nh, n_rows, qh_s, ql_s);
   int pos[kMT][2], w_max_pos, w_min_first, max_pos, kt_begin, kt_end;
   fragment_positions<kMT>(P, t0, nh, n_rows, 0, gid, a.sliding_window, pos, w_max_pos, w_min_first);
   block_key_range(P, t0, nt, a.sliding_window, lane, max_pos, kt_begin, kt_end);
@@ -501,49 +498,17 @@ __global__ void __launch_bounds__(kThreads) attention_mma_span_kernel(AttentionA
   const int64_t kv_col = int64_t{kv_head} * HD;
   const float s_mul = a.softcap > 0.0f ? 1.0f : a.scale * kLog2e;
 
-  // A decode step (early_kv: one token per tile): every K/V row of the span but the step's own
-  // (the token's position) was written by an earlier step, and every kernel before the previous
-  // one has completed once this one runs (each lets its successor launch only after its own
-  // wait), so the first copies are issued before the wait and overlap the previous launch; the
-  // own row follows after it. Other steps may attend to several rows of their own: all after it.
-  const bool early = a.early_kv != 0;
-  const int own = early ? max_pos : -1;
-  if (!early) {
-    pdl_wait();
-    pdl_launch_dependents();
-  }
   // Copies: every K tile (one group), then the first kVStages V tiles (a group each).
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    if (c < n_chunks) load_tile<HD, kLoadK>(a, blocks, kv_col, kt_begin + c, max_pos, k_s + c * kTile, nullptr, own);
+    if (c < n_chunks) load_tile<HD, kLoadK>(a, blocks, kv_col, kt_begin + c, max_pos, k_s + c * kTile, nullptr);
   }
   cp_async_commit();
 #pragma unroll
   for (int c = 0; c < kVStages; ++c) {
-    if (c < n_chunks) load_tile<HD, kLoadV>(a, blocks, kv_col, kt_begin + c, max_pos, nullptr, v_s + c * kTile, own);
+    if (c < n_chunks) load_tile<HD, kLoadV>(a, blocks, kv_col, kt_begin + c, max_pos, nullptr, v_s + c * kTile);
     cp_async_commit();
   }
-  if (early) {
-    pdl_wait();  // q, the step's own K/V row, and partials a previous merge may still read
-    pdl_launch_dependents();
-    // The own row (the last position of the span's range: the tile's only token): K, and V where
-    // its tile is among the first kVStages (a later V tile is copied after the wait anyway), by
-    // plain L2 loads and shared stores (visible after the barrier below).
-    const int c = own / kKeys - kt_begin;
-    if (warp == 0 && c >= 0 && c < n_chunks) {
-      constexpr int kPieces = HD / 8;
-      const bool v = lane >= kPieces;
-      if (lane < 2 * kPieces && (!v || c < kVStages)) {
-        const int piece = lane % kPieces;
-        const int64_t slot = int64_t{blocks[own / a.block_tokens]} * a.block_tokens + own % a.block_tokens;
-        const __half* src = static_cast<const __half*>(v ? a.v_cache : a.k_cache) +
-                            slot * (v ? a.v_cache_stride : a.k_cache_stride) + kv_col + piece * 8;
-        __half* dst = (v ? v_s : k_s) + c * kTile + (own - (kt_begin + c) * kKeys) * kRow + piece * 8;
-        *reinterpret_cast<uint4*>(dst) = __ldcg(reinterpret_cast<const uint4*>(src));
-      }
-    }
-  }
-  stage_q<HD, kRows>(a, t0, h0, nh, n_rows, qh_s, ql_s);
   cp_async_wait<kVStages>();
   __syncthreads();  // K and q are in place for every warp
 
@@ -687,12 +652,10 @@ __global__ void __launch_bounds__(kThreads) attention_mma_span_kernel(AttentionA
 // Split mode: folds a (token, head)'s span partials in span order, skipping empty ones (the
 // fused kernel's fold). One warp per (token, head, 32 dimensions); the records of the next batch
 // of spans load while this batch folds (a 32k context has 128 spans).
-// kTrigger: where the next kernel may launch (attention_merge_trigger).
 constexpr int kMergeDims = 32;
-template <int HD, int kTrigger>
+template <int HD>
 __global__ void __launch_bounds__(kMergeDims) attention_mma_merge_kernel(AttentionArgs a) {
-  pdl_wait();
-  if constexpr (kTrigger == kMergeTriggerEnter) pdl_launch_dependents();
+  pdl_enter();
   const int t = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const int d = static_cast<int>(blockIdx.z) * kMergeDims + static_cast<int>(threadIdx.x);
   const DevicePlan& P = a.plan;
@@ -731,7 +694,6 @@ __global__ void __launch_bounds__(kMergeDims) attention_mma_merge_kernel(Attenti
     load(s0 + 2 * kBatch, m0, l0, o0);
     fold_batch(m1, l1, o1);
   }
-  if constexpr (kTrigger == kMergeTriggerFolded) pdl_launch_dependents();
   a.out[int64_t{t} * a.out_stride + int64_t{h} * HD + d] = __fdiv_rn(A, L);
 }
 
@@ -754,12 +716,9 @@ void launch_hd(const AttentionArgs& a, const LaunchEnv& env) {
     } else {
       launch_span<HD, 2>(a, grid, env);
     }
-    const dim3 merge_grid(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads), HD / kMergeDims);
-    if (attention_merge_trigger(a) == kMergeTriggerFolded) {
-      launch_kernel(env, attention_mma_merge_kernel<HD, kMergeTriggerFolded>, merge_grid, dim3(kMergeDims), 0, a);
-    } else {
-      launch_kernel(env, attention_mma_merge_kernel<HD, kMergeTriggerEnter>, merge_grid, dim3(kMergeDims), 0, a);
-    }
+    launch_kernel(env, attention_mma_merge_kernel<HD>,
+                  dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads), HD / kMergeDims),
+                  dim3(kMergeDims), 0, a);
     return;
   }
   const FusedMap map(a);

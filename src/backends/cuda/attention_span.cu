@@ -133,9 +133,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_span_kernel(AttentionAr
 // in; H200 Q4_K_M 438.6 -> 442.3 tok/s at 1k, 248.4 -> 253.3 at 32k), right after the wait where it
 // is narrow (SmolLM2: 576, the late launch cost 4%). TERN_CUDA_MERGE_TRIGGER=0/1 overrides
 // (read once per process).
-}  // namespace
-
-int attention_merge_trigger(const AttentionArgs& a) {
+int merge_trigger(const AttentionArgs& a) {
   static const int forced = [] {
     const char* e = std::getenv("TERN_CUDA_MERGE_TRIGGER");
     return e != nullptr && (e[0] == '0' || e[0] == '1') && e[1] == '\0' ? e[0] - '0' : -1;
@@ -143,8 +141,6 @@ int attention_merge_trigger(const AttentionArgs& a) {
   if (forced >= 0) return forced;
   return a.n_heads * a.head_dim >= 2048 ? kMergeTriggerFolded : kMergeTriggerEnter;
 }
-
-namespace {
 
 constexpr int kMergeThreads = 128;
 constexpr int kMergePerThread = kAttnMaxHeadDim / kMergeThreads;
@@ -156,7 +152,7 @@ constexpr int kMergePerThread = kAttnMaxHeadDim / kMergeThreads;
 // max the same running max). The same sequence of the same expressions, so the same bits. A
 // token reads its chunks up to its own position: record index first * 4 + k is chunk k % 4 of
 // span first + k / 4. One block per (token, head), kChunkMergeBatch records in flight.
-// kTrigger: where the block lets the next kernel launch (attention_merge_trigger()).
+// kTrigger: where the block lets the next kernel launch (merge_trigger()).
 constexpr int kChunkMergeBatch = 16;
 template <int kTrigger>
 __global__ void __launch_bounds__(kMergeThreads) attention_chunk_merge_kernel(AttentionArgs a) {
@@ -176,7 +172,7 @@ __global__ void __launch_bounds__(kMergeThreads) attention_chunk_merge_kernel(At
 
 void launch_chunk_merge(const AttentionArgs& a, const LaunchEnv& env) {
   const dim3 grid(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads));
-  if (attention_merge_trigger(a) == kMergeTriggerFolded) {
+  if (merge_trigger(a) == kMergeTriggerFolded) {
     launch_kernel(env, attention_chunk_merge_kernel<kMergeTriggerFolded>, grid, kMergeThreads, 0, a);
   } else {
     launch_kernel(env, attention_chunk_merge_kernel<kMergeTriggerEnter>, grid, kMergeThreads, 0, a);
@@ -350,7 +346,7 @@ void launch_attention_span(const AttentionArgs& a, const LaunchEnv& env) {
     const dim3 grid(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads),
                     static_cast<unsigned>(a.head_dim / kMergeSliceDims));
     const size_t smem = span_merge::batch_bytes(kMergeSliceDims, kMergeSliceBatch);
-    const bool folded = attention_merge_trigger(a) == kMergeTriggerFolded;
+    const bool folded = merge_trigger(a) == kMergeTriggerFolded;
     if ((a.span_kernel & kSpanMergePrescaled) != 0) {
       g_merge_prescaled_launches.fetch_add(1, std::memory_order_relaxed);
       launch_kernel(env,

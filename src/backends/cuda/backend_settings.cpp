@@ -303,7 +303,6 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
                         ? options.attention_mma
                         : (on_off_default("TERN_CUDA_ATTN_MMA", options.attention_mma) == 1 ? 1 : 0);
   s.attention_mma_stages = attention_mma_stages();
-  s.attention_mma_early_kv = on_off_default("TERN_CUDA_ATTN_MMA_EARLY", 1) == 1;
   return s;
 }
 

@@ -101,9 +101,6 @@ struct BackendSettings {
   // Its split mode's V tiles in flight (A/B timing, the same bits): 2 or 4
   // (TERN_CUDA_ATTN_MMA_STAGES), 0 per step (attention_mma_v_stages).
   int attention_mma_stages = 0;
-  // Its split mode copies a decode step's earlier K/V rows before the PDL wait (the same bits;
-  // TERN_CUDA_ATTN_MMA_EARLY=0 turns it off for A/B timing).
-  bool attention_mma_early_kv = true;
 };
 
 // cc_major: the device's compute capability; bulk_compiled: gemv_bulk_compiled() (bulk-copy GEMVs

@@ -65,12 +65,11 @@ constexpr int kLoadV = 2;
 
 // Starts copying K and V rows [j0, j0 + kKeys) of the sequence into k_dst / v_dst (kParts: both,
 // or only one of them); rows past last_row are zero-filled (masked, but V must not hold NaN: p = 0
-// times NaN is NaN); row skip_row is left alone (the caller copies it later). Thread i copies
-// 16-byte piece i % (HD / 8) of rows i / (HD / 8) + k * kRowsPerPass: one block-table lookup per
-// row and thread, all independent (the loop is unrolled).
+// times NaN is NaN). Thread i copies 16-byte piece i % (HD / 8) of rows i / (HD / 8) + k *
+// kRowsPerPass: one block-table lookup per row and thread, all independent (the loop is unrolled).
 template <int HD, int kThreads, int kKeys, int kParts = kLoadK | kLoadV, typename Blocks>
 __device__ __forceinline__ void load_kv_tile(const AttentionArgs& a, const int32_t* blocks, Blocks bt, int64_t kv_col,
-                                             int j0, int last_row, __half* k_dst, __half* v_dst, int skip_row = -1) {
+                                             int j0, int last_row, __half* k_dst, __half* v_dst) {
   constexpr int kPerRow = HD / 8;
   constexpr int kRowsPerPass = kThreads / kPerRow;
   static_assert(kThreads % kPerRow == 0 && kKeys % kRowsPerPass == 0, "pieces must tile the K/V tile");
@@ -81,7 +80,6 @@ __device__ __forceinline__ void load_kv_tile(const AttentionArgs& a, const int32
 #pragma unroll
   for (int k = 0; k < kKeys / kRowsPerPass; ++k) {
     const int jj = r0 + k * kRowsPerPass, j = j0 + jj;
-    if (j == skip_row) continue;
     const bool live = j <= last_row;
     int64_t slot = 0;
     if (live) slot = int64_t{blocks[bt.block(j)]} * a.block_tokens + bt.offset(j);
