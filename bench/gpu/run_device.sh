@@ -57,6 +57,9 @@
 #   512 / 4096 / 32768 tokens on the invariant products and the F16 30k + 2k append with it.
 # profile-attn-mma: the attention alone, default kernels against TERN_CUDA_ATTN_MMA=1 (decode 1k /
 #   32k, prefill 4096), then ncu of the tensor-core kernels at a 1k and a 32k decode.
+# attn-mma-early: for commit 009c453 (restore it first: git revert dc0f6e9), the span kernel's early
+#   K/V copies: the MMA tests, then the attention alone at decode 1k / 8k / 32k with
+#   TERN_CUDA_ATTN_MMA_EARLY=0 and =1 (two rounds), then 8B Q4_K_M decode at 1k / 32k each way.
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -164,6 +167,20 @@ for step in "${steps[@]}"; do
       echo "   exit $?; $(grep -h "ERROR SUMMARY" "$OUT/memcheck-mma.txt")"
       TERN_CUDA_ATTN_MMA=1 bench prefill-q4k-mma 150 --preset llama3-8b --mix q4_k_m --ctx "" \
         --prefill 512,4096,32768 --chunk 4096 --decode-steps 0
+      ;;
+    attn-mma-early)
+      echo "== test_gpu GpuAttentionMma.* GpuAttentionTc.*"
+      timeout 200 "$BIN/test_gpu" --gtest_color=no --gtest_filter='GpuAttentionMma.*:GpuAttentionTc.*' \
+        >"$OUT/test_gpu-mma.txt" 2>&1
+      echo "   exit $?"
+      grep -E "^\[  (PASSED|FAILED) " "$OUT/test_gpu-mma.txt"
+      grep -B1 -A10 "Failure$" "$OUT/test_gpu-mma.txt" | head -60
+      bench attn-mma-early 120 --attn --attn-ctx 1024,8192,32768 --attn-prefill "" --attn-reps 5 --attn-rounds 2 \
+        --attn-env "TERN_CUDA_ATTN_MMA=1,TERN_CUDA_ATTN_MMA_EARLY=0;TERN_CUDA_ATTN_MMA=1,TERN_CUDA_ATTN_MMA_EARLY=1"
+      for early in 0 1; do
+        TERN_CUDA_ATTN_MMA=1 TERN_CUDA_ATTN_MMA_EARLY=$early bench decode-q4k-mma-early$early 100 --preset llama3-8b \
+          --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 --tc-prefill --decode-steps 32
+      done
       ;;
     profile-attn-mma)
       bench attn-mma-ab 200 --attn --attn-ctx 1024,32768 --attn-prefill "0+4096" --attn-reps 5 \
