@@ -60,9 +60,6 @@
 # attn-mma-early: for commit 009c453 (restore it first: git revert dc0f6e9), the span kernel's early
 #   K/V copies: the MMA tests, then the attention alone at decode 1k / 8k / 32k with
 #   TERN_CUDA_ATTN_MMA_EARLY=0 and =1 (two rounds), then 8B Q4_K_M decode at 1k / 32k each way.
-# attn-mma-persist: the persistent span kernel (TERN_CUDA_ATTN_MMA_PERSIST): the MMA tests with
-#   =7 (at most 7 blocks: many works per block) and =1, the attention alone at decode 1k / 8k /
-#   32k and 32 x 1k (batch) without and with it (two rounds), 8B Q4_K_M decode at 1k / 32k each way.
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -183,22 +180,6 @@ for step in "${steps[@]}"; do
       for early in 0 1; do
         TERN_CUDA_ATTN_MMA=1 TERN_CUDA_ATTN_MMA_EARLY=$early bench decode-q4k-mma-early$early 100 --preset llama3-8b \
           --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 --tc-prefill --decode-steps 32
-      done
-      ;;
-    attn-mma-persist)
-      for persist in 7 1; do
-        echo "== test_gpu GpuAttentionMma.* with TERN_CUDA_ATTN_MMA_PERSIST=$persist"
-        TERN_CUDA_ATTN_MMA_PERSIST=$persist timeout 200 "$BIN/test_gpu" --gtest_color=no \
-          --gtest_filter='GpuAttentionMma.*' >"$OUT/test_gpu-persist$persist.txt" 2>&1
-        echo "   exit $?"
-        grep -E "^\[  (PASSED|FAILED) " "$OUT/test_gpu-persist$persist.txt"
-        grep -B1 -A10 "Failure$" "$OUT/test_gpu-persist$persist.txt" | head -40
-      done
-      bench attn-mma-persist 150 --attn --attn-ctx 1024,8192,32768 --attn-prefill "" --attn-batch 1,32 --attn-reps 5 \
-        --attn-rounds 2 --attn-env "TERN_CUDA_ATTN_MMA=1;TERN_CUDA_ATTN_MMA=1,TERN_CUDA_ATTN_MMA_PERSIST=1"
-      for persist in 0 1; do
-        TERN_CUDA_ATTN_MMA=1 TERN_CUDA_ATTN_MMA_PERSIST=$persist bench decode-q4k-mma-persist$persist 100 \
-          --preset llama3-8b --mix q4_k_m --ctx 1024,32768 --prefill "" --chunk 4096 --tc-prefill --decode-steps 32
       done
       ;;
     profile-attn-mma)

@@ -456,84 +456,69 @@ __global__ void __launch_bounds__(kThreads) attention_mma_fused_kernel(Attention
 // over the warps, all in flight at once); the running maxima follow from the chunk maxima in
 // chunk order, and then every warp accumulates the chunks' P V in chunk order for its quarter of
 // head_dim. Each step is the fused kernel's expression on the same operands, so the bits agree.
-// Two kernels run that body: the span kernel (a block per work) and the persistent span kernel
-// (a block per SM walking a range of works while the next work's copies run ahead).
-
-// A split work: (item, KV head slice yi)'s rows, positions and key range.
-template <int kMT>
-struct SpanWork {
-  int t0, nh, h0, span, n_rows, n_mt, kt_begin, n_chunks, max_pos, w_max_pos, w_min_first;
-  int pos[kMT][2];
-  const int32_t* blocks;
-  int64_t kv_col;
-  // Chunk c (tile kt_begin + c) adds something to some row (else it is an exact no-op: skipped).
-  __device__ bool live(int c) const {
-    const int j_base = (kt_begin + c) * kKeys;
-    return c < n_chunks && j_base <= w_max_pos && j_base + kKeys - 1 >= w_min_first;
-  }
-};
-
-// Reads work (item, yi) from the plan (warp-collective: every lane of every warp the same).
-template <int HD, int kMT>
-__device__ __forceinline__ void span_work(const AttentionArgs& a, int item, int yi, SpanWork<kMT>& w) {
+template <int HD, int kMT, int kVStages>
+__global__ void __launch_bounds__(kThreads) attention_mma_span_kernel(AttentionArgs a) {
+  pdl_enter();
+  using C = SpanShape<HD, kMT, kVStages>;
+  constexpr int kRow = C::kRow, kDT = C::kDT, kTile = C::kTile, kRows = C::kRows;
+  extern __shared__ __align__(16) unsigned char sm_raw[];
+  __half* qh_s = reinterpret_cast<__half*>(sm_raw);  // [kRows][kRow] q_hi
+  __half* ql_s = qh_s + kRows * kRow;                // [kRows][kRow] q_lo
+  __half* k_s = ql_s + kRows * kRow;                 // [kChunks][kTile]: K, then the chunk's P fragments
+  __half* v_s = k_s + kChunks * kTile;               // [kVStages][kTile]
+  float* mx_s = reinterpret_cast<float*>(v_s + kVStages * kTile);  // [kChunks][kRows] raw row maxima
+  float* sum_s = mx_s + kChunks * kRows;                           // [kChunks][kMT][2][32] lane sums
   const DevicePlan& P = a.plan;
-  const int lane = static_cast<int>(threadIdx.x) & 31, gid = lane >> 2;
   const int group = a.n_heads / a.n_kv_heads;
   const int n_slices = split_slices(a), hpb = (group + n_slices - 1) / n_slices;
-  const int slice = yi % n_slices, kv_head = yi / n_slices;
-  w.h0 = kv_head * group + slice * hpb;
-  w.nh = min(hpb, group - slice * hpb);
-  const int tile = P.split_tile[item];
-  w.span = P.split_span[item];
-  w.t0 = P.tile_token_begin[tile];
-  const int nt = P.tile_n_tokens[tile];
-  w.n_rows = nt * w.nh;
-  w.n_mt = (w.n_rows + 15) / 16;
-  fragment_positions<kMT>(P, w.t0, w.nh, w.n_rows, 0, gid, a.sliding_window, w.pos, w.w_max_pos, w.w_min_first);
-  int kt_end;
-  block_key_range(P, w.t0, nt, a.sliding_window, lane, w.max_pos, w.kt_begin, kt_end);
-  w.kt_begin = max(w.kt_begin, w.span * kChunks);
-  kt_end = min(kt_end, (w.span + 1) * kChunks);
-  w.n_chunks = kt_end - w.kt_begin;  // <= kChunks (may be <= 0: a window past the span)
-  w.blocks = P.block_ids + P.block_offsets[P.seq_index[w.t0]];
-  w.kv_col = int64_t{kv_head} * HD;
-}
-
-// Starts copying work w's K tiles (chunks below n_chunks) into k_dst's kChunks tiles.
-template <int HD, int kMT>
-__device__ __forceinline__ void span_copy_k(const AttentionArgs& a, const SpanWork<kMT>& w, __half* k_dst) {
-  constexpr int kTile = kKeys * row_halves<HD>();
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    if (c < w.n_chunks) load_tile<HD, kLoadK>(a, w.blocks, w.kv_col, w.kt_begin + c, w.max_pos, k_dst + c * kTile, nullptr);
-  }
-}
-// ... and its V tile c into v_dst.
-template <int HD, int kMT>
-__device__ __forceinline__ void span_copy_v(const AttentionArgs& a, const SpanWork<kMT>& w, int c, __half* v_dst) {
-  if (c < w.n_chunks) load_tile<HD, kLoadV>(a, w.blocks, w.kv_col, w.kt_begin + c, w.max_pos, nullptr, v_dst);
-}
-
-// The span body, from q (qh_s, ql_s) and the work's K tiles (k_s) in place for every warp to the
-// stored span partial. v_tile(c): chunk c's V stage; before_v(c): this thread's copies of V tile c
-// have landed (cp_async_wait); after_v(c): every warp may still read V tile c (refills, commits).
-// mx_s, sum_s: [kChunks][kRows] maxima, [kChunks][kMT][2][32] lane sums.
-template <int HD, int kMT, typename VTile, typename BeforeV, typename AfterV>
-__device__ __forceinline__ void span_body(const AttentionArgs& a, const SpanWork<kMT>& w, const __half* qh_s,
-                                          const __half* ql_s, __half* k_s, float* mx_s, float* sum_s, VTile v_tile,
-                                          BeforeV before_v, AfterV after_v) {
-  constexpr int kRows = 16 * kMT, kTile = kKeys * row_halves<HD>(), kDT = HD / 32;
+  const int slice = static_cast<int>(blockIdx.y) % n_slices;
+  const int kv_head = static_cast<int>(blockIdx.y) / n_slices;
+  const int h0 = kv_head * group + slice * hpb;
+  const int nh = min(hpb, group - slice * hpb);
+  const int tile = P.split_tile[blockIdx.x], span = P.split_span[blockIdx.x];
+  const int t0 = P.tile_token_begin[tile], nt = P.tile_n_tokens[tile];
+  const int n_rows = nt * nh;
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int gid = lane >> 2, tig = lane & 3, mat = lane >> 3, mrow = lane & 7;
+  const int n_mt = (n_rows + 15) / 16;
+
+  stage_q<HD, kRows>(a, t0, h0, nh, n_rows, qh_s, ql_s);
+  int pos[kMT][2], w_max_pos, w_min_first, max_pos, kt_begin, kt_end;
+  fragment_positions<kMT>(P, t0, nh, n_rows, 0, gid, a.sliding_window, pos, w_max_pos, w_min_first);
+  block_key_range(P, t0, nt, a.sliding_window, lane, max_pos, kt_begin, kt_end);
+  kt_begin = max(kt_begin, span * kChunks);
+  kt_end = min(kt_end, (span + 1) * kChunks);
+  const int n_chunks = kt_end - kt_begin;  // <= kChunks (may be <= 0: a window past the span)
+  // Chunk c (tile kt_begin + c) adds something to some row (else it is an exact no-op: skipped).
+  auto live = [&](int c) {
+    const int j_base = (kt_begin + c) * kKeys;
+    return c < n_chunks && j_base <= w_max_pos && j_base + kKeys - 1 >= w_min_first;
+  };
+  const int32_t* blocks = P.block_ids + P.block_offsets[P.seq_index[t0]];
+  const int64_t kv_col = int64_t{kv_head} * HD;
   const float s_mul = a.softcap > 0.0f ? 1.0f : a.scale * kLog2e;
+
+  // Copies: every K tile (one group), then the first kVStages V tiles (a group each).
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    if (c < n_chunks) load_tile<HD, kLoadK>(a, blocks, kv_col, kt_begin + c, max_pos, k_s + c * kTile, nullptr);
+  }
+  cp_async_commit();
+#pragma unroll
+  for (int c = 0; c < kVStages; ++c) {
+    if (c < n_chunks) load_tile<HD, kLoadV>(a, blocks, kv_col, kt_begin + c, max_pos, nullptr, v_s + c * kTile);
+    cp_async_commit();
+  }
+  cp_async_wait<kVStages>();
+  __syncthreads();  // K and q are in place for every warp
 
   // Warp c: chunk c's scores and row maxima.
   float s[kMT][kKeyTiles][4];
-  const bool mine = w.live(warp);
+  const bool mine = live(warp);
   if (mine) {
     float mx[kMT][2];
-    chunk_scores<HD, kMT>(qh_s, ql_s, 0, w.n_mt, k_s + warp * kTile, mat, mrow, s);
-    chunk_mask_max<kMT>(s, w.pos, a, (w.kt_begin + warp) * kKeys, tig, mx);
+    chunk_scores<HD, kMT>(qh_s, ql_s, 0, n_mt, k_s + warp * kTile, mat, mrow, s);
+    chunk_mask_max<kMT>(s, pos, a, (kt_begin + warp) * kKeys, tig, mx);
     if (tig == 0) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
@@ -554,7 +539,7 @@ __device__ __forceinline__ void span_body(const AttentionArgs& a, const SpanWork
   }
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    const bool lc = w.live(c);
+    const bool lc = live(c);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -602,12 +587,12 @@ __device__ __forceinline__ void span_body(const AttentionArgs& a, const SpanWork
   }
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    before_v(c);
-    __syncthreads();  // V tile c has landed for every thread
-    if (w.live(c)) {
+    cp_async_wait<kVStages - 1>();  // outstanding: V tiles c .. c + kVStages - 1 (groups, some empty)
+    __syncthreads();                // V tile c has landed for every thread
+    if (live(c)) {
       rescale<kMT, kDT>(o, alpha[c]);
       const uint32_t* p_s = reinterpret_cast<const uint32_t*>(k_s + c * kTile);
-      const __half* vt = v_tile(c);
+      const __half* vt = v_s + (c % kVStages) * kTile;
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) {
         uint32_t ph[kMT][4], pl[kMT][4];
@@ -619,11 +604,21 @@ __device__ __forceinline__ void span_body(const AttentionArgs& a, const SpanWork
             pl[mt][i] = p_s[((kk * kMT + mt) * 8 + 4 + i) * 32 + lane];
           }
         }
-        pv_step<HD, kMT, kDT>(o, ph, pl, vt, kk, dim0, w.n_mt, mat, mrow);
+        pv_step<HD, kMT, kDT>(o, ph, pl, vt, kk, dim0, n_mt, mat, mrow);
       }
     }
-    after_v(c);
+    if constexpr (kVStages < kChunks) {
+      if (c + kVStages < kChunks) {
+        __syncthreads();  // every warp is done with this V stage
+        if (c + kVStages < n_chunks) {
+          load_tile<HD, kLoadV>(a, blocks, kv_col, kt_begin + c + kVStages, max_pos, nullptr, v_s + (c % kVStages) * kTile);
+        }
+      }
+    }
+    cp_async_commit();
   }
+  cp_async_wait<0>();  // no copy may still target shared memory when the block exits
+
   // The span partial of every row whose context reaches this span (m = -inf: nothing valid):
   // l = the lanes' chains l = l * alpha + sum over the live chunks, quad-summed.
 #pragma unroll
@@ -633,13 +628,13 @@ __device__ __forceinline__ void span_body(const AttentionArgs& a, const SpanWork
       float l_lane = 0.0f;
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) {
-        if (w.live(c)) l_lane = fmaf(l_lane, alpha[c][mt][r], sum_s[((c * kMT + mt) * 2 + r) * 32 + lane]);
+        if (live(c)) l_lane = fmaf(l_lane, alpha[c][mt][r], sum_s[((c * kMT + mt) * 2 + r) * 32 + lane]);
       }
       const float l = quad_sum(l_lane);
       const int row = mt * 16 + gid + 8 * r;
-      if (row >= w.n_rows || w.pos[mt][r] / kAttnSpanTokens < w.span) continue;
-      const int64_t slot = int64_t{a.plan.token_partial_begin[w.t0 + row / w.nh]} + w.span;
-      float* rec = a.partials + (slot * a.n_heads + w.h0 + row % w.nh) * (HD + 2);
+      if (row >= n_rows || pos[mt][r] / kAttnSpanTokens < span) continue;
+      const int64_t slot = int64_t{P.token_partial_begin[t0 + row / nh]} + span;
+      float* rec = a.partials + (slot * a.n_heads + h0 + row % nh) * (HD + 2);
       if (warp == 0 && tig == 0) {
         rec[0] = m_run[mt][r];
         rec[1] = l;
@@ -652,132 +647,6 @@ __device__ __forceinline__ void span_body(const AttentionArgs& a, const SpanWork
       }
     }
   }
-}
-
-template <int HD, int kMT, int kVStages>
-__global__ void __launch_bounds__(kThreads) attention_mma_span_kernel(AttentionArgs a) {
-  pdl_enter();
-  using C = SpanShape<HD, kMT, kVStages>;
-  constexpr int kRow = C::kRow, kTile = C::kTile, kRows = C::kRows;
-  extern __shared__ __align__(16) unsigned char sm_raw[];
-  __half* qh_s = reinterpret_cast<__half*>(sm_raw);  // [kRows][kRow] q_hi
-  __half* ql_s = qh_s + kRows * kRow;                // [kRows][kRow] q_lo
-  __half* k_s = ql_s + kRows * kRow;                 // [kChunks][kTile]: K, then the chunk's P fragments
-  __half* v_s = k_s + kChunks * kTile;               // [kVStages][kTile]
-  float* mx_s = reinterpret_cast<float*>(v_s + kVStages * kTile);  // [kChunks][kRows] raw row maxima
-  float* sum_s = mx_s + kChunks * kRows;                           // [kChunks][kMT][2][32] lane sums
-  SpanWork<kMT> w;
-  span_work<HD, kMT>(a, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), w);
-  stage_q<HD, kRows>(a, w.t0, w.h0, w.nh, w.n_rows, qh_s, ql_s);
-  // Copies: every K tile (one group), then the first kVStages V tiles (a group each).
-  span_copy_k<HD, kMT>(a, w, k_s);
-  cp_async_commit();
-#pragma unroll
-  for (int c = 0; c < kVStages; ++c) {
-    span_copy_v<HD, kMT>(a, w, c, v_s + c * kTile);
-    cp_async_commit();
-  }
-  cp_async_wait<kVStages>();
-  __syncthreads();  // K and q are in place for every warp
-  span_body<HD, kMT>(
-      a, w, qh_s, ql_s, k_s, mx_s, sum_s, [&](int c) { return v_s + (c % kVStages) * kTile; },
-      [](int) { cp_async_wait<kVStages - 1>(); },  // outstanding: V tiles c .. c + kVStages - 1 (some empty)
-      [&](int c) {
-        if constexpr (kVStages < kChunks) {
-          if (c + kVStages < kChunks) {
-            __syncthreads();  // every warp is done with this V stage
-            span_copy_v<HD, kMT>(a, w, c + kVStages, v_s + (c % kVStages) * kTile);
-          }
-        }
-        cp_async_commit();
-      });
-  cp_async_wait<0>();  // no copy may still target shared memory when the block exits
-}
-
-// The persistent span kernel (AttentionArgs::mma_blocks > 0): block b walks works [b W / G,
-// (b + 1) W / G) of the W = items x head slices (consecutive spans of one tile and head slice,
-// so q is staged again only where they change), each through span_body as above. While a work
-// runs, the next one's K tiles stream into the other of two K buffers, and the V tiles of all
-// the block's works form one stream through two stages (tile n + 2 is issued once every warp is
-// done with tile n), so copies stay in flight while the block computes.
-template <int HD, int kMT>
-struct PersistShape {
-  static constexpr int kRows = 16 * kMT;
-  static constexpr int kRow = row_halves<HD>();
-  static constexpr int kTile = kKeys * kRow;
-  static constexpr size_t kHalves = size_t{2} * kRows * kRow + size_t{2 * kChunks + 2} * kTile;
-  static constexpr size_t kFloats = size_t{kChunks} * kRows + size_t{kChunks} * kMT * 2 * 32;
-  static constexpr size_t kSmem = kHalves * sizeof(__half) + kFloats * sizeof(float);
-};
-static_assert(PersistShape<128, 2>::kSmem + 1024 <= 227 * 1024, "a persistent block per Hopper SM");
-
-template <int HD, int kMT>
-__global__ void __launch_bounds__(kThreads) attention_mma_span_persistent_kernel(AttentionArgs a) {
-  pdl_enter();
-  using C = PersistShape<HD, kMT>;
-  constexpr int kRow = C::kRow, kTile = C::kTile, kRows = C::kRows;
-  extern __shared__ __align__(16) unsigned char sm_raw[];
-  __half* qh_s = reinterpret_cast<__half*>(sm_raw);  // [kRows][kRow] q_hi
-  __half* ql_s = qh_s + kRows * kRow;                // [kRows][kRow] q_lo
-  __half* k_buf = ql_s + kRows * kRow;               // [2][kChunks][kTile]: K, then P fragments
-  __half* v_s = k_buf + 2 * kChunks * kTile;         // [2][kTile]
-  float* mx_s = reinterpret_cast<float*>(v_s + 2 * kTile);
-  float* sum_s = mx_s + kChunks * kRows;
-  const int n_items = a.plan.n_split_items;
-  const int64_t n_works = int64_t{n_items} * a.n_kv_heads * split_slices(a);
-  const int w_begin = static_cast<int>(n_works * blockIdx.x / gridDim.x);
-  const int w_end = static_cast<int>(n_works * (blockIdx.x + 1) / gridDim.x);
-  if (w_begin >= w_end) return;
-  // Commits, in order: K(0), two empty groups, V(0), V(1); then per work i: K(i + 1), and after
-  // chunk c's P V the V tile 4 i + c + 2. So K(i) has 5 younger groups when work i waits for it,
-  // and V tile 4 i + c has 2 (c < 2) or 1 younger ones when chunk c waits for it.
-  SpanWork<kMT> cur, nxt;
-  span_work<HD, kMT>(a, w_begin % n_items, w_begin / n_items, cur);
-  span_copy_k<HD, kMT>(a, cur, k_buf);
-  cp_async_commit();
-  cp_async_commit();
-  cp_async_commit();
-  span_copy_v<HD, kMT>(a, cur, 0, v_s);
-  cp_async_commit();
-  span_copy_v<HD, kMT>(a, cur, 1, v_s + kTile);
-  cp_async_commit();
-  int q_t0 = -1, q_h0 = -1;
-  for (int wi = w_begin, i = 0; wi < w_end; ++wi, ++i) {
-    const bool has_next = wi + 1 < w_end;
-    if (has_next) {
-      span_work<HD, kMT>(a, (wi + 1) % n_items, (wi + 1) / n_items, nxt);
-      span_copy_k<HD, kMT>(a, nxt, k_buf + ((i + 1) & 1) * kChunks * kTile);  // its last reader: work i - 1
-    }
-    cp_async_commit();
-    if (cur.t0 != q_t0 || cur.h0 != q_h0) {  // (uniform) every warp is past the previous scores
-      stage_q<HD, kRows>(a, cur.t0, cur.h0, cur.nh, cur.n_rows, qh_s, ql_s);
-      q_t0 = cur.t0;
-      q_h0 = cur.h0;
-    }
-    cp_async_wait<5>();
-    __syncthreads();  // K(i) and q are in place for every warp
-    span_body<HD, kMT>(
-        a, cur, qh_s, ql_s, k_buf + (i & 1) * kChunks * kTile, mx_s, sum_s,
-        [&](int c) { return v_s + (c & 1) * kTile; },
-        [](int c) {
-          if (c < 2) {
-            cp_async_wait<2>();
-          } else {
-            cp_async_wait<1>();
-          }
-        },
-        [&](int c) {
-          __syncthreads();  // every warp is done with this V stage
-          if (c + 2 < kChunks) {
-            span_copy_v<HD, kMT>(a, cur, c + 2, v_s + (c & 1) * kTile);
-          } else if (has_next) {
-            span_copy_v<HD, kMT>(a, nxt, c + 2 - kChunks, v_s + (c & 1) * kTile);
-          }
-          cp_async_commit();
-        });
-    if (has_next) cur = nxt;
-  }
-  cp_async_wait<0>();  // no copy may still target shared memory when the block exits
 }
 
 // Split mode: folds a (token, head)'s span partials in span order, skipping empty ones (the
@@ -830,10 +699,7 @@ __global__ void __launch_bounds__(kMergeDims) attention_mma_merge_kernel(Attenti
 
 template <int HD, int kMT>
 void launch_span(const AttentionArgs& a, dim3 grid, const LaunchEnv& env) {
-  if (a.mma_blocks > 0) {
-    launch_kernel(env, attention_mma_span_persistent_kernel<HD, kMT>, dim3(static_cast<unsigned>(a.mma_blocks)),
-                  dim3(kThreads), PersistShape<HD, kMT>::kSmem, a);
-  } else if (a.tc_variant == 4) {
+  if (a.tc_variant == 4) {
     launch_kernel(env, attention_mma_span_kernel<HD, kMT, 4>, grid, dim3(kThreads), SpanShape<HD, kMT, 4>::kSmem, a);
   } else {
     launch_kernel(env, attention_mma_span_kernel<HD, kMT, 2>, grid, dim3(kThreads), SpanShape<HD, kMT, 2>::kSmem, a);
@@ -874,8 +740,6 @@ bool init_hd(int max_smem_bytes) {
   ok = allow_smem(attention_mma_span_kernel<HD, 1, 4>, SpanShape<HD, 1, 4>::kSmem, max_smem_bytes) && ok;
   ok = allow_smem(attention_mma_span_kernel<HD, 2, 2>, SpanShape<HD, 2, 2>::kSmem, max_smem_bytes) && ok;
   ok = allow_smem(attention_mma_span_kernel<HD, 2, 4>, SpanShape<HD, 2, 4>::kSmem, max_smem_bytes) && ok;
-  ok = allow_smem(attention_mma_span_persistent_kernel<HD, 1>, PersistShape<HD, 1>::kSmem, max_smem_bytes) && ok;
-  ok = allow_smem(attention_mma_span_persistent_kernel<HD, 2>, PersistShape<HD, 2>::kSmem, max_smem_bytes) && ok;
   return ok;
 }
 
@@ -904,11 +768,6 @@ void launch_attention_mma(const AttentionArgs& a, const LaunchEnv& env) {
   } else {
     launch_hd<128>(a, env);
   }
-}
-
-int attention_mma_persistent_blocks(const AttentionArgs& a, int max_blocks) {
-  const int64_t works = int64_t{a.plan.n_split_items} * a.n_kv_heads * split_slices(a);
-  return works > max_blocks ? max_blocks : 0;
 }
 
 int attention_mma_v_stages(const AttentionArgs& a, int n_sm) {

@@ -63,10 +63,6 @@ bool attention_mma_supports(const AttentionArgs& a);
 bool attention_mma_split(const AttentionArgs& a, int n_sm);
 // Split mode's AttentionArgs::tc_variant for attention `a` on n_sm SMs (the same bits either way).
 int attention_mma_v_stages(const AttentionArgs& a, int n_sm);
-// AttentionArgs::mma_blocks for the persistent span kernel (TERN_CUDA_ATTN_MMA_PERSIST): max_blocks
-// blocks (a block per SM: n_sm) where the works (items x head slices) outnumber them, else 0 (the
-// span kernel). The same bits either way.
-int attention_mma_persistent_blocks(const AttentionArgs& a, int max_blocks);
 // Launches a.tc's mode (split: the span blocks, then the merge; a.partials sized by
 // attention_partials_bytes with chunk_split = 0).
 void launch_attention_mma(const AttentionArgs& a, const LaunchEnv& env);

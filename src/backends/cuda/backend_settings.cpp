@@ -129,14 +129,6 @@ int attention_tc_variant() {
 
 // The invariant tensor-core attention's split-mode V stages (attention_mma.h, A/B timing):
 // TERN_CUDA_ATTN_MMA_STAGES=2 / 4; 0 (per step) otherwise.
-// The persistent span kernel (attention_mma.h, A/B timing and tests): TERN_CUDA_ATTN_MMA_PERSIST=1
-// gives it a block per SM, =N > 1 at most N blocks (many works per block, for tests); 0 off.
-int attention_mma_persist() {
-  const char* env = std::getenv("TERN_CUDA_ATTN_MMA_PERSIST");
-  const int v = env != nullptr ? std::atoi(env) : 0;
-  return v > 0 ? v : 0;
-}
-
 int attention_mma_stages() {
   const char* env = std::getenv("TERN_CUDA_ATTN_MMA_STAGES");
   const int v = env != nullptr ? std::atoi(env) : 0;
@@ -311,7 +303,6 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
                         ? options.attention_mma
                         : (on_off_default("TERN_CUDA_ATTN_MMA", options.attention_mma) == 1 ? 1 : 0);
   s.attention_mma_stages = attention_mma_stages();
-  s.attention_mma_persist = attention_mma_persist();
   return s;
 }
 

@@ -101,9 +101,6 @@ struct BackendSettings {
   // Its split mode's V tiles in flight (A/B timing, the same bits): 2 or 4
   // (TERN_CUDA_ATTN_MMA_STAGES), 0 per step (attention_mma_v_stages).
   int attention_mma_stages = 0;
-  // Its persistent span kernel in split mode (the same bits; TERN_CUDA_ATTN_MMA_PERSIST): 0 off,
-  // 1 a block per SM where the works outnumber the SMs, N > 1 at most N blocks (tests).
-  int attention_mma_persist = 0;
 };
 
 // cc_major: the device's compute capability; bulk_compiled: gemv_bulk_compiled() (bulk-copy GEMVs

@@ -120,8 +120,7 @@ class CudaBackend final : public Backend {
         qmma_min_tokens_(prop.major >= 8 ? settings.qmma_min_tokens : 0),
         qmma_min_tokens_small_(prop.major >= 8 ? settings.qmma_min_tokens_small : 0),
         attention_mma_(settings.attention_mma),
-        attention_mma_stages_(settings.attention_mma_stages),
-        attention_mma_persist_(settings.attention_mma_persist) {
+        attention_mma_stages_(settings.attention_mma_stages) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
     if (settings.gemv_float_dynamic) gemv_float_counter_ = alloc(64);  // MatmulArgs::gemv_float_counter
@@ -479,9 +478,6 @@ class CudaBackend final : public Backend {
         a.tc = kAttnMmaSplit;
         a.split = 1;
         a.tc_variant = attention_mma_stages_ != 0 ? attention_mma_stages_ : attention_mma_v_stages(a, n_sm_);
-        if (attention_mma_persist_ != 0) {
-          a.mma_blocks = attention_mma_persistent_blocks(a, attention_mma_persist_ == 1 ? n_sm_ : attention_mma_persist_);
-        }
         reserve_partials(a);
         ++mma_split_attentions_;
       } else {
@@ -895,7 +891,6 @@ class CudaBackend final : public Backend {
   int qmma_min_tokens_small_ = 0;   // BackendSettings::qmma_min_tokens_small (0: never)
   int attention_mma_ = 0;           // the invariant tensor-core attention (BackendSettings::attention_mma)
   int attention_mma_stages_ = 0;    // its split mode's V stages (BackendSettings::attention_mma_stages)
-  int attention_mma_persist_ = 0;   // BackendSettings::attention_mma_persist
   int64_t mma_attentions_ = 0, mma_split_attentions_ = 0;
   std::unique_ptr<Buffer> qmma_x_;  // MatmulArgs::qmma_x
   int64_t qmma_matmuls_ = 0;

@@ -322,8 +322,6 @@ struct AttentionArgs {
   int fold_merge;       // span kernels: 1: the last span block of a tile merges it, no merge kernel
   int* merge_counters;  // with fold_merge: [n_tiles][gridDim.y] zero between launches
   int tc_variant;       // tensor-core kernel: block shape (attention_tc.h; TERN_CUDA_ATTN_TC_VARIANT)
-  int mma_blocks;       // invariant tensor-core attention, split mode: > 0 the persistent span
-                        // kernel's grid (attention_mma.h), 0 a block per work
   int early_kv;         // two-chunk span kernels: copy the first K/V chunks before the PDL wait
                         // (with the fused rope, 2: its rotation factors too)
                         // (rows no token of the step writes; attention.h)
