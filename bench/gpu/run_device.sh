@@ -169,6 +169,12 @@ for step in "${steps[@]}"; do
         --prefill 512,4096,32768 --chunk 4096 --decode-steps 0
       ;;
     attn-mma-early)
+      # Only with 009c453's code in the binaries: without it the variable is ignored and both
+      # sides of the A/B would time the same kernel.
+      if ! grep -q TERN_CUDA_ATTN_MMA_EARLY "$BIN/gpu_bench"; then
+        echo "== attn-mma-early: $BIN/gpu_bench lacks TERN_CUDA_ATTN_MMA_EARLY (git revert dc0f6e9, rebuild); skipped"
+        continue
+      fi
       echo "== test_gpu GpuAttentionMma.* GpuAttentionTc.*"
       timeout 200 "$BIN/test_gpu" --gtest_color=no --gtest_filter='GpuAttentionMma.*:GpuAttentionTc.*' \
         >"$OUT/test_gpu-mma.txt" 2>&1
