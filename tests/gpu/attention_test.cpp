@@ -11,7 +11,8 @@
 // (TERN_CUDA_ATTN_SPAN) against the chunk kernel at every stage count and head split, and the
 // two-chunk span kernel against both; the folded span merge against the merge kernel, including
 // repeated steps under CUDA graphs; the chunk split (a block per 1 or 2 chunks of a span, the
-// chunk merge) against whole spans, explicitly and as the default picks it.
+// chunk merge) against whole spans, explicitly and as the default picks it; the register-tiled
+// kernel for large steps (fused and split) against the chunk kernel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -101,6 +102,72 @@ TEST_F(GpuAttention, SplitAndFusedModesAreBitIdentical) {
     EXPECT_TRUE(gputest::bitwise_equal(a, b));
     seed += 2;
   }
+}
+
+// The register-tiled kernel (attention_tiled.h) against the chunk kernel's fused mode, bit for
+// bit: kShapes (the f16 shapes at head_dim 64 / 128 take it, the rest fall back) plus the 8B
+// shape with a window and softcap; plans of a prefill from scratch over several tensor-core
+// tiles, an append crossing a span boundary beside a decode of the same sequence, a mixed batch
+// (prefill, chunk, decode, verify), and a long append whose few blocks take the split mode
+// (span records and the merge).
+TEST_F(GpuAttention, TiledKernelEqualsChunkKernelBitwise) {
+  cuda::CudaBackendOptions ref_opts, tiled_opts;
+  ref_opts.attention_split = cuda::AttentionSplit::kNever;
+  ref_opts.attention_tiled_min_tokens = -1;
+  tiled_opts.attention_tiled_min_tokens = 1;
+  auto ref = gputest::make_cuda(ref_opts);
+  auto tiled = gputest::make_cuda(tiled_opts);
+  ASSERT_TRUE(ref && tiled);
+  std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({32, 8, 128, DType::F16, 50.0f, 300});
+  shapes.push_back({16, 16, 64, DType::F16});  // MHA: 64 tokens per block
+  uint32_t seed = 3100;
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(describe(s));
+    const bool supported = s.cache == DType::F16 && (s.head_dim == 64 || s.head_dim == 128);
+    Cache cache_a(*ref, s, 340, seed), cache_b(*tiled, s, 340, seed);
+    const int64_t tiled_before = cuda::backend_stats(*tiled).tiled_attentions;
+    std::vector<BatchPlan> plans(4);
+    {
+      const auto blocks = cache_a.take_blocks(300);
+      (void)cache_b.take_blocks(300);
+      add_sequence(plans[0], 0, 300, blocks);
+    }
+    {
+      const auto blocks = cache_a.take_blocks(800);
+      (void)cache_b.take_blocks(800);
+      add_sequence(plans[1], 490, 40, blocks);  // crosses the span boundary at 512
+      add_sequence(plans[1], 799, 1, blocks);
+    }
+    {
+      const auto b1 = cache_a.take_blocks(100), b2 = cache_a.take_blocks(59), b3 = cache_a.take_blocks(701),
+                 b4 = cache_a.take_blocks(133);
+      (void)cache_b.take_blocks(100 + 59 + 701 + 133);
+      add_sequence(plans[2], 0, 100, b1);
+      add_sequence(plans[2], 50, 9, b2);
+      add_sequence(plans[2], 700, 1, b3);
+      add_sequence(plans[2], 130, 3, b4);
+    }
+    {
+      const auto blocks = cache_a.take_blocks(3070);
+      (void)cache_b.take_blocks(3070);
+      add_sequence(plans[3], 3000, 70, blocks);  // few blocks, 12 spans: the split mode
+    }
+    for (size_t i = 0; i < plans.size(); ++i) {
+      SCOPED_TRACE("plan " + std::to_string(i));
+      const HostTensor q = random_q(plans[i].n_tokens(), s, seed + 1 + static_cast<uint32_t>(i));
+      const auto want = run_gpu(*ref, plans[i], cache_a, s, q);
+      const auto got = run_gpu(*tiled, plans[i], cache_b, s, q);
+      EXPECT_TRUE(gputest::bitwise_equal(want, got));
+      EXPECT_LE(gputest::rel_l2(got, run_ref(plans[i], cache_a, s, q)), 2e-5);
+    }
+    EXPECT_EQ(cuda::backend_stats(*tiled).tiled_attentions > tiled_before, supported);
+    EXPECT_EQ(cuda::backend_stats(*ref).tiled_attentions, 0);
+    seed += 10;
+  }
+  const auto st = cuda::backend_stats(*tiled);
+  EXPECT_GT(st.tiled_split_attentions, 0);
+  EXPECT_LT(st.tiled_split_attentions, st.tiled_attentions);
 }
 
 TEST_F(GpuAttention, PrefillRowsEqualDecodeRowsBitwise) {

@@ -6,6 +6,7 @@
 #include "backends/cuda/async_copy.cuh"
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_mma.h"
+#include "backends/cuda/attention_tiled.h"
 #include "backends/cuda/attention_chunk.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
@@ -330,6 +331,10 @@ void launch_attention(const AttentionArgs& a, const LaunchEnv& env) {
     launch_attention_tc(a, env);
     return;
   }
+  if (a.tiled > 0) {
+    launch_attention_tiled(a, env);
+    return;
+  }
   if (a.split && a.span_kernel) {
     launch_attention_span(a, env);
     return;
@@ -343,10 +348,12 @@ void launch_attention(const AttentionArgs& a, const LaunchEnv& env) {
   } else {
     launch_chunk<float>(a, env, grid, smem);
   }
-  if (a.split) {
-    launch_kernel(env, attention_merge_kernel, dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)),
-                  kThreads, 0, a);
-  }
+  if (a.split) launch_attention_merge(a, env);
+}
+
+void launch_attention_merge(const AttentionArgs& a, const LaunchEnv& env) {
+  launch_kernel(env, attention_merge_kernel, dim3(static_cast<unsigned>(a.plan.n_tokens), static_cast<unsigned>(a.n_heads)),
+                kThreads, 0, a);
 }
 
 void init_attention(int max_smem_bytes) {

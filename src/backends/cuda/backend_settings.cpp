@@ -253,6 +253,19 @@ int attention_compact(const CudaBackendOptions& options) {
   if (env != nullptr && env[0] >= '0' && env[0] <= '3' && env[1] == '\0') return env[0] - '0';
   return kDefaultAttnCompact;
 }
+// The register-tiled attention's least step size: the option when set (negative: never), else
+// TERN_CUDA_ATTN_TILED=N (0: never), else kDefaultAttnTiledMin. 0 in the result means never.
+int attention_tiled_min_tokens(const CudaBackendOptions& options) {
+  if (options.attention_tiled_min_tokens < 0) return 0;
+  if (options.attention_tiled_min_tokens > 0) return options.attention_tiled_min_tokens;
+  const char* env = std::getenv("TERN_CUDA_ATTN_TILED");
+  if (env != nullptr && *env) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end == '\0' && n >= 0 && n <= (1 << 24)) return static_cast<int>(n);
+  }
+  return kDefaultAttnTiledMin;
+}
 int attention_fold_max_spans() {
   const char* env = std::getenv("TERN_CUDA_ATTN_FOLD_MAX_SPANS");
   const int n = env != nullptr ? std::atoi(env) : 0;
@@ -282,6 +295,7 @@ BackendSettings resolve_settings(const CudaBackendOptions& options, int cc_major
   s.attention_split_ring = attention_split_ring(options);
   s.attention_fused_decode = attention_fused_decode(options);
   s.attention_compact = attention_compact(options);
+  s.attention_tiled_min_tokens = attention_tiled_min_tokens(options);
   s.fuse_gemv = use_gemv_fusion(options) && s.gemv_path != GemvPath::kLegacy;
   s.fuse_swiglu = s.fuse_gemv && use_swiglu_fusion(options);
   // One SwiGLU fusion or the other: the epilogue, folded first, would leave the prologue nothing.

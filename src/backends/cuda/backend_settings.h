@@ -39,6 +39,10 @@ constexpr int kDefaultFusedDecode = 3;
 // 423 and 405 tok/s at 1k).
 constexpr int kDefaultAttnCompact = 3;
 
+// Steps of at least this many tokens take the register-tiled attention by default
+// (CudaBackendOptions::attention_tiled_min_tokens, attention_tiled.h). Same bits either way.
+constexpr int kDefaultAttnTiledMin = 32;
+
 // Quantized activations' default precision (CudaBackendOptions::act_bits): 16, the CPU backend's.
 constexpr int kDefaultActBits = 16;
 
@@ -77,6 +81,7 @@ struct BackendSettings {
   // TERN_CUDA_ATTN_FUSED (0 / 3) as AttentionArgs::fused flags (kAttnFusedRope)
   int attention_fused_decode = kAttnFusedRope;
   int attention_compact = kDefaultAttnCompact;  // TERN_CUDA_ATTN_COMPACT (0-2): attention_compact.cu
+  int attention_tiled_min_tokens = kDefaultAttnTiledMin;  // TERN_CUDA_ATTN_TILED=N (0: never)
   bool fuse_gemv = false;           // GEMV fusion, not on GemvPath::kLegacy (TERN_CUDA_FUSE=0 off)
   bool fuse_swiglu = false;         // its SwiGLU prologue (TERN_CUDA_FUSE=swiglu / noswiglu)
   bool fuse_swiglu_epilogue = false;  // its SwiGLU epilogue (TERN_CUDA_FUSE=swiglu-epilogue)

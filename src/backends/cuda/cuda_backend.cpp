@@ -14,6 +14,7 @@
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_mma.h"
+#include "backends/cuda/attention_tiled.h"
 #include "backends/cuda/attention_tc.h"
 #include "backends/cuda/backend_settings.h"
 #include "backends/cuda/cuda_check.h"
@@ -120,7 +121,8 @@ class CudaBackend final : public Backend {
         qmma_min_tokens_(prop.major >= 8 ? settings.qmma_min_tokens : 0),
         qmma_min_tokens_small_(prop.major >= 8 ? settings.qmma_min_tokens_small : 0),
         attention_mma_(settings.attention_mma),
-        attention_mma_stages_(settings.attention_mma_stages) {
+        attention_mma_stages_(settings.attention_mma_stages),
+        attention_tiled_min_tokens_(settings.attention_tiled_min_tokens) {
     TERN_CUDA_CHECK(cudaEventCreateWithFlags(&plan_uploaded_, cudaEventDisableTiming));
     if (fuse_swiglu_) fusion_counter_ = alloc(64);  // zero-filled (GemvFusion::done_blocks)
     if (settings.gemv_float_dynamic) gemv_float_counter_ = alloc(64);  // MatmulArgs::gemv_float_counter
@@ -163,6 +165,8 @@ class CudaBackend final : public Backend {
     s.qmma_matmuls = qmma_matmuls_;
     s.mma_attentions = mma_attentions_;
     s.mma_split_attentions = mma_split_attentions_;
+    s.tiled_attentions = tiled_attentions_;
+    s.tiled_split_attentions = tiled_split_attentions_;
     return s;
   }
 
@@ -491,6 +495,19 @@ class CudaBackend final : public Backend {
     if (tc_attention_ && plan_.n_tokens >= options_.tc_prefill_min_tokens && attention_tc_supports(a)) {
       a.tc = 1;
       ++tc_attentions_;
+      AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
+      std::memcpy(&rec, &a, sizeof(a));
+      return;
+    }
+    // The register-tiled kernel (attention_tiled.h) for large steps: attention.h's bits, computed
+    // like a GEMM; its split mode where its blocks alone would not fill the GPU.
+    if (attention_tiled_min_tokens_ > 0 && plan_.n_tokens >= attention_tiled_min_tokens_ && attention_tiled_supports(a)) {
+      plan_attention_tiled(a, layout_.max_position, n_sm_, kMaxTiledPartialsBytes);
+      if (a.split) {
+        reserve_partials(a);
+        ++tiled_split_attentions_;
+      }
+      ++tiled_attentions_;
       AttentionArgs& rec = queue_->push<AttentionArgs>(OpKind::kAttention);
       std::memcpy(&rec, &a, sizeof(a));
       return;
@@ -892,6 +909,10 @@ class CudaBackend final : public Backend {
   int attention_mma_ = 0;           // the invariant tensor-core attention (BackendSettings::attention_mma)
   int attention_mma_stages_ = 0;    // its split mode's V stages (BackendSettings::attention_mma_stages)
   int64_t mma_attentions_ = 0, mma_split_attentions_ = 0;
+  int attention_tiled_min_tokens_ = 0;  // BackendSettings::attention_tiled_min_tokens (0: never)
+  int64_t tiled_attentions_ = 0, tiled_split_attentions_ = 0;
+  // The tiled kernel's split mode keeps its span records under this (else it runs fused).
+  static constexpr size_t kMaxTiledPartialsBytes = size_t{256} << 20;
   std::unique_ptr<Buffer> qmma_x_;  // MatmulArgs::qmma_x
   int64_t qmma_matmuls_ = 0;
   std::unique_ptr<Buffer> fusion_counter_;  // GemvFusion::done_blocks
@@ -937,6 +958,7 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   // The invariant tensor-core attention where its blocks fit the device (every model shape it
   // supports then takes it, or none does).
   if (!init_attention_mma(static_cast<int>(prop.sharedMemPerBlockOptin))) settings.attention_mma = 0;
+  if (!init_attention_tiled(static_cast<int>(prop.sharedMemPerBlockOptin))) settings.attention_tiled_min_tokens = 0;
   std::unique_ptr<TcGemm> tc_gemm;
   if (settings.tc_prefill) {
     if (options.tc_prefill_min_tokens < 1) {

@@ -125,6 +125,11 @@ struct CudaBackendOptions {
   // -1 = TERN_CUDA_ATTN_COMPACT (0-3) or else
   // backend_settings.h kDefaultAttnCompact.
   int attention_compact = -1;
+  // Register-tiled attention (attention_tiled.h; same bits as attention.h's kernels): steps of at
+  // least this many tokens (prefill chunks, appends) take it where it supports the shape.
+  // 0 = TERN_CUDA_ATTN_TILED (N; 0 never) or else backend_settings.h kDefaultAttnTiledMin;
+  // negative = never.
+  int attention_tiled_min_tokens = 0;
   // Fold the small ops around a GEMV into its launch (kernels.h GemvFusion; not on GemvPath kLegacy):
   // an RMSNorm or SwiGLU producing its activations, and the residual add of its output. Same
   // bits as the separate ops; false, or TERN_CUDA_FUSE=0, keeps them separate (A/B, tests).
@@ -217,6 +222,8 @@ struct CudaBackendStats {
   int64_t fused_kv_writes = 0;   // kv_write ops that joined the preceding rope's launch
   int64_t fused_attentions = 0;  // attention ops that took their rope launch and merge in (fused decode)
   int64_t compact_attentions = 0;  // chunk-split attention ops run by the compact kernel
+  int64_t tiled_attentions = 0;    // attention ops run by the register-tiled kernel (attention_tiled.h)
+  int64_t tiled_split_attentions = 0;  // ... of those, in its split mode (span records and the merge)
   int64_t fused_early_kv = 0;  // fused decode attention ops that copied K/V before the PDL wait
   int64_t gemv_fusions = 0;      // ops folded into a GEMV launch (prologues and residual adds)
   int64_t gemv_mixed = 0;        // products that joined a launch of another weight type (gemv_mixed)

@@ -334,6 +334,11 @@ struct AttentionArgs {
   // written by them (rope).
   int fused;
   AttentionRope rope;
+  // The register-tiled kernel (attention_tiled.h): query tokens per block (0: not tiled) and, in
+  // its split mode, spans per block and span groups (0 and 1: fused).
+  int tiled;
+  int tiled_spans;
+  int tiled_groups;
   DevicePlan plan;
 };
 
