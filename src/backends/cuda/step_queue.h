@@ -29,7 +29,7 @@ enum class OpKind : uint32_t {
 };
 
 struct OpRecord {
-  static constexpr size_t kArgBytes = 384;  // AttentionArgs (384 bytes) is the largest
+  static constexpr size_t kArgBytes = 416;  // AttentionArgs (<= 416 bytes) is the largest
   OpKind kind;
   uint32_t reserved;
   alignas(8) unsigned char args[kArgBytes];
