@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <memory>
 #include <optional>
@@ -104,6 +105,21 @@ TEST_F(GpuAttention, SplitAndFusedModesAreBitIdentical) {
   }
 }
 
+// On a mismatch: how many values differ, the first one's (row, column) and both values.
+std::string first_difference(const std::vector<float>& want, const std::vector<float>& got, int64_t cols) {
+  if (want.size() != got.size()) return "sizes " + std::to_string(want.size()) + " / " + std::to_string(got.size());
+  int64_t n = 0, first = -1;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::memcmp(&want[i], &got[i], sizeof(float)) != 0) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++n;
+    }
+  }
+  if (n == 0) return "no difference";
+  return std::to_string(n) + " values differ; first at row " + std::to_string(first / cols) + " column " +
+         std::to_string(first % cols) + ": " + std::to_string(want[first]) + " / " + std::to_string(got[first]);
+}
+
 // The register-tiled kernel (attention_tiled.h) against the chunk kernel's fused mode, bit for
 // bit: kShapes (the f16 shapes at head_dim 64 / 128 take it, the rest fall back) plus the 8B
 // shape with a window and softcap; plans of a prefill from scratch over several tensor-core
@@ -158,7 +174,7 @@ TEST_F(GpuAttention, TiledKernelEqualsChunkKernelBitwise) {
       const HostTensor q = random_q(plans[i].n_tokens(), s, seed + 1 + static_cast<uint32_t>(i));
       const auto want = run_gpu(*ref, plans[i], cache_a, s, q);
       const auto got = run_gpu(*tiled, plans[i], cache_b, s, q);
-      EXPECT_TRUE(gputest::bitwise_equal(want, got));
+      EXPECT_TRUE(gputest::bitwise_equal(want, got)) << first_difference(want, got, q.t.cols);
       EXPECT_LE(gputest::rel_l2(got, run_ref(plans[i], cache_a, s, q)), 2e-5);
     }
     EXPECT_EQ(cuda::backend_stats(*tiled).tiled_attentions > tiled_before, supported);
