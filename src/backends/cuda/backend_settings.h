@@ -40,8 +40,9 @@ constexpr int kDefaultFusedDecode = 3;
 constexpr int kDefaultAttnCompact = 3;
 
 // Steps of at least this many tokens take the register-tiled attention by default
-// (CudaBackendOptions::attention_tiled_min_tokens, attention_tiled.h). Same bits either way.
-constexpr int kDefaultAttnTiledMin = 32;
+// (CudaBackendOptions::attention_tiled_min_tokens, attention_tiled.h); 0: never. Same bits
+// either way. Off (opt-in, TERN_CUDA_ATTN_TILED=32) until its tests have run on a device.
+constexpr int kDefaultAttnTiledMin = 0;
 
 // Quantized activations' default precision (CudaBackendOptions::act_bits): 16, the CPU backend's.
 constexpr int kDefaultActBits = 16;
