@@ -357,10 +357,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_tiled_kernel(AttentionA
       if (span * kAttnSpanTokens > tok_pos[tt]) continue;
       float* rec = a.partials +
                    (int64_t{P.token_partial_begin[w.t0 + tt] + span} * a.n_heads + w.h0 + r % w.nh) * (kHd + 2);
+      // Records are hd + 2 floats apart: 8-byte aligned at A, not 16.
 #pragma unroll
-      for (int h = 0; h < kH; ++h)
-        *reinterpret_cast<float4*>(rec + 2 + 4 * tk + 64 * h) =
-            make_float4(span_a[i][4 * h], span_a[i][4 * h + 1], span_a[i][4 * h + 2], span_a[i][4 * h + 3]);
+      for (int h = 0; h < kH; ++h) {
+        float2* dst = reinterpret_cast<float2*>(rec + 2 + 4 * tk + 64 * h);
+        dst[0] = make_float2(span_a[i][4 * h], span_a[i][4 * h + 1]);
+        dst[1] = make_float2(span_a[i][4 * h + 2], span_a[i][4 * h + 3]);
+      }
       if (tk == 0) {
         rec[0] = span_m[r];
         rec[1] = span_l[r];
