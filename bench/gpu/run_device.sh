@@ -60,6 +60,12 @@
 # attn-mma-early: for commit 009c453 (restore it first: git revert dc0f6e9), the span kernel's early
 #   K/V copies: the MMA tests, then the attention alone at decode 1k / 8k / 32k with
 #   TERN_CUDA_ATTN_MMA_EARLY=0 and =1 (two rounds), then 8B Q4_K_M decode at 1k / 32k each way.
+# tiled: the register-tiled attention (attention_tiled.h; opt-in until this step has passed on a
+#   device): its bit-identity tests (against the chunk kernel's fused mode and the decode rows)
+#   and compute-sanitizer on them, the attention alone at prefill 0 + 4096, 30000 + 512 / 128 / 32
+#   without and with it, 8B Q4_K_M prefill of 4096 tokens and the 30k + 2k append each way, then
+#   the whole test_gpu in 4 shards with it on (TERN_CUDA_ATTN_TILED=32: every model test's large
+#   steps take it).
 # TERN_CUDA_PDL=0 in the environment turns programmatic dependent launch off (A/B timing).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -167,6 +173,27 @@ for step in "${steps[@]}"; do
       echo "   exit $?; $(grep -h "ERROR SUMMARY" "$OUT/memcheck-mma.txt")"
       TERN_CUDA_ATTN_MMA=1 bench prefill-q4k-mma 150 --preset llama3-8b --mix q4_k_m --ctx "" \
         --prefill 512,4096,32768 --chunk 4096 --decode-steps 0
+      ;;
+    tiled)
+      tf='GpuAttention.TiledKernelEqualsChunkKernelBitwise:GpuAttention.PrefillRowsEqualDecodeRowsBitwise:GpuAttention.PrefillAndMixedBatches'
+      echo "== test_gpu $tf (TERN_CUDA_ATTN_TILED=32)"
+      TERN_CUDA_ATTN_TILED=32 timeout 150 "$BIN/test_gpu" --gtest_color=no --gtest_filter="$tf" >"$OUT/test_gpu-tiled.txt" 2>&1
+      echo "   exit $?"
+      grep -E "^\[  (PASSED|FAILED) " "$OUT/test_gpu-tiled.txt"
+      grep -B2 -A12 "Failure$" "$OUT/test_gpu-tiled.txt" | head -60
+      echo "== compute-sanitizer memcheck on GpuAttention.TiledKernelEqualsChunkKernelBitwise"
+      timeout 150 compute-sanitizer --tool memcheck "$BIN/test_gpu" --gtest_color=no \
+        --gtest_filter='GpuAttention.TiledKernelEqualsChunkKernelBitwise' >"$OUT/memcheck-tiled.txt" 2>&1
+      echo "   exit $?"; tail -3 "$OUT/memcheck-tiled.txt"
+      bench attn-tiled 150 --attn --attn-ctx "" --attn-prefill "0+4096,0+512,30000+512,30000+128,30000+32" \
+        --attn-reps 3 --attn-rounds 2 --attn-env "TERN_CUDA_ATTN_TILED=0;TERN_CUDA_ATTN_TILED=32"
+      for tiled in 0 32; do
+        TERN_CUDA_ATTN_TILED=$tiled bench prefill-tiled$tiled 100 --preset llama3-8b --mix q4_k_m --ctx "" --prefill 4096 \
+          --decode-steps 0
+      done
+      TERN_CUDA_ATTN_TILED=32 bench append-tiled 100 --preset llama3-8b --mix q4_k_m --ctx "" --prefill "" \
+        --append 30720+2048 --chunk 2048 --decode-steps 0
+      TERN_CUDA_ATTN_TILED=32 OUT="$OUT" BIN="$BIN" bash "$0" tests-shards
       ;;
     attn-mma-early)
       # Only with 009c453's code in the binaries: without it the variable is ignored and both
