@@ -215,17 +215,7 @@ __device__ __forceinline__ void attend_tile(const AttentionArgs& a, const Shape&
       if (!fused) {
         attn::store_span_partial<kThreads>(Q, a, t0, h0, span);
       } else {
-        for (int qi = tid; qi < nq; qi += kThreads) {
-          const bool live = span_m[qi] != -INFINITY;
-          if (live) {
-            const attn::FoldScales f = attn::fold_stats(tot_m[qi], tot_l[qi], span_m[qi], span_l[qi]);
-            sa_s[qi] = f.sa;
-            sb_s[qi] = f.sb;
-          }
-          m_c[qi] = live ? 1.0f : 0.0f;
-          span_m[qi] = -INFINITY;
-          span_l[qi] = 0.0f;
-        }
+        for (int qi = tid; qi < nq; qi += kThreads) attn::end_span_stats(qi, span_m, span_l, tot_m, tot_l, sa_s, sb_s, m_c);
         __syncthreads();
         for (int o = tid; o < nq * hd; o += kThreads) {
           const int qi = o / hd, d = o - qi * hd;

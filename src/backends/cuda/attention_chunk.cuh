@@ -36,6 +36,22 @@ __device__ __forceinline__ float fold_acc(float A, float a, FoldScales f) {
   return __fadd_rn(__fmul_rn(A, f.sa), __fmul_rn(a, f.sb));
 }
 
+// A fused mode's span end for query qi: the span's statistics fold into the running total where
+// the span saw a valid position (the scales left in sa / sb, live[qi] = 1, else 0), then the span
+// statistics restart from (-inf, 0).
+__device__ __forceinline__ void end_span_stats(int qi, float* span_m, float* span_l, float* tot_m, float* tot_l, float* sa,
+                                               float* sb, float* live) {
+  const bool is_live = span_m[qi] != -INFINITY;
+  if (is_live) {
+    const FoldScales f = fold_stats(tot_m[qi], tot_l[qi], span_m[qi], span_l[qi]);
+    sa[qi] = f.sa;
+    sb[qi] = f.sb;
+  }
+  live[qi] = is_live ? 1.0f : 0.0f;
+  span_m[qi] = -INFINITY;
+  span_l[qi] = 0.0f;
+}
+
 __device__ __forceinline__ void load8(const __half* p, float (&x)[8]) {
   const uint4 w = *reinterpret_cast<const uint4*>(p);
   const uint32_t u[4] = {w.x, w.y, w.z, w.w};

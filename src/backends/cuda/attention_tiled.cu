@@ -406,15 +406,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_tiled_kernel(AttentionA
         __syncthreads();  // span_m / span_l read before the reset
       }
       if (tid < w.nq) {
-        const bool is_live = span_m[tid] != -INFINITY;
-        if (is_live && !w.split) {
-          const attn::FoldScales f = attn::fold_stats(tot_m[tid], tot_l[tid], span_m[tid], span_l[tid]);
-          tsa[tid] = f.sa;
-          tsb[tid] = f.sb;
+        if (w.split) {
+          span_m[tid] = -INFINITY;
+          span_l[tid] = 0.0f;
+        } else {
+          attn::end_span_stats(tid, span_m, span_l, tot_m, tot_l, tsa, tsb, live);
         }
-        live[tid] = is_live ? 1.0f : 0.0f;
-        span_m[tid] = -INFINITY;
-        span_l[tid] = 0.0f;
       }
       __syncthreads();
       if (!w.split) {
