@@ -31,6 +31,8 @@
 //   split: one block per (tile, span, head slice) writes its span partial to global memory and
 //          a merge kernel folds them (decode: few tokens, long contexts; flash-decoding: a 32k
 //          context is 128 spans x the KV heads, enough blocks for every SM).
+// Large steps may take the register-tiled kernel instead (attention_tiled.h, opt-in): the same
+// float sequence per query, a thread forming 4 x 4 (query, key) pairs, in either mode.
 //
 // Split mode has two kernels computing the same bits: the chunk kernel (attention.cu; 128 threads,
 // one chunk in flight ahead; TERN_CUDA_ATTN_SPAN=0) and the span kernel
