@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "backends/cuda/attention_mma.h"
+#include "backends/cuda/attention_tc_tiles.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/launch.cuh"
@@ -32,16 +33,7 @@ constexpr int row_halves() {
 }
 
 // Fused mode: how (KV group slice, 128-token tile, sub-tile) map onto blocks (host and device).
-struct FusedMap {
-  int group, n_slices, heads_per_block, tokens_per_block, n_sub;
-  TERN_HOST_DEVICE explicit FusedMap(const AttentionArgs& a) {
-    group = a.n_heads / a.n_kv_heads;
-    n_slices = (group + kFusedMaxHeads - 1) / kFusedMaxHeads;
-    heads_per_block = (group + n_slices - 1) / n_slices;
-    tokens_per_block = kFusedRows / heads_per_block;
-    n_sub = (kAttnTcTileTokens + tokens_per_block - 1) / tokens_per_block;
-  }
-};
+TERN_HOST_DEVICE inline TcTileMap fused_map(const AttentionArgs& a) { return TcTileMap(a, kFusedMaxHeads, kFusedRows); }
 TERN_HOST_DEVICE inline int split_slices(const AttentionArgs& a) {
   return (a.n_heads / a.n_kv_heads + kSplitHeads - 1) / kSplitHeads;
 }
@@ -345,18 +337,9 @@ __global__ void __launch_bounds__(kThreads) attention_mma_fused_kernel(Attention
   __half* ql_s = qh_s + kFusedRows * kRow;           // [kFusedRows][kRow] q_lo
   __half* kv_s = ql_s + kFusedRows * kRow;           // kFusedStages x (K [kKeys][kRow], V [kKeys][kRow])
   const DevicePlan& P = a.plan;
-  const FusedMap map(a);
-  const int slice = static_cast<int>(blockIdx.y) % map.n_slices;
-  const int kv_head = static_cast<int>(blockIdx.y) / map.n_slices;
-  const int h0 = kv_head * map.group + slice * map.heads_per_block;
-  const int nh = min(map.heads_per_block, map.group - slice * map.heads_per_block);
-  // Longest contexts (the last tiles, their last sub-tiles) first: shortens the causal tail.
-  const int tile = P.n_tc_tiles - 1 - static_cast<int>(blockIdx.x) / map.n_sub;
-  const int sub = map.n_sub - 1 - static_cast<int>(blockIdx.x) % map.n_sub;
-  const int tile_nt = P.tc_tile_n_tokens[tile];
-  if (sub * map.tokens_per_block >= tile_nt) return;  // the tile is shorter than this sub-tile
-  const int t0 = P.tc_tile_token_begin[tile] + sub * map.tokens_per_block;
-  const int nt = min(map.tokens_per_block, tile_nt - sub * map.tokens_per_block);
+  TcTileWork w;
+  if (!tc_tile_work(fused_map(a), P, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), w)) return;
+  const int kv_head = w.kv_head, h0 = w.h0, nh = w.nh, t0 = w.t0, nt = w.nt;
   const int n_rows = nt * nh;
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int gid = lane >> 2, tig = lane & 3, mat = lane >> 3, mrow = lane & 7;
@@ -721,7 +704,7 @@ void launch_hd(const AttentionArgs& a, const LaunchEnv& env) {
                   dim3(kMergeDims), 0, a);
     return;
   }
-  const FusedMap map(a);
+  const TcTileMap map = fused_map(a);
   const dim3 grid(static_cast<unsigned>(a.plan.n_tc_tiles * map.n_sub), static_cast<unsigned>(a.n_kv_heads * map.n_slices));
   launch_kernel(env, attention_mma_fused_kernel<HD>, grid, dim3(kThreads), FusedShape<HD>::kSmem, a);
 }
@@ -745,14 +728,10 @@ bool init_hd(int max_smem_bytes) {
 
 }  // namespace
 
-bool attention_mma_supports(const AttentionArgs& a) {
-  return a.kv_dtype == DType::F16 && (a.head_dim == 64 || a.head_dim == 128) && a.n_kv_heads > 0 &&
-         a.n_heads % a.n_kv_heads == 0 && a.k_cache_stride % 8 == 0 && a.v_cache_stride % 8 == 0 &&
-         reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
-}
+bool attention_mma_supports(const AttentionArgs& a) { return tc_tile_shape_supported(a); }
 
 bool attention_mma_split(const AttentionArgs& a, int n_sm) {
-  const FusedMap map(a);
+  const TcTileMap map = fused_map(a);
   const int64_t fused_blocks =
       (int64_t{a.plan.n_tokens} / map.tokens_per_block + a.plan.n_tc_tiles) * a.n_kv_heads * map.n_slices;
   if (fused_blocks >= 2 * int64_t{n_sm}) return false;

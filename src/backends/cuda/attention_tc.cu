@@ -3,6 +3,7 @@
 
 #include "backends/cuda/async_copy.cuh"
 #include "backends/cuda/attention_tc.h"
+#include "backends/cuda/attention_tc_tiles.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/launch.cuh"
@@ -44,19 +45,6 @@ constexpr TcVariant kVariants[] = {
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 constexpr int kSmallVariant = 4;  // the fallback where a larger tile does not fit shared memory
 
-// How a launch maps (KV group slice, tile of the plan, token sub-tile) onto blocks; computed the
-// same way on the host (grid) and in the kernel.
-struct TcBlockMap {
-  int group, n_slices, heads_per_block, tokens_per_block, n_sub;
-  TERN_HOST_DEVICE TcBlockMap(const AttentionArgs& a, int rows) {
-    group = a.n_heads / a.n_kv_heads;
-    n_slices = (group + kMaxHeads - 1) / kMaxHeads;
-    heads_per_block = (group + n_slices - 1) / n_slices;  // the last slice may have fewer
-    tokens_per_block = rows / heads_per_block;
-    n_sub = (kAttnTcTileTokens + tokens_per_block - 1) / tokens_per_block;
-  }
-};
-
 template <int HD, int kWarps, int kMTiles, int kStages, int kMinBlocks>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) attention_tc_kernel(AttentionArgs a) {
   pdl_enter();
@@ -68,17 +56,10 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) attention_tc_kernel(A
   __half* q_s = reinterpret_cast<__half*>(sm_raw);  // [kRows][kRow]: Q rounded to f16
   __half* kv_s = q_s + C::kRows * kRow;             // kStages x (K [kKeys][kRow], V [kKeys][kRow])
   const DevicePlan& P = a.plan;
-  const TcBlockMap map(a, C::kRows);
-  const int g = static_cast<int>(blockIdx.y) / map.n_slices, slice = static_cast<int>(blockIdx.y) % map.n_slices;
-  const int h0 = g * map.group + slice * map.heads_per_block;             // first head of this block
-  const int nh = min(map.heads_per_block, map.group - slice * map.heads_per_block);  // heads here
-  // Longest contexts (the last tiles, their last sub-tiles) first: shortens the causal tail.
-  const int tile = P.n_tc_tiles - 1 - static_cast<int>(blockIdx.x) / map.n_sub;
-  const int sub = map.n_sub - 1 - static_cast<int>(blockIdx.x) % map.n_sub;
-  const int tile_nt = P.tc_tile_n_tokens[tile];
-  if (sub * map.tokens_per_block >= tile_nt) return;  // the tile is shorter than this sub-tile
-  const int t0 = P.tc_tile_token_begin[tile] + sub * map.tokens_per_block;
-  const int nt = min(map.tokens_per_block, tile_nt - sub * map.tokens_per_block);
+  TcTileWork w;
+  if (!tc_tile_work(TcTileMap(a, kMaxHeads, C::kRows), P, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), w))
+    return;
+  const int g = w.kv_head, h0 = w.h0, nh = w.nh, t0 = w.t0, nt = w.nt;
   const int n_rows = nt * nh;  // live rows; row r is token r / nh, head r % nh (heads fastest)
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int gid = lane >> 2, tig = lane & 3;  // mma fragment coordinates
@@ -337,7 +318,7 @@ template <int HD, int V>
 void launch_variant(const AttentionArgs& a, const LaunchEnv& env) {
   constexpr TcVariant v = kVariants[V];
   using C = TcShape<HD, v.warps, v.m_tiles, v.stages>;
-  const TcBlockMap map(a, C::kRows);
+  const TcTileMap map(a, kMaxHeads, C::kRows);
   const dim3 grid(static_cast<unsigned>(a.plan.n_tc_tiles * map.n_sub),
                   static_cast<unsigned>(a.n_kv_heads * map.n_slices));
   launch_kernel(env, attention_tc_kernel<HD, v.warps, v.m_tiles, v.stages, v.min_blocks>, grid, dim3(C::kThreads), C::kSmem, a);

@@ -6,6 +6,7 @@
 #include "backends/cuda/async_copy.cuh"
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_chunk.cuh"
+#include "backends/cuda/attention_tc_tiles.cuh"
 #include "backends/cuda/attention_tiled.h"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cuda_check.h"
@@ -41,35 +42,29 @@ struct Layout {
   static_assert(stage % 16 == 0 && kv % 16 == 0, "16-byte aligned buffers");
 };
 
+// Rows of 16 tokens x 4 heads of a KV group (64 / heads tokens of smaller groups; larger groups
+// in balanced slices of at most 4 heads).
+TERN_HOST_DEVICE inline TcTileMap tiled_map(const AttentionArgs& a) {
+  return TcTileMap(a, kAttnMaxHeadsPerBlock, kRows);
+}
+
 struct Work {  // one block's rows and spans
-  int t0, nt, h0, nh, nq, kv_head;
+  TcTileWork rows;
+  int nq;
   int s_begin, s_end;
   bool split;
 };
 
+// Block (x, y)'s work: x counts span groups fastest, then the map's sub-tiles.
 __device__ __forceinline__ bool block_work(const AttentionArgs& a, Work& w) {
-  const DevicePlan& P = a.plan;
-  const int group = a.n_heads / a.n_kv_heads;
-  const int hpb = min(group, kAttnMaxHeadsPerBlock);
-  const int n_slices = (group + hpb - 1) / hpb;
-  const int tpb = a.tiled;  // tokens per block
-  const int subs = (kAttnTcTileTokens + tpb - 1) / tpb;
-  const int n_groups = a.tiled_groups;
-  int bx = blockIdx.x;
+  const int n_groups = a.tiled_groups, bx = static_cast<int>(blockIdx.x);
   const int sg = bx % n_groups;
-  bx /= n_groups;
-  const int sub = bx % subs, tile = bx / subs;
-  w.t0 = P.tc_tile_token_begin[tile] + sub * tpb;
-  w.nt = min(tpb, P.tc_tile_n_tokens[tile] - sub * tpb);
-  w.kv_head = blockIdx.y / n_slices;
-  const int slice = blockIdx.y % n_slices;
-  w.h0 = w.kv_head * group + slice * hpb;
-  w.nh = min(hpb, group - slice * hpb);
-  w.nq = w.nt * w.nh;
+  if (!tc_tile_work(tiled_map(a), a.plan, bx / n_groups, static_cast<int>(blockIdx.y), w.rows)) return false;
+  w.nq = w.rows.nt * w.rows.nh;
   w.split = a.tiled_spans > 0;
   w.s_begin = w.split ? sg * a.tiled_spans : 0;
   w.s_end = w.split ? w.s_begin + a.tiled_spans : 1 << 30;  // clipped to the block's spans later
-  return w.nt > 0;
+  return true;
 }
 
 // Starts the copy of K and V rows j0 .. j0 + n_rows - 1 of KV head column kv_col into stage
@@ -184,7 +179,7 @@ __device__ __forceinline__ void chunk_scores(const AttentionArgs& a, const Work&
   for (int i = 0; i < kRowsPT; ++i) {
     const int r = tq + kGroups * i;
     if (r >= w.nq) continue;
-    const int tt = r / w.nh;
+    const int tt = r / w.rows.nh;
     const int pos = tok_pos[tt], first = tok_first[tt];
 #pragma unroll
     for (int k = 0; k < kKeysPT; ++k) {
@@ -248,7 +243,7 @@ __device__ __forceinline__ void chunk_values(const Work& w, const float* v_s, co
       jb[i] = C;
       je[i] = 0;
       if (r < w.nq) {
-        const int tt = r / w.nh;
+        const int tt = r / w.rows.nh;
         jb[i] = max(0, tok_first[tt] - j0);
         je[i] = min(C, tok_pos[tt] - j0 + 1);
       }
@@ -290,6 +285,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_tiled_kernel(AttentionA
   extern __shared__ __align__(16) unsigned char sm[];
   Work w;
   if (!block_work(a, w)) return;
+  const int t0 = w.rows.t0, nt = w.rows.nt, nh = w.rows.nh, h0 = w.rows.h0;
   const DevicePlan& P = a.plan;
   float* q_s = reinterpret_cast<float*>(sm + L::q);
   float* kv_s = reinterpret_cast<float*>(sm + L::kv);
@@ -305,14 +301,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_tiled_kernel(AttentionA
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int tq = warp * 2 + (lane >> 4), tk = lane & 15;
 
-  if (tid < w.nt) {
-    const int pos = P.positions[w.t0 + tid];
+  if (tid < nt) {
+    const int pos = P.positions[t0 + tid];
     tok_pos[tid] = pos;
     tok_first[tid] = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
   }
   for (int i = tid; i < kRows * kHd; i += kThreads) {
     const int r = i / kHd, d = i - r * kHd;
-    q_s[r * kP + d] = r < w.nq ? a.q[int64_t{w.t0 + r / w.nh} * a.q_stride + int64_t{w.h0 + r % w.nh} * kHd + d] : 0.0f;
+    q_s[r * kP + d] = r < w.nq ? a.q[int64_t{t0 + r / nh} * a.q_stride + int64_t{h0 + r % nh} * kHd + d] : 0.0f;
     tot_a[r * kP + d] = 0.0f;
   }
   if (tid < kRows) {
@@ -323,7 +319,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_tiled_kernel(AttentionA
   }
   __syncthreads();
   int max_pos = 0, min_pos = 1 << 30, min_first = 1 << 30, max_first = 0;
-  for (int tt = 0; tt < w.nt; ++tt) {
+  for (int tt = 0; tt < nt; ++tt) {
     max_pos = max(max_pos, tok_pos[tt]);
     min_pos = min(min_pos, tok_pos[tt]);
     min_first = min(min_first, tok_first[tt]);
@@ -336,8 +332,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_tiled_kernel(AttentionA
   const int c_begin = max(s_begin * kAttnSpanChunks, min_first / C);
   const int c_end = min(s_end * kAttnSpanChunks, max_pos / C + 1);
   const int n_iter = max(0, c_end - c_begin);
-  const int32_t* blocks = P.block_ids + P.block_offsets[P.seq_index[w.t0]];
-  const int64_t kv_col = int64_t{w.kv_head} * kHd;
+  const int32_t* blocks = P.block_ids + P.block_offsets[P.seq_index[t0]];
+  const int64_t kv_col = int64_t{w.rows.kv_head} * kHd;
 
   auto stage_of = [&](int i) { return stages + (i & 1) * 2 * C * kHd; };
   auto issue = [&](int i) {  // always commits a group, so the wait count stays uniform
@@ -353,10 +349,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_tiled_kernel(AttentionA
     for (int i = 0; i < kRowsPT; ++i) {
       const int r = tq + kGroups * i;
       if (r >= w.nq) continue;
-      const int tt = r / w.nh;
+      const int tt = r / nh;
       if (span * kAttnSpanTokens > tok_pos[tt]) continue;
       float* rec = a.partials +
-                   (int64_t{P.token_partial_begin[w.t0 + tt] + span} * a.n_heads + w.h0 + r % w.nh) * (kHd + 2);
+                   (int64_t{P.token_partial_begin[t0 + tt] + span} * a.n_heads + h0 + r % nh) * (kHd + 2);
       // Records are hd + 2 floats apart: 8-byte aligned at A, not 16.
 #pragma unroll
       for (int h = 0; h < kH; ++h) {
@@ -381,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_tiled_kernel(AttentionA
   }
 
   issue(0);
-  const attn::Queries Q{w.nq, w.nh, kHd, 0, q_s, p_s, m_c, l_c, span_m, span_l, nullptr, sa, sb, tok_pos, tok_first};
+  const attn::Queries Q{w.nq, nh, kHd, 0, q_s, p_s, m_c, l_c, span_m, span_l, nullptr, sa, sb, tok_pos, tok_first};
   for (int i = 0; i < n_iter; ++i) {
     issue(i + 1);
     cp_async_wait<1>();
@@ -443,30 +439,19 @@ __global__ void __launch_bounds__(kThreads, 1) attention_tiled_kernel(AttentionA
   }
   for (int i = tid; i < w.nq * kHd; i += kThreads) {
     const int r = i / kHd, d = i - r * kHd;
-    a.out[int64_t{w.t0 + r / w.nh} * a.out_stride + int64_t{w.h0 + r % w.nh} * kHd + d] =
+    a.out[int64_t{t0 + r / nh} * a.out_stride + int64_t{h0 + r % nh} * kHd + d] =
         __fdiv_rn(tot_a[r * kP + d], tot_l[r]);
   }
 }
 
-int tokens_per_block(const AttentionArgs& a) {
-  const int group = a.n_heads / a.n_kv_heads;
-  return kRows / std::min(group, kAttnMaxHeadsPerBlock);
-}
-
 }  // namespace
 
-bool attention_tiled_supports(const AttentionArgs& a) {
-  if (a.kv_dtype != DType::F16 || (a.head_dim != 64 && a.head_dim != 128)) return false;
-  if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0) return false;
-  return a.k_cache_stride % 8 == 0 && a.v_cache_stride % 8 == 0 && reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
-}
+bool attention_tiled_supports(const AttentionArgs& a) { return tc_tile_shape_supported(a); }
 
 void plan_attention_tiled(AttentionArgs& a, int max_position, int n_sm, size_t max_partials_bytes) {
-  const int group = a.n_heads / a.n_kv_heads;
-  const int hpb = std::min(group, kAttnMaxHeadsPerBlock);
-  const int64_t slices = (group + hpb - 1) / hpb;
-  a.tiled = tokens_per_block(a);
+  const TcTileMap map = tiled_map(a);
+  const int64_t slices = map.n_slices;
+  a.tiled = map.tokens_per_block;
   a.tiled_spans = 0;
   a.tiled_groups = 1;
   a.split = 0;
@@ -488,12 +473,9 @@ void plan_attention_tiled(AttentionArgs& a, int max_position, int n_sm, size_t m
 }
 
 void launch_attention_tiled(const AttentionArgs& a, const LaunchEnv& env) {
-  const int group = a.n_heads / a.n_kv_heads;
-  const int hpb = std::min(group, kAttnMaxHeadsPerBlock);
-  const int slices = (group + hpb - 1) / hpb;
-  const int subs = (kAttnTcTileTokens + a.tiled - 1) / a.tiled;
-  const dim3 grid(static_cast<unsigned>(int64_t{a.plan.n_tc_tiles} * subs * a.tiled_groups),
-                  static_cast<unsigned>(a.n_kv_heads * slices));
+  const TcTileMap map = tiled_map(a);
+  const dim3 grid(static_cast<unsigned>(int64_t{a.plan.n_tc_tiles} * map.n_sub * a.tiled_groups),
+                  static_cast<unsigned>(a.n_kv_heads * map.n_slices));
   if (a.head_dim == 64) {
     launch_kernel(env, attention_tiled_kernel<64>, grid, kThreads, Layout<64>::total, a);
   } else {
