@@ -154,7 +154,7 @@ __device__ __forceinline__ void attend_tile(const AttentionArgs& a, const Shape&
   if (tid < nt) {
     const int pos = P.positions[t0 + tid];
     tok_pos[tid] = pos;
-    tok_first[tid] = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
+    tok_first[tid] = attn::first_position(a, pos);
   }
   for (int i = tid; i < nq * hd; i += kThreads) {
     const int qi = i / hd, d = i - qi * hd;

@@ -36,6 +36,11 @@ __device__ __forceinline__ float fold_acc(float A, float a, FoldScales f) {
   return __fadd_rn(__fmul_rn(A, f.sa), __fmul_rn(a, f.sb));
 }
 
+// The first position a query at `pos` may attend (attention.h: the sliding window, else 0).
+__device__ __forceinline__ int first_position(const AttentionArgs& a, int pos) {
+  return a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
+}
+
 // A fused mode's span end for query qi: the span's statistics fold into the running total where
 // the span saw a valid position (the scales left in sa / sb, live[qi] = 1, else 0), then the span
 // statistics restart from (-inf, 0).

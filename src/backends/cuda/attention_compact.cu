@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) attention_compact_kernel(AttentionAr
   const int pos = P.positions[t];
   const int j0 = (span * kAttnSpanChunks + cis) * C;
   if (j0 > pos) return;  // the token does not reach this chunk: no record (the merge stops at pos)
-  const int first = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
+  const int first = attn::first_position(a, pos);
   const int jb = max(0, first - j0), je = min(C, pos - j0 + 1);  // the valid rows [jb, je)
   const int nq = a.n_heads / a.n_kv_heads, h0 = kvh * nq;
   // Fused rope: q is un-rotated in its buffer and the step's own K/V row (position pos) is

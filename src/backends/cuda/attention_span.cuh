@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "backends/cuda/async_copy.cuh"
+#include "backends/cuda/attention_chunk.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 
@@ -176,7 +177,7 @@ __device__ __forceinline__ int load_span_tokens(const AttentionArgs& a, const Sp
   if (tid < nt) {
     const int pos = P.positions[t0 + tid];
     b.tok_pos[tid] = pos;
-    b.tok_first[tid] = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
+    b.tok_first[tid] = attn::first_position(a, pos);
     if (n_tile_spans > 1 || a.chunk_split > 0) b.tok_partial[tid] = P.token_partial_begin[t0 + tid];
   }
   __syncthreads();

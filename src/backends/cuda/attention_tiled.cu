@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_tiled_kernel(AttentionA
   if (tid < nt) {
     const int pos = P.positions[t0 + tid];
     tok_pos[tid] = pos;
-    tok_first[tid] = a.sliding_window > 0 ? max(0, pos + 1 - a.sliding_window) : 0;
+    tok_first[tid] = attn::first_position(a, pos);
   }
   for (int i = tid; i < kRows * kHd; i += kThreads) {
     const int r = i / kHd, d = i - r * kHd;
