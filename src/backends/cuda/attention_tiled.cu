@@ -450,23 +450,21 @@ bool attention_tiled_supports(const AttentionArgs& a) { return tc_tile_shape_sup
 
 void plan_attention_tiled(AttentionArgs& a, int max_position, int n_sm, size_t max_partials_bytes) {
   const TcTileMap map = tiled_map(a);
-  const int64_t slices = map.n_slices;
   a.tiled = map.tokens_per_block;
   a.tiled_spans = 0;
   a.tiled_groups = 1;
   a.split = 0;
   // Blocks that hold rows (an estimate from the token count: a tile's last sub-tile may be
   // partial). Fused when they make a wave.
-  const int64_t row_blocks = (int64_t{a.plan.n_tokens} + a.tiled - 1) / a.tiled * a.n_kv_heads * slices;
+  const int64_t row_blocks = (int64_t{a.plan.n_tokens} + a.tiled - 1) / a.tiled * a.n_kv_heads * map.n_slices;
   if (row_blocks >= n_sm) return;
   // Split: spans per block such that the blocks fill about two waves, at least 2 spans each.
   const int64_t max_spans = max_position / kAttnSpanTokens + 1;
   const int64_t want = 2 * int64_t{n_sm};
   const int64_t per = std::max<int64_t>(2, (row_blocks * max_spans + want - 1) / want);
   if (per >= max_spans) return;
-  AttentionArgs probe = a;
-  probe.chunk_split = 0;
-  if (attention_partials_bytes(probe) > max_partials_bytes) return;
+  a.chunk_split = 0;  // one record per (token, span)
+  if (attention_partials_bytes(a) > max_partials_bytes) return;
   a.tiled_spans = static_cast<int>(per);
   a.tiled_groups = static_cast<int>((max_spans + per - 1) / per);
   a.split = 1;
